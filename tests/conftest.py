@@ -1,0 +1,51 @@
+"""Shared fixtures.
+
+Tests that need a real Docker Engine are marked ``@pytest.mark.docker`` and take the
+``docker_client`` fixture. Where no engine answers they skip, unless
+``CLUSTER_SESSIONS_REQUIRE_DOCKER=1`` (set by ``.ci/run``), in which case they fail: CI must
+never pass by skipping the real-engine tests.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+PROJECT = Path(__file__).resolve().parent.parent
+STACKS = PROJECT / "stacks"
+
+
+def require_docker() -> bool:
+    return os.environ.get("CLUSTER_SESSIONS_REQUIRE_DOCKER") == "1"
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip locally; fail where the environment promises the prerequisite (CI)."""
+    if require_docker():
+        pytest.fail(f"{reason} (CLUSTER_SESSIONS_REQUIRE_DOCKER=1, so this is a failure)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    import docker
+
+    try:
+        client = docker.from_env(timeout=120)
+        client.ping()
+    except Exception as exc:  # any failure to reach the engine means "no engine"
+        skip_or_fail(f"no Docker Engine answers: {exc}")
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def project_dir() -> Path:
+    return PROJECT
+
+
+@pytest.fixture
+def stacks_dir() -> Path:
+    return STACKS
