@@ -1,0 +1,79 @@
+"""The static cluster environment of each container: the one place that computes it.
+
+Only values known before any container starts live here. ``MASTER_ADDR``, ``MASTER_PORT``,
+``TF_CONFIG`` and torchrun's ``PET_*`` are derived at start-up by ``cluster-env.sh`` instead, so
+that a value set by the user or the image wins (Backend.AI docs, "Distributed Training
+Environment Variables"). ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK`` are never set: torchrun
+sets them per process.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# Kernel ids are UUIDv5 of the session name and host, so they stay the same on every ``up``
+# of the same definition; main1's kernel id is the session id, as in Backend.AI.
+ID_NAMESPACE = uuid.UUID("5b0f6f4e-4a39-4c84-9a43-2f1b7c1d7a10")
+
+
+@dataclass(frozen=True)
+class Member:
+    """One container's place in the session."""
+
+    host: str
+    role: str
+    idx: int  # 1-based within the role
+    local_rank: int  # 0-based across the session
+
+
+def members(size: int) -> tuple[Member, ...]:
+    """main1 first, then sub1..sub<size-1>: the one order used everywhere."""
+    subs = (Member(f"sub{i}", "sub", i, i) for i in range(1, size))
+    return (Member("main1", "main", 1, 0), *subs)
+
+
+def kernel_id(session_name: str, host: str) -> str:
+    return str(uuid.uuid5(ID_NAMESPACE, f"{session_name}/{host}"))
+
+
+def replicas(size: int) -> str:
+    return f"main:1,sub:{size - 1}" if size > 1 else "main:1"
+
+
+def static_envs(
+    session_name: str,
+    mode: str,
+    group: Sequence[Member],
+    user_env: dict[str, str],
+    master_port: int | None,
+) -> list[dict[str, str]]:
+    """The env each container is created with, in host order.
+
+    The user's variables come first; ``BACKENDAI_*`` keys are reserved (validation refuses
+    them in the user's env), so nothing here can override the user or the other way round.
+    """
+    hosts = ",".join(m.host for m in group)  # one string shared by every container
+    shared = {
+        **user_env,
+        "BACKENDAI_SESSION_NAME": session_name,
+        "BACKENDAI_SESSION_ID": kernel_id(session_name, group[0].host),
+        "BACKENDAI_CLUSTER_MODE": mode,
+        "BACKENDAI_CLUSTER_SIZE": str(len(group)),
+        "BACKENDAI_CLUSTER_HOSTS": hosts,
+        "BACKENDAI_CLUSTER_REPLICAS": replicas(len(group)),
+    }
+    if master_port is not None:
+        shared["BACKENDAI_DIST_MASTER_PORT"] = str(master_port)
+    return [
+        {
+            **shared,
+            "BACKENDAI_KERNEL_ID": kernel_id(session_name, m.host),
+            "BACKENDAI_CLUSTER_HOST": m.host,
+            "BACKENDAI_CLUSTER_ROLE": m.role,
+            "BACKENDAI_CLUSTER_IDX": str(m.idx),
+            "BACKENDAI_CLUSTER_LOCAL_RANK": str(m.local_rank),
+        }
+        for m in group
+    ]

@@ -1,0 +1,175 @@
+"""``sessionctl``: the command line. The only place that decides exit codes.
+
+Exit codes (contract 4): 0 ok, 1 engine failure, 2 invalid input, 3 pending, 4 missing
+prerequisite (such as the ``pulumi`` CLI).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from ..loader import load_session, validate_files
+from ..plan import ClusterPlan, build_plan, plan_to_dict
+from ..problems import DefinitionError
+from ..spec import Pool, Session
+from ..units import format_size
+from .errors import CommandError, Exit
+
+EPILOG = """exit codes: 0 ok, 1 engine failure, 2 invalid input, 3 session pending,
+4 missing prerequisite (e.g. the pulumi CLI)"""
+
+
+def _plan_for(args: argparse.Namespace) -> ClusterPlan:
+    loaded = load_session(Path(args.file), Path(args.pool) if args.pool else None)
+    free = None
+    if getattr(args, "probe", False):
+        from ..agents.capacity import probe_free
+
+        free = probe_free(loaded.pool)
+    return build_plan(loaded.session, loaded.pool, free)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    problems = validate_files([Path(f) for f in args.files])
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if problems:
+        return Exit.INVALID
+    for f in args.files:
+        print(f"{f}: ok")
+    return Exit.OK
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    plan = _plan_for(args)
+    if args.json:
+        json.dump(plan_to_dict(plan), sys.stdout, indent=2, ensure_ascii=False)
+        print()
+    else:
+        print(plan_table(plan))
+    if plan.pending:
+        print(f"{args.file}: pending: {plan.reason}", file=sys.stderr)
+        return Exit.PENDING
+    return Exit.OK
+
+
+def plan_table(plan: ClusterPlan) -> str:
+    """A table for ops review: one row per container, host order."""
+    res = plan.resources
+    net = plan.network
+    lines = [
+        f"session  {plan.name}  (id {plan.session_id})",
+        f"image    {plan.session.image}",
+        f"mode     {plan.mode}, {len(plan.containers)} container(s), status {plan.status}",
+    ]
+    if plan.pending:
+        lines.append(f"reason   {plan.reason}")
+    else:
+        lines.append(f"network  {net.driver} {net.name} on {net.agent}"
+                     + (f", mtu {net.mtu}" if net.mtu else "")
+                     + (", encrypted" if net.encrypted else ""))
+    header = ("HOST", "ROLE", "AGENT", "CPU", "MEM", "SHMEM", "GPUS")
+    rows = [header] + [
+        (c.host, c.role, c.agent or "-", f"{res.cpu:g}", format_size(res.mem),
+         format_size(res.shmem), ",".join(map(str, c.gpus)) or "-")
+        for c in plan.containers
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines.append("")
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip()
+              for r in rows]
+    return "\n".join(lines)
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    schemas = {"ClusterSession": Session.model_json_schema(mode="validation"),
+               "AgentPool": Pool.model_json_schema(mode="validation")}
+    out = schemas[args.kind] if args.kind else {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "cluster-sessions definitions",
+        "oneOf": [{"$ref": f"#/$defs/{k}"} for k in schemas],
+        "$defs": schemas,
+    }
+    json.dump(out, sys.stdout, indent=2)
+    print()
+    return Exit.OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sessionctl",
+        description="Plan, render and apply Backend.AI-style cluster sessions on Docker hosts.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    p = sub.add_parser("validate", help="check definition files (sessions and pools)",
+                       description="Check definitions; print one line per problem as "
+                       "FILE: dotted.path: message. Exit 0 if all are valid, else 2.")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("plan", help="show where each container goes and its environment",
+                       description="Plan a session offline: placement, network, static env. "
+                       "Exit 3 when the session is pending.", epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_session_args(p)
+    p.add_argument("--json", action="store_true", help="print the plan as JSON (contract 2)")
+    p.add_argument("--probe", action="store_true",
+                   help="plan against live free capacity read from the agents (over SSH)")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("schema", help="print the JSON Schema of the definition kinds")
+    p.add_argument("kind", nargs="?", choices=["ClusterSession", "AgentPool"])
+    p.set_defaults(func=cmd_schema)
+
+    for register in _extensions():
+        register(sub)
+    return parser
+
+
+def add_session_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="a ClusterSession definition (YAML)")
+    p.add_argument("--pool", metavar="POOLFILE",
+                   help="use this AgentPool file instead of the one the session names")
+
+
+def _extensions():
+    """Verbs that live in their own modules (render, engine, agents, lab, review)."""
+    from . import verbs
+
+    return verbs.REGISTER
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except DefinitionError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return Exit.INVALID
+    except CommandError as exc:
+        print(f"sessionctl {args.verb}: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return Exit.OK
+    except Exception as exc:  # a bug: say so without a traceback unless asked
+        if os.environ.get("SESSIONCTL_DEBUG"):
+            raise
+        print(f"sessionctl {args.verb}: internal error: {type(exc).__name__}: {exc} "
+              "(set SESSIONCTL_DEBUG=1 for a traceback)", file=sys.stderr)
+        return Exit.ENGINE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""Reading definition files: YAML text to typed specs, or a list of problems.
+
+The YAML loader is stricter than PyYAML's default on purpose: a key given twice is an error
+(PyYAML silently keeps the last one), and anchors/aliases are refused (a few lines of aliases
+can expand to billions of nodes). Files over 1 MiB are refused for the same reason.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from .problems import DefinitionError, Problem, dotted
+from .spec import KINDS, Pool, Session, pool_problems, session_problems
+
+MAX_FILE_BYTES = 1024 * 1024
+
+
+class _StrictLoader(yaml.SafeLoader):
+    def compose_node(self, parent, index):  # type: ignore[override]
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.MarkedYAMLError(None, None, "aliases (*name) are not allowed", mark)
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):  # type: ignore[override]
+        seen: dict[object, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:
+                raise yaml.MarkedYAMLError(
+                    None, None, "a key must be a plain value", key_node.start_mark
+                ) from None
+            if first is not None:
+                raise yaml.MarkedYAMLError(
+                    None, None,
+                    f"key {key!r} appears twice (first on line {first.line + 1})",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_yaml(text: str, file: str) -> object:
+    """One YAML document, or a DefinitionError naming the line."""
+    try:
+        docs = list(yaml.load_all(text, Loader=_StrictLoader))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(top)"
+        problem = exc.problem or exc.context or "invalid YAML"
+        raise DefinitionError([Problem(file, where, f"invalid YAML: {problem}")]) from None
+    except yaml.YAMLError as exc:
+        raise DefinitionError([Problem(file, "(top)", f"invalid YAML: {exc}")]) from None
+    docs = [d for d in docs if d is not None]
+    if len(docs) != 1:
+        raise DefinitionError([Problem(file, "(top)", f"expected exactly one YAML document, "
+                                       f"found {len(docs)}")])
+    return docs[0]
+
+
+def read_text(path: Path) -> str:
+    file = str(path)
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise DefinitionError([Problem(file, "(top)", "file is larger than 1 MiB")])
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DefinitionError([Problem(file, "(top)", "no such file")]) from None
+    except IsADirectoryError:
+        raise DefinitionError([Problem(file, "(top)", "is a directory, not a file")]) from None
+    except UnicodeDecodeError as exc:
+        raise DefinitionError([Problem(file, "(top)", f"not UTF-8 text ({exc.reason} at "
+                                       f"byte {exc.start})")]) from None
+    except OSError as exc:
+        raise DefinitionError([Problem(file, "(top)", f"cannot read: {exc.strerror}")]) from None
+
+
+def _message(error: dict, model: type[BaseModel]) -> str:
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        key = str(error["loc"][-1])
+        allowed = _allowed_keys(model, error["loc"][:-1])
+        hint = difflib.get_close_matches(key, allowed, n=1)
+        suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+        return f"unknown key{suggestion} (allowed: {', '.join(allowed)})"
+    if kind == "missing":
+        return "required"
+    if kind == "literal_error":
+        return f"{error['msg'].replace('Input should be', 'must be')}, got {error['input']!r}"
+    if kind == "string_type" and not isinstance(error["input"], dict | list):
+        return f"must be a string, got {error['input']!r} (quote it in YAML)"
+    msg = error["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    return msg.replace("Input should be", "must be")
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str]:
+    """Field names of the (nested) model at ``loc``, for 'did you mean' hints."""
+    current: object = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        fields = getattr(current, "model_fields", None)
+        if not fields or part not in fields:
+            return []
+        current = _model_of(fields[part].annotation)
+    fields = getattr(current, "model_fields", None)
+    return list(fields) if fields else []
+
+
+def _model_of(annotation: object) -> object:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def to_model(data: object, file: str, expect: str | None = None) -> Session | Pool:
+    """Validate a parsed document into its kind's model, or raise DefinitionError."""
+    if not isinstance(data, dict):
+        raise DefinitionError([Problem(file, "(top)", "expected a mapping with a 'kind' key")])
+    kind = data.get("kind")
+    if kind not in KINDS:
+        what = "required" if kind is None else f"unknown kind {kind!r}"
+        raise DefinitionError([Problem(file, "kind", f"{what}; expected one of "
+                                       f"{', '.join(KINDS)}")])
+    if expect and kind != expect:
+        raise DefinitionError([Problem(file, "kind", f"expected {expect}, got {kind}")])
+    model = KINDS[kind]
+    try:
+        obj = model.model_validate(data)
+    except ValidationError as exc:
+        raise DefinitionError([
+            Problem(file, dotted(tuple(p for p in e["loc"] if p != "[key]")), _message(e, model))
+            for e in exc.errors(include_url=False)
+        ]) from None
+    check = session_problems if isinstance(obj, Session) else pool_problems
+    problems = [Problem(file, path, msg) for path, msg in check(obj)]  # type: ignore[arg-type]
+    if problems:
+        raise DefinitionError(problems)
+    return obj
+
+
+def load_file(path: Path, expect: str | None = None) -> Session | Pool:
+    file = str(path)
+    return to_model(parse_yaml(read_text(path), file), file, expect)
+
+
+@dataclass(frozen=True)
+class Loaded:
+    session: Session
+    session_file: Path
+    pool: Pool
+    pool_file: Path
+
+
+def pool_candidates(session_file: Path, pool_ref: str) -> list[Path]:
+    """Where a session's ``pool:`` may point: a path, or a name under ``stacks/pools/``."""
+    base = session_file.resolve().parent
+    if "/" in pool_ref or pool_ref.endswith((".yaml", ".yml")):
+        ref = Path(pool_ref).expanduser()
+        return [ref] if ref.is_absolute() else [base / ref, Path.cwd() / ref]
+    names = [f"{pool_ref}.yaml", f"{pool_ref}.yml"]
+    dirs = [base.parent / "pools", base / "pools", Path.cwd() / "stacks" / "pools"]
+    return [d / n for d in dirs for n in names]
+
+
+def load_session(session_file: Path, pool_file: Path | None = None) -> Loaded:
+    """A session and its pool, both valid and consistent, or DefinitionError with them all."""
+    session = load_file(session_file, expect="ClusterSession")
+    assert isinstance(session, Session)
+    return with_pool(session, session_file, pool_file)
+
+
+def with_pool(session: Session, session_file: Path, pool_file: Path | None = None) -> Loaded:
+    file = str(session_file)
+    if pool_file is None:
+        candidates = pool_candidates(session_file, session.pool)
+        pool_file = next((c for c in candidates if c.is_file()), None)
+        if pool_file is None:
+            looked = ", ".join(dict.fromkeys(str(c) for c in candidates))
+            raise DefinitionError([Problem(file, "pool", f"no pool {session.pool!r} found "
+                                           f"(looked for {looked})")])
+    pool = load_file(pool_file, expect="AgentPool")
+    assert isinstance(pool, Pool)
+    if session.cluster.mode == "multi-node" and session.cluster.size > 1 and pool.swarm is None:
+        raise DefinitionError([Problem(file, "cluster.mode", f"multi-node needs a swarm "
+                                       f"manager, but pool {pool.name!r} ({pool_file}) has no "
+                                       "swarm.manager")])
+    return Loaded(session, session_file, pool, pool_file)
+
+
+def validate_files(paths: list[Path]) -> list[Problem]:
+    """Every problem of every file; a session file is checked together with its pool."""
+    problems: list[Problem] = []
+    for path in paths:
+        try:
+            obj = load_file(path)
+            if isinstance(obj, Session):
+                with_pool(obj, path)
+        except DefinitionError as exc:
+            problems.extend(exc.problems)
+    return problems

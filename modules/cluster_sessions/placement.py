@@ -1,0 +1,126 @@
+"""Which agent each container of a session runs on, and which GPUs it gets.
+
+Pure and deterministic: the same session shape and the same free capacities always give the same
+answer. Rules (Backend.AI's, plus what its code left out):
+
+- single-node: every container on one agent, the first in pool order that holds them all; if
+  none does, the session is pending and the reason names what each agent is short of.
+- multi-node: if one agent can hold them all, they all go there (no cross-host traffic);
+  otherwise the fewest agents that together hold them, biggest first, main1 on the first.
+- never more than an agent's cpu, memory or GPUs; GPU ids are handed out per container and an
+  id is never given twice on one agent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .units import format_size
+
+UNLIMITED = 1 << 62
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one container needs."""
+
+    millicpu: int
+    mem: int
+    gpus: int
+
+
+@dataclass(frozen=True)
+class Free:
+    """What one agent can still give, in pool order."""
+
+    name: str
+    millicpu: int
+    mem: int
+    gpus: tuple[int, ...] = ()
+
+    def fits_by(self, req: Request) -> dict[str, int]:
+        """How many containers fit, per resource."""
+        return {
+            "cpu": self.millicpu // req.millicpu,
+            "mem": self.mem // req.mem,
+            "gpu": len(self.gpus) // req.gpus if req.gpus else UNLIMITED,
+        }
+
+    def fits(self, req: Request) -> int:
+        return min(self.fits_by(req).values())
+
+
+@dataclass(frozen=True)
+class Slot:
+    agent: str
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Either ``slots`` (one per container, in host order) or a pending ``reason``."""
+
+    slots: tuple[Slot, ...] = ()
+    reason: str | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self.reason is not None
+
+    @property
+    def agents(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(s.agent for s in self.slots))
+
+
+def place(mode: str, size: int, req: Request, agents: Sequence[Free]) -> Placement:
+    fits = [agent.fits(req) for agent in agents]
+    whole = next((i for i, n in enumerate(fits) if n >= size), None)
+    if whole is not None:
+        return Placement(_fill([(agents[whole], size)], req))
+    if mode == "single-node" or size == 1:
+        return Placement(reason=_single_node_reason(size, req, agents))
+    order = sorted(range(len(agents)), key=lambda i: (-fits[i], i))
+    chosen: list[tuple[Free, int]] = []
+    left = size
+    for i in order:
+        if left == 0 or fits[i] == 0:
+            break
+        take = min(fits[i], left)
+        chosen.append((agents[i], take))
+        left -= take
+    if left:
+        held = size - left
+        return Placement(reason=f"the pool holds only {held} of {size} containers "
+                         f"({_describe(req)} each); short of {_short_overall(req, agents)}")
+    return Placement(_fill(chosen, req))
+
+
+def _fill(chosen: list[tuple[Free, int]], req: Request) -> tuple[Slot, ...]:
+    slots: list[Slot] = []
+    for agent, count in chosen:
+        for k in range(count):
+            slots.append(Slot(agent.name, agent.gpus[k * req.gpus:(k + 1) * req.gpus]))
+    return tuple(slots)
+
+
+def _describe(req: Request) -> str:
+    return f"cpu={req.millicpu / 1000:g}, mem={format_size(req.mem)}, gpu={req.gpus}"
+
+
+def _single_node_reason(size: int, req: Request, agents: Sequence[Free]) -> str:
+    shown = []
+    for agent in agents[:5]:
+        by = agent.fits_by(req)
+        short = [k for k, n in by.items() if n < size]
+        shown.append(f"{agent.name} holds {min(by.values())} (short of {', '.join(short)})")
+    more = f", and {len(agents) - 5} more agents" if len(agents) > 5 else ""
+    return (f"no single agent can hold all {size} containers ({_describe(req)} each): "
+            f"{'; '.join(shown)}{more}")
+
+
+def _short_overall(req: Request, agents: Sequence[Free]) -> str:
+    """The resources that limit the pool, judged by the most any agent can hold of each."""
+    totals = {k: sum(a.fits_by(req)[k] for a in agents) for k in ("cpu", "mem", "gpu")}
+    least = min(totals.values())
+    return ", ".join(k for k, n in totals.items() if n == least)

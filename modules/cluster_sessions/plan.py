@@ -1,0 +1,196 @@
+"""The cluster plan: everything about a session that can be decided without touching anything.
+
+``build_plan`` is a pure function of a session, its pool and (optionally) live free capacity.
+The renderer, the Pulumi component, ``sessionctl plan`` and ``sessionctl diff`` all read the
+plan; none of them decides a cluster fact again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from .clusterenv import kernel_id, members, static_envs
+from .placement import Free, Request, place
+from .spec import SSH_PORT, Mount, Pool, Resources, Session
+from .units import format_size
+
+
+@dataclass(frozen=True)
+class ContainerPlan:
+    host: str
+    role: str
+    idx: int
+    local_rank: int
+    agent: str | None  # None while the session is pending
+    kernel_id: str
+    env: Mapping[str, str]
+    gpus: tuple[int, ...]
+
+    @property
+    def container_name(self) -> str:
+        return f"{self.env['BACKENDAI_SESSION_NAME']}-{self.host}"
+
+
+@dataclass(frozen=True)
+class NetworkPlan:
+    driver: str  # bridge | overlay: what is built, not what was asked for
+    name: str
+    agent: str | None  # where it is created: the one agent, or the swarm manager
+    mtu: int | None
+    encrypted: bool
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    session: Session
+    session_id: str
+    status: str  # scheduled | pending
+    reason: str | None
+    network: NetworkPlan
+    containers: tuple[ContainerPlan, ...]
+
+    @property
+    def name(self) -> str:
+        return self.session.name
+
+    @property
+    def mode(self) -> str:
+        return self.session.cluster.mode
+
+    @property
+    def resources(self) -> Resources:
+        return self.session.resources
+
+    @property
+    def mounts(self) -> tuple[Mount, ...]:
+        return self.session.mounts
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return tuple(c.host for c in self.containers)
+
+    @property
+    def agents(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(c.agent for c in self.containers if c.agent))
+
+    @property
+    def pending(self) -> bool:
+        return self.status == "pending"
+
+
+LABEL_PREFIX = "cluster-sessions"
+
+
+def container_labels(plan: ClusterPlan, container: ContainerPlan) -> dict[str, str]:
+    """Labels that let ``status``, ``logs``, capacity probes and clean-up find our containers."""
+    return {
+        f"{LABEL_PREFIX}.session": plan.name,
+        f"{LABEL_PREFIX}.session-id": plan.session_id,
+        f"{LABEL_PREFIX}.host": container.host,
+        f"{LABEL_PREFIX}.role": container.role,
+        f"{LABEL_PREFIX}.kernel-id": container.kernel_id,
+        f"{LABEL_PREFIX}.cpu": f"{plan.resources.cpu:g}",
+        f"{LABEL_PREFIX}.mem": str(plan.resources.mem),
+        f"{LABEL_PREFIX}.gpus": ",".join(map(str, container.gpus)),
+    }
+
+
+def network_labels(plan: ClusterPlan) -> dict[str, str]:
+    return {f"{LABEL_PREFIX}.session": plan.name, f"{LABEL_PREFIX}.session-id": plan.session_id}
+
+
+def request_of(resources: Resources) -> Request:
+    return Request(resources.millicpu, resources.mem, resources.gpu)
+
+
+def pool_capacity(pool: Pool) -> list[Free]:
+    """Declared capacity, for offline planning (``--probe`` passes live free capacity)."""
+    return [Free(a.name, a.capacity.millicpu, a.capacity.mem, a.capacity.gpus)
+            for a in pool.agents]
+
+
+def network_name(session: Session) -> str:
+    return f"{session.name}-net"
+
+
+def build_plan(session: Session, pool: Pool, free: Sequence[Free] | None = None) -> ClusterPlan:
+    size = session.cluster.size
+    group = members(size)
+    placement = place(session.cluster.mode, size, request_of(session.resources),
+                      pool_capacity(pool) if free is None else free)
+    master_port = session.distributed.master_port if session.distributed else None
+    envs = static_envs(session.name, session.cluster.mode, group, session.env, master_port)
+    slots = placement.slots or (None,) * size
+    containers = tuple(
+        ContainerPlan(
+            host=m.host, role=m.role, idx=m.idx, local_rank=m.local_rank,
+            agent=slot.agent if slot else None,
+            kernel_id=env["BACKENDAI_KERNEL_ID"], env=env,
+            gpus=slot.gpus if slot else (),
+        )
+        for m, env, slot in zip(group, envs, slots, strict=True)
+    )
+    agents = placement.agents
+    overlay = len(agents) > 1
+    if overlay:
+        net_agent = pool.swarm.manager if pool.swarm else None
+    else:
+        net_agent = agents[0] if agents else None
+    network = NetworkPlan(
+        driver="overlay" if overlay else "bridge",
+        name=network_name(session),
+        agent=net_agent,
+        mtu=pool.network.mtu,
+        encrypted=overlay and pool.network.encrypted,
+    )
+    return ClusterPlan(
+        session=session,
+        session_id=kernel_id(session.name, "main1"),
+        status="pending" if placement.pending else "scheduled",
+        reason=placement.reason,
+        network=network,
+        containers=containers,
+    )
+
+
+def plan_to_dict(plan: ClusterPlan) -> dict:
+    """The JSON form of contract 2 (``sessionctl plan --json``)."""
+    res = plan.resources
+    mounts = [m.model_dump() for m in plan.mounts]
+    return {
+        "session": {"name": plan.name, "id": plan.session_id},
+        "mode": plan.mode,
+        "status": plan.status,
+        **({"reason": plan.reason} if plan.reason else {}),
+        "image": plan.session.image,
+        "network": {
+            "driver": plan.network.driver,
+            "name": plan.network.name,
+            "agent": plan.network.agent,
+            "mtu": plan.network.mtu,
+            "encrypted": plan.network.encrypted,
+        },
+        "agents": list(plan.agents),
+        "ssh_port": SSH_PORT,
+        "containers": [
+            {
+                "host": c.host,
+                "role": c.role,
+                "idx": c.idx,
+                "local_rank": c.local_rank,
+                "agent": c.agent,
+                "kernel_id": c.kernel_id,
+                "env": dict(c.env),
+                "resources": {
+                    "cpu": res.cpu,
+                    "mem": format_size(res.mem),
+                    "shmem": format_size(res.shmem),
+                    "gpu": res.gpu,
+                    "gpus": list(c.gpus),
+                },
+                "mounts": mounts,
+            }
+            for c in plan.containers
+        ],
+    }

@@ -1,0 +1,31 @@
+"""Problems found in definitions, as values with a path, until the CLI prints them.
+
+Keeping them as data (not exceptions raised mid-way) lets ``validate`` report every problem of
+every file at once, and lets the CLI alone decide exit codes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, order=True)
+class Problem:
+    file: str
+    path: str  # dotted, e.g. ``resources.shmem`` or ``agents.1.name``; ``(top)`` for the document
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.path or '(top)'}: {self.message}"
+
+
+class DefinitionError(Exception):
+    """One or more problems that make a definition unusable."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = list(dict.fromkeys(problems))
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+def dotted(loc: tuple[object, ...]) -> str:
+    return ".".join(str(part) for part in loc)
