@@ -17,6 +17,7 @@ from ..plan import ClusterPlan, build_plan, plan_to_dict
 from ..problems import DefinitionError
 from ..spec import Pool, Session
 from ..units import format_size
+from . import verbs
 from .errors import CommandError, Exit
 
 EPILOG = """exit codes: 0 ok, 1 engine failure, 2 invalid input, 3 session pending,
@@ -128,8 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("kind", nargs="?", choices=["ClusterSession", "AgentPool"])
     p.set_defaults(func=cmd_schema)
 
-    for register in _extensions():
-        register(sub)
+    verbs.register_all(sub)
     return parser
 
 
@@ -137,13 +137,6 @@ def add_session_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="a ClusterSession definition (YAML)")
     p.add_argument("--pool", metavar="POOLFILE",
                    help="use this AgentPool file instead of the one the session names")
-
-
-def _extensions():
-    """Verbs that live in their own modules (render, engine, agents, lab, review)."""
-    from . import verbs
-
-    return verbs.REGISTER
 
 
 def main(argv: list[str] | None = None) -> int:

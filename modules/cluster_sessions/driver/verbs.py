@@ -1,9 +1,17 @@
-"""Verbs that live outside ``cli.py``: each module adds its sub-parsers here.
+"""Verbs that live outside ``cli.py``: each module named here has ``register(subparsers)``.
 
 Keeping the list in one place means ``sessionctl --help`` shows every verb, while each verb's
-code stays next to the concept it drives.
+code stays next to the concept it drives. Add one line per module.
 """
 
 from __future__ import annotations
 
-REGISTER: list = []
+from importlib import import_module
+
+MODULES: list[str] = [
+]
+
+
+def register_all(subparsers) -> None:
+    for name in MODULES:
+        import_module(name).register(subparsers)
