@@ -58,6 +58,8 @@ def parse_yaml(text: str, file: str) -> object:
         raise DefinitionError([Problem(file, where, f"invalid YAML: {problem}")]) from None
     except yaml.YAMLError as exc:
         raise DefinitionError([Problem(file, "(top)", f"invalid YAML: {exc}")]) from None
+    except RecursionError:
+        raise DefinitionError([Problem(file, "(top)", "invalid YAML: nested too deeply")]) from None
     docs = [d for d in docs if d is not None]
     if len(docs) != 1:
         raise DefinitionError([Problem(file, "(top)", f"expected exactly one YAML document, "

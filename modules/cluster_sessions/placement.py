@@ -115,7 +115,8 @@ def _single_node_reason(size: int, req: Request, agents: Sequence[Free]) -> str:
         short = [k for k, n in by.items() if n < size]
         shown.append(f"{agent.name} holds {min(by.values())} (short of {', '.join(short)})")
     more = f", and {len(agents) - 5} more agents" if len(agents) > 5 else ""
-    return (f"no single agent can hold all {size} containers ({_describe(req)} each): "
+    what = f"all {size} containers" if size > 1 else "the container"
+    return (f"no single agent can hold {what} ({_describe(req)} each): "
             f"{'; '.join(shown)}{more}")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 _FACTORS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
-_SIZE = re.compile(r"(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[kmgt]?)(?:i?b)?", re.IGNORECASE)
+_SIZE = re.compile(r"(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[kmgt]?)(?:ib|b|i)?", re.IGNORECASE)
 
 
 def parse_size(value: object) -> int:

@@ -1,0 +1,166 @@
+"""The cluster plan and its static environment (clusterenv)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cluster_sessions.clusterenv import kernel_id, members
+from cluster_sessions.plan import build_plan, container_labels, plan_to_dict
+from cluster_sessions.spec import Pool, Session
+
+DERIVED = {"MASTER_ADDR", "MASTER_PORT", "TF_CONFIG", "WORLD_SIZE", "RANK", "LOCAL_RANK",
+           "PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"}
+
+
+def session(**over) -> Session:
+    data = {"kind": "ClusterSession", "name": "train-demo", "pool": "lab", "image": "img:1",
+            "cluster": {"mode": "single-node", "size": 4},
+            "resources": {"cpu": 2, "mem": "4g", "shmem": "1g", "gpu": 0},
+            "env": {"FOO": "bar"}}
+    data.update(over)
+    return Session.model_validate(data)
+
+
+def pool(*caps, swarm=True, **over) -> Pool:
+    agents = [{"name": f"agent{i + 1}", "docker_host": "unix:///s",
+               "capacity": {"cpu": c, "mem": "64g", "gpus": list(range(g))}}
+              for i, (c, g) in enumerate(caps)]
+    data = {"kind": "AgentPool", "name": "lab", "agents": agents, **over}
+    if swarm:
+        data["swarm"] = {"manager": "agent1"}
+    return Pool.model_validate(data)
+
+
+def test_hosts_are_main1_then_subs_in_index_order_everywhere():
+    plan = build_plan(session(cluster={"size": 12}), pool((64, 0)))
+    expected = ["main1"] + [f"sub{i}" for i in range(1, 12)]
+    assert list(plan.hosts) == expected
+    for rank, c in enumerate(plan.containers):
+        assert c.env["BACKENDAI_CLUSTER_HOSTS"] == ",".join(expected)
+        assert c.local_rank == rank
+        assert c.env["BACKENDAI_CLUSTER_LOCAL_RANK"] == str(rank)
+        assert c.env["BACKENDAI_CLUSTER_HOST"] == c.host
+        assert c.idx == (1 if c.role == "main" else rank)
+
+
+def test_static_env_has_every_cluster_variable_and_the_users():
+    plan = build_plan(session(distributed={"master_port": 23456}), pool((64, 0)))
+    sub2 = plan.containers[2]
+    assert sub2.env == {
+        "FOO": "bar",
+        "BACKENDAI_SESSION_NAME": "train-demo",
+        "BACKENDAI_SESSION_ID": plan.session_id,
+        "BACKENDAI_KERNEL_ID": sub2.kernel_id,
+        "BACKENDAI_CLUSTER_MODE": "single-node",
+        "BACKENDAI_CLUSTER_SIZE": "4",
+        "BACKENDAI_CLUSTER_HOSTS": "main1,sub1,sub2,sub3",
+        "BACKENDAI_CLUSTER_REPLICAS": "main:1,sub:3",
+        "BACKENDAI_CLUSTER_HOST": "sub2",
+        "BACKENDAI_CLUSTER_IDX": "2",
+        "BACKENDAI_CLUSTER_ROLE": "sub",
+        "BACKENDAI_CLUSTER_LOCAL_RANK": "2",
+        "BACKENDAI_DIST_MASTER_PORT": "23456",
+    }
+
+
+def test_derived_variables_are_never_baked_into_the_static_env():
+    plan = build_plan(session(), pool((64, 0)))
+    for c in plan.containers:
+        assert not DERIVED & set(c.env)
+    assert "BACKENDAI_DIST_MASTER_PORT" not in plan.containers[0].env
+
+
+def test_the_user_may_set_master_port_and_it_is_kept_verbatim():
+    plan = build_plan(session(env={"MASTER_PORT": "1234"}), pool((64, 0)))
+    assert all(c.env["MASTER_PORT"] == "1234" for c in plan.containers)
+
+
+def test_single_container_session_is_main1_only():
+    plan = build_plan(session(cluster={"size": 1}), pool((64, 0)))
+    [main] = plan.containers
+    assert main.env["BACKENDAI_CLUSTER_HOSTS"] == "main1"
+    assert main.env["BACKENDAI_CLUSTER_REPLICAS"] == "main:1"
+    assert main.env["BACKENDAI_CLUSTER_SIZE"] == "1"
+
+
+def test_ids_are_stable_across_runs_and_main1_kernel_is_the_session():
+    first = build_plan(session(), pool((64, 0)))
+    again = build_plan(session(), pool((64, 0), (64, 0)))
+    assert [c.kernel_id for c in first.containers] == [c.kernel_id for c in again.containers]
+    assert first.session_id == first.containers[0].kernel_id
+    assert len({c.kernel_id for c in first.containers}) == 4
+    other = build_plan(session(name="other-run"), pool((64, 0)))
+    assert other.session_id != first.session_id
+
+
+def test_multi_node_that_fits_one_agent_gets_a_bridge_but_keeps_the_requested_mode():
+    plan = build_plan(session(cluster={"mode": "multi-node", "size": 4}), pool((4, 0), (16, 0)))
+    assert plan.agents == ("agent2",)
+    assert plan.network.driver == "bridge" and plan.network.agent == "agent2"
+    assert plan.containers[0].env["BACKENDAI_CLUSTER_MODE"] == "multi-node"
+    assert plan_to_dict(plan)["mode"] == "multi-node"
+
+
+def test_multi_node_across_agents_gets_an_overlay_made_by_the_manager():
+    p = pool((4, 0), (4, 0), (4, 0), network={"mtu": 1450, "encrypted": True})
+    plan = build_plan(session(cluster={"mode": "multi-node", "size": 5}), p)
+    assert plan.network.driver == "overlay"
+    assert plan.network.agent == "agent1"
+    assert (plan.network.mtu, plan.network.encrypted) == (1450, True)
+    assert [c.agent for c in plan.containers] == ["agent1"] * 2 + ["agent2"] * 2 + ["agent3"]
+
+
+def test_pending_plan_has_a_reason_and_no_agents():
+    plan = build_plan(session(cluster={"size": 8}), pool((4, 0), (4, 0)))
+    assert plan.pending
+    assert "no single agent can hold all 8 containers" in plan.reason
+    doc = plan_to_dict(plan)
+    assert doc["status"] == "pending" and doc["reason"] == plan.reason
+    assert {c["agent"] for c in doc["containers"]} == {None}
+
+
+def test_plan_json_follows_contract_2():
+    plan = build_plan(session(resources={"cpu": 1, "mem": "2g", "shmem": "512m", "gpu": 1},
+                              mounts=[{"source": "/data", "target": "/home/work/data",
+                                       "read_only": True}]), pool((8, 4)))
+    doc = json.loads(json.dumps(plan_to_dict(plan)))
+    assert doc["session"] == {"name": "train-demo", "id": plan.session_id}
+    assert doc["status"] == "scheduled" and "reason" not in doc
+    assert doc["network"]["driver"] == "bridge"
+    assert doc["network"]["name"] == "train-demo-net"
+    main = doc["containers"][0]
+    assert {"host", "role", "idx", "local_rank", "agent", "kernel_id", "env", "resources",
+            "mounts"} <= set(main)
+    assert main["resources"] == {"cpu": 1.0, "mem": "2g", "shmem": "512m", "gpu": 1,
+                                 "gpus": [0]}
+    assert doc["containers"][3]["resources"]["gpus"] == [3]
+    assert main["mounts"] == [{"source": "/data", "target": "/home/work/data",
+                               "read_only": True}]
+
+
+def test_labels_identify_session_host_and_role():
+    plan = build_plan(session(), pool((64, 0)))
+    labels = container_labels(plan, plan.containers[1])
+    assert labels["cluster-sessions.session"] == "train-demo"
+    assert labels["cluster-sessions.host"] == "sub1"
+    assert labels["cluster-sessions.role"] == "sub"
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(1, 300))
+def test_members_order_and_ranks(size):
+    group = members(size)
+    assert [m.local_rank for m in group] == list(range(size))
+    assert group[0].host == "main1"
+    assert [m.host for m in group[1:]] == [f"sub{i}" for i in range(1, size)]
+
+
+@pytest.mark.parametrize("host", ["main1", "sub1"])
+def test_kernel_id_is_a_uuid(host):
+    import uuid
+
+    assert uuid.UUID(kernel_id("train-demo", host)).version == 5
