@@ -246,9 +246,7 @@ def _debootstrap(rootfs: Path, log: Path, progress: Progress) -> None:
         inner = rootfs / "debootstrap" / "debootstrap.log"
         if inner.is_file():
             tail += inner.read_text(errors="replace").splitlines()[-15:]
-        raise ImageBuildError(
-            f"debootstrap failed (exit {result.returncode}):\n" + "\n".join(tail)
-        )
+        raise ImageBuildError(f"debootstrap failed (exit {result.returncode}):\n" + "\n".join(tail))
     progress(f"debootstrap done in {time.monotonic() - started:.0f}s")
 
 
@@ -292,13 +290,17 @@ def tarball_path() -> Path:
 def ensure_tarball(progress: Progress = print_to_stderr) -> Path:
     """The rootfs tarball for the current recipe, built with debootstrap if not yet cached.
 
-    Callers hold the image lock; the tarball appears under its final name only when complete.
+    Callers hold the image lock, so any ``build-*`` directory found is an interrupted build's.
+    The tarball appears under its final name only when complete.
     """
     tarball = tarball_path()
     if tarball.is_file():
         progress(f"reusing cached rootfs {tarball}")
         return tarball
     tarball.parent.mkdir(parents=True, exist_ok=True)
+    for stale in tarball.parent.glob("build-*"):
+        progress(f"removing {stale}, left by an interrupted build")
+        _remove_build_dir(stale)
     build = Path(tempfile.mkdtemp(prefix="build-", dir=tarball.parent))
     try:
         rootfs = build / "rootfs"
