@@ -1,0 +1,612 @@
+"""Engine verbs: ``sessionctl preview|up|destroy|refresh FILE`` through ``pulumi.automation``.
+
+The driver runs the same Pulumi program a user runs with ``pulumi up -s <stack>``: the project
+directory (the one holding ``Pulumi.yaml``) is the Automation API's ``work_dir``, the stack is
+named after the session, and the stack's config names the definition
+(``cluster-sessions:definition``, relative to ``stacks/`` when the file is inside it) and, with
+``--pool``, the pool (``cluster-sessions:pool``). Nothing here builds resources.
+
+Order of a run, so that each failure has one exit code and nothing reaches the engine early:
+
+1. load and validate the definition and its pool, plan it      -> 2 invalid
+2. ``preview``/``up`` of a pending plan                        -> 3, before any engine call
+3. ``up``/``destroy`` without ``--yes`` and without a terminal -> 2 (nobody to confirm)
+4. prerequisites: the ``pulumi`` CLI, and a Docker Engine on each ``unix://`` agent the plan
+   uses; all missing ones are reported together                -> 4
+5. the engine: create or select the stack, set its config, run the verb -> 0, or 1 on failure
+
+Decisions (README "Engine verbs" repeats them for users):
+
+- Backend: ``PULUMI_BACKEND_URL`` if set, else ``file://<project>/.pulumi-state`` (created on
+  first use, git-ignored). Machines that apply from CI need a backend that outlives the
+  checkout (a shared directory, S3, Pulumi Cloud) - see examples/ci/README.md.
+- Passphrase (DIY backends): ``PULUMI_CONFIG_PASSPHRASE`` or ``PULUMI_CONFIG_PASSPHRASE_FILE``
+  if set, else :data:`DEFAULT_PASSPHRASE`, announced once on stderr as insecure: it is public,
+  so it protects nothing. It keeps the stack's secrets (the session's SSH key) readable by the
+  next run on the same machine; a stack created with it keeps needing it until changed with
+  ``pulumi stack change-secrets-provider passphrase``.
+- Only ``unix://`` agents are checked for a Docker Engine before the engine runs (a socket on
+  this machine: cheap, and its absence is a missing prerequisite, exit 4). ``ssh://`` and
+  ``tcp://`` agents are remote: the docker provider reports them, exit 1.
+- ``destroy`` and ``refresh`` do not refuse a pending plan: they do not run the program's
+  placement, and a definition that grew beyond its pool must still be destroyable.
+- ``up`` and ``destroy`` confirm on a terminal (after a preview); without a terminal they need
+  ``--yes``. ``--json`` never prompts, so it needs ``--yes`` for them too. Declining exits 1
+  (nothing was applied), as ``terraform apply`` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import sys
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..loader import Loaded, load_session
+from ..plan import ClusterPlan, build_plan
+from .errors import CommandError, Exit
+
+VERBS = ("preview", "up", "destroy", "refresh")
+PROJECT_NAME = "cluster-sessions"
+CONFIG_DEFINITION = f"{PROJECT_NAME}:definition"
+CONFIG_POOL = f"{PROJECT_NAME}:pool"
+STACKS_DIR = "stacks"
+STATE_DIR = ".pulumi-state"
+# Public on purpose: it lets a laptop or the lab run without setup, and protects nothing.
+DEFAULT_PASSPHRASE = "cluster-sessions-local-insecure"
+SECRET_MASK = "[secret]"
+# Pulumi stack names: letters, digits, '-', '_', '.'; at most 100 characters. An organization
+# and project may precede it (``org/project/stack``) for Pulumi Cloud backends.
+STACK_PART = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+DIY_SCHEMES = ("file://", "s3://", "gs://", "azblob://", "postgres://")
+CONFIRM = ("up", "destroy")
+
+Print = Callable[[str], None]
+
+
+# --- pure: names, paths, settings, arguments ---------------------------------------------------
+
+
+def stack_name_for(session_name: str, override: str | None = None) -> str:
+    """The stack for a session: its name (session names are valid stack names), or ``--stack``."""
+    name = override if override is not None else session_name
+    parts = name.split("/")
+    if len(parts) not in (1, 3) or not all(STACK_PART.fullmatch(p) for p in parts):
+        raise CommandError(
+            f"--stack {name!r} is not a valid Pulumi stack name: use letters, digits, '-', '_' "
+            "or '.', at most 100 characters, optionally as ORG/PROJECT/STACK",
+            Exit.INVALID,
+        )
+    return name
+
+
+def config_path(file: Path, stacks_dir: Path) -> str:
+    """How the stack config names a file: relative to ``stacks/`` when inside it, else absolute.
+
+    Relative paths keep the stack file portable across checkouts (CI, another operator).
+    """
+    resolved = file.expanduser().resolve()
+    try:
+        return resolved.relative_to(stacks_dir.resolve()).as_posix()
+    except ValueError:
+        return resolved.as_posix()
+
+
+def stack_config(definition: Path, pool: Path | None, project: Path) -> dict[str, str | None]:
+    """The stack config a run sets; ``None`` means "remove the key" (no stale pool from before)."""
+    stacks = project / STACKS_DIR
+    return {
+        CONFIG_DEFINITION: config_path(definition, stacks),
+        CONFIG_POOL: config_path(pool, stacks) if pool is not None else None,
+    }
+
+
+def is_project_dir(path: Path) -> bool:
+    settings = path / "Pulumi.yaml"
+    if not settings.is_file():
+        return False
+    try:
+        data = yaml.safe_load(settings.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return False
+    return isinstance(data, dict) and data.get("name") == PROJECT_NAME
+
+
+def find_project(starts: Iterable[Path]) -> Path | None:
+    """The first directory holding this project's ``Pulumi.yaml``, walking up from each start."""
+    for start in starts:
+        start = start.expanduser().resolve()
+        for candidate in (start, *start.parents):
+            if is_project_dir(candidate):
+                return candidate
+    return None
+
+
+def project_starts(definition: Path) -> list[Path]:
+    """Where to look for the project: the definition's checkout, the cwd, this package's tree."""
+    return [definition.expanduser().resolve().parent, Path.cwd(), Path(__file__).resolve().parent]
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """What the Pulumi CLI is run with. ``env`` may hold a passphrase: never print it."""
+
+    backend_url: str
+    default_backend: bool
+    default_passphrase: bool
+    env: dict[str, str] = field(repr=False)
+
+    @property
+    def state_dir(self) -> Path | None:
+        """The local state directory to create, for the default backend only."""
+        if self.default_backend:
+            return Path(self.backend_url.removeprefix("file://"))
+        return None
+
+
+def engine_settings(environ: Mapping[str, str], project: Path,
+                    python: str = sys.executable) -> EngineSettings:
+    """Backend, passphrase and environment for the CLI, from the caller's environment."""
+    url = environ.get("PULUMI_BACKEND_URL", "")
+    default_backend = not url
+    if default_backend:
+        url = "file://" + (project.resolve() / STATE_DIR).as_posix()
+    env = {
+        "PULUMI_BACKEND_URL": url,
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        # The program runs with this interpreter, so it sees the packages sessionctl sees.
+        "PULUMI_PYTHON_CMD": environ.get("PULUMI_PYTHON_CMD", python),
+    }
+    has_own = "PULUMI_CONFIG_PASSPHRASE" in environ or "PULUMI_CONFIG_PASSPHRASE_FILE" in environ
+    default_passphrase = not has_own and url.startswith(DIY_SCHEMES)
+    if default_passphrase:
+        env["PULUMI_CONFIG_PASSPHRASE"] = DEFAULT_PASSPHRASE
+    return EngineSettings(url, default_backend, default_passphrase, env)
+
+
+PASSPHRASE_WARNING = (
+    "warning: PULUMI_CONFIG_PASSPHRASE is not set, so this stack's secrets (the session's SSH "
+    "private key) are encrypted with the documented built-in passphrase. It is public and "
+    "protects nothing: fine for a laptop or the lab, not for state others can read. Set "
+    "PULUMI_CONFIG_PASSPHRASE (the same value on every run) to use your own; a stack already "
+    "created with the default keeps needing it until `pulumi stack change-secrets-provider "
+    "passphrase`."
+)
+
+
+def confirmation(verb: str, yes: bool, json_mode: bool, interactive: bool) -> bool:
+    """Whether to ask before applying; raises when nobody can be asked and ``--yes`` is absent."""
+    if verb not in CONFIRM or yes:
+        return False
+    if json_mode:
+        raise CommandError(f"{verb} --json does not prompt: add --yes to {verb} without a "
+                           "confirmation", Exit.INVALID)
+    if not interactive:
+        raise CommandError(f"refusing to {verb} without a terminal to confirm on: add --yes to "
+                           f"{verb} non-interactively (e.g. in CI)", Exit.INVALID)
+    return True
+
+
+def call_kwargs(verb: str, *, json_mode: bool, color: bool, on_output: Print | None,
+                on_error: Print | None, on_event: Callable[[Any], None] | None,
+                message: str, diff: bool = False) -> dict[str, Any]:
+    """Keyword arguments for ``Stack.<verb>`` (``preview``, ``up``, ``destroy``, ``refresh``,
+    ``preview_destroy``)."""
+    kwargs: dict[str, Any] = {
+        "color": "always" if color and not json_mode else "never",
+        "on_output": on_output,
+        "on_error": on_error,
+        "on_event": on_event,
+    }
+    kwargs["message"] = message
+    if verb in ("up", "destroy", "refresh", "preview_destroy"):
+        kwargs["show_secrets"] = False  # keep config secrets out of the returned summary
+    if json_mode:
+        kwargs["suppress_progress"] = True
+    if diff:
+        kwargs["diff"] = True
+    return kwargs
+
+
+def op_name(op: object) -> str:
+    return str(op.value if isinstance(op, Enum) else op)
+
+
+def change_counts(op_map: Mapping[object, int] | None) -> dict[str, int]:
+    """``{"create": 3, "same": 1}`` from an OpMap whose keys may be ``OpType`` members."""
+    return {op_name(k): int(v) for k, v in sorted((op_map or {}).items(), key=lambda i: str(i[0]))}
+
+
+def masked_outputs(outputs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Stack outputs for printing: secret ones replaced by ``[secret]``."""
+    shown: dict[str, Any] = {}
+    for key, out in sorted((outputs or {}).items()):
+        secret = bool(getattr(out, "secret", False))
+        shown[key] = SECRET_MASK if secret else getattr(out, "value", out)
+    return shown
+
+
+def install_instructions(sdk_version: str, docker_version: str) -> str:
+    """Exactly how to get the CLI (exit 4), and the one thing this machine cannot do."""
+    archive = f"https://get.pulumi.com/releases/sdk/pulumi-v{sdk_version}-linux-x64.tar.gz"
+    return "\n".join([
+        "the pulumi CLI is missing: not on PATH and not in ~/.pulumi/bin.",
+        "The engine verbs (preview, up, destroy, refresh) drive it through the Automation API; "
+        "the offline verbs (validate, plan, render, diff) do not need it.",
+        f"Install it, preferably the version matching the pulumi SDK here ({sdk_version}):",
+        f"  curl -fsSL https://get.pulumi.com | sh -s -- --version {sdk_version}"
+        "    # official installer, into ~/.pulumi/bin",
+        f"  or unpack {archive} and put its pulumi/ directory on PATH",
+        "  or: brew install pulumi/tap/pulumi",
+        "then check with `pulumi version`. The first engine run also fetches the docker provider "
+        f"plugin (or: pulumi plugin install resource docker {docker_version}).",
+        "Both downloads need internet access (get.pulumi.com, github.com). A machine without "
+        "it, such as the sandbox this project is built and tested in, cannot fetch them: copy "
+        "the archive and ~/.pulumi/plugins in from a machine that can, or run the engine verbs "
+        "there.",
+    ])
+
+
+def engine_error_message(errors: Sequence[str], stdout: Sequence[str], stderr: Sequence[str],
+                         limit: int = 20) -> str:
+    """The engine's own words for a failure: its error diagnostics, else its stderr, else the
+    tail of its output."""
+    chosen = list(dict.fromkeys(e.strip() for e in errors if e.strip()))
+    if not chosen:
+        chosen = [line for line in stderr if line.strip()]
+    if not chosen:
+        chosen = [line for line in stdout if line.strip()][-limit:]
+    if len(chosen) > limit:
+        chosen = chosen[:limit] + [f"... ({len(chosen) - limit} more lines)"]
+    return "\n".join(chosen) or "the pulumi CLI failed without saying why"
+
+
+def split_command_error(text: str) -> tuple[list[str], list[str]]:
+    """stdout and stderr lines from the text of an Automation API ``CommandError``, whose
+    message is ``"\\n code: N\\n stdout: ...\\n stderr: ..."`` (``CommandResult.__str__``)."""
+    match = re.search(r"\n stdout: (?P<out>.*)\n stderr: (?P<err>.*)\Z", text, re.DOTALL)
+    if not match:
+        return [], [line for line in text.splitlines() if line.strip()]
+    return match["out"].splitlines(), match["err"].splitlines()
+
+
+def summary_document(verb: str, stack: str, session: str, backend: str, result: str, *,
+                     changes: Mapping[str, int] | None = None,
+                     outputs: Mapping[str, Any] | None = None,
+                     steps: Sequence[Mapping[str, Any]] = (), error: str | None = None,
+                     reason: str | None = None) -> dict[str, Any]:
+    """The ``--json`` document: one per run, whatever the outcome."""
+    doc: dict[str, Any] = {
+        "verb": verb, "stack": stack, "session": session, "backend": backend, "result": result,
+        "changes": dict(changes or {}), "outputs": dict(outputs or {}), "steps": list(steps),
+    }
+    if error is not None:
+        doc["error"] = error
+    if reason is not None:
+        doc["reason"] = reason
+    return doc
+
+
+class EventLog:
+    """Collects what the engine reports as structured events: per-resource steps (for the
+    ``--json`` summary and the PR comment) and error diagnostics (for the failure message)."""
+
+    def __init__(self) -> None:
+        self.steps: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, event: Any) -> None:
+        pre = getattr(event, "resource_pre_event", None)
+        meta = getattr(pre, "metadata", None)
+        if meta is not None:
+            op = op_name(getattr(meta, "op", ""))
+            urn = str(getattr(meta, "urn", ""))
+            kind = str(getattr(meta, "type", ""))
+            if op != "same" and kind != "pulumi:pulumi:Stack":
+                step = {"op": op, "type": kind, "name": urn.rsplit("::", 1)[-1]}
+                diffs = list(getattr(meta, "diffs", None) or [])
+                if diffs:
+                    step["diffs"] = diffs
+                keys = list(getattr(meta, "keys", None) or [])
+                if keys and "replace" in op:
+                    step["replace_keys"] = keys
+                with self._lock:
+                    self.steps.append(step)
+        diag = getattr(event, "diagnostic_event", None)
+        if diag is not None and getattr(diag, "severity", "") == "error":
+            text = str(getattr(diag, "message", "")).strip()
+            if text:
+                with self._lock:
+                    self.errors.append(text)
+
+
+# --- effects: the machine ----------------------------------------------------------------------
+
+
+def package_version(name: str, fallback: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return fallback
+
+
+def how_to_install() -> str:
+    return install_instructions(package_version("pulumi", "3.272.0"),
+                                package_version("pulumi-docker", "5.2.0"))
+
+
+def find_pulumi(environ: Mapping[str, str]) -> Path | None:
+    """The CLI on PATH, else where the official installer puts it."""
+    found = shutil.which("pulumi", path=environ.get("PATH", os.defpath))
+    if found:
+        return Path(found)
+    home = Path(environ.get("PULUMI_HOME") or Path(environ.get("HOME", "~")) / ".pulumi")
+    installed = home.expanduser() / "bin" / "pulumi"
+    return installed if installed.is_file() and os.access(installed, os.X_OK) else None
+
+
+def docker_answers(url: str, timeout: float = 5) -> str | None:
+    """``None`` when a Docker Engine answers at ``url``, else why not."""
+    import docker
+
+    try:
+        client = docker.DockerClient(base_url=url, timeout=timeout)
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except Exception as exc:  # any failure to reach it means "no engine here"
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def unreachable_local_agents(plan: ClusterPlan, loaded: Loaded,
+                             ping: Callable[[str], str | None] = docker_answers) -> list[str]:
+    """One message per ``unix://`` agent of the plan whose engine does not answer."""
+    missing = []
+    for name in plan.agents:
+        agent = loaded.pool.agent(name)
+        if agent.docker_host.startswith("unix://"):
+            why = ping(agent.docker_host)
+            if why:
+                missing.append(
+                    f"agent {name}: no Docker Engine answers on {agent.docker_host} ({why}); "
+                    "start it (as root: scripts/ensure-docker.sh, or `systemctl start docker`)"
+                )
+    return missing
+
+
+def open_stack(stack: str, project: Path, settings: EngineSettings, pulumi: Path | None,
+               create: bool = True) -> Any:
+    """Create or select the stack of the local program in ``project``.
+
+    The Automation API finds the CLI when the workspace is made; a missing CLI surfaces here as
+    ``FileNotFoundError`` and becomes exit 4, whatever the pre-check said.
+    """
+    from pulumi import automation as auto
+
+    command = None
+    try:
+        if pulumi is not None and shutil.which("pulumi") != str(pulumi):
+            # Installed but not on PATH (~/.pulumi/bin): point the workspace at it.
+            command = auto.PulumiCommand(root=str(pulumi.parent.parent))
+        opts = auto.LocalWorkspaceOptions(env_vars=settings.env, pulumi_command=command)
+        if create:
+            return auto.create_or_select_stack(stack, work_dir=str(project), opts=opts)
+        return auto.select_stack(stack, work_dir=str(project), opts=opts)
+    except FileNotFoundError as exc:
+        if "pulumi" in str(exc) or exc.filename and "pulumi" in str(exc.filename):
+            raise CommandError(how_to_install(), Exit.MISSING) from None
+        raise
+    except auto.InvalidVersionError as exc:
+        raise CommandError(f"the pulumi CLI is not usable by the SDK: {exc}\n"
+                           + how_to_install(), Exit.MISSING) from None
+
+
+def apply_config(stack: Any, config: Mapping[str, str | None]) -> None:
+    from pulumi import automation as auto
+
+    for key, value in config.items():
+        if value is not None:
+            stack.set_config(key, auto.ConfigValue(value=value))
+            continue
+        with contextlib.suppress(auto.errors.CommandError):  # not set: nothing to remove
+            stack.remove_config(key)
+
+
+class Terminal:
+    """Where engine output goes: streamed live (stdout/stderr) or only collected (``--json``)."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.stdout: list[str] = []
+        self.stderr: list[str] = []
+        self._lock = threading.Lock()
+
+    def out(self, line: str) -> None:
+        with self._lock:
+            self.stdout.append(line)
+            if not self.quiet:
+                print(line, flush=True)
+
+    def err(self, line: str) -> None:
+        with self._lock:
+            self.stderr.append(line)
+            if not self.quiet:
+                print(line, file=sys.stderr, flush=True)
+
+
+_warned_passphrase = False
+
+
+def warn_passphrase_once(settings: EngineSettings) -> None:
+    global _warned_passphrase
+    if settings.default_passphrase and not _warned_passphrase:
+        _warned_passphrase = True
+        print(f"sessionctl: {PASSPHRASE_WARNING}", file=sys.stderr)
+
+
+def ask(question: str) -> bool:
+    try:
+        answer = input(f"{question} [y/N] ")
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")
+
+
+def emit(doc: Mapping[str, Any]) -> None:
+    json.dump(doc, sys.stdout, indent=2, ensure_ascii=False, default=str)
+    print()
+
+
+# --- the verb ----------------------------------------------------------------------------------
+
+
+def cmd_engine(args: argparse.Namespace) -> int:
+    verb = args.verb
+    definition = Path(args.file)
+    pool_file = Path(args.pool) if args.pool else None
+    loaded = load_session(definition, pool_file)  # DefinitionError -> exit 2 in cli.main
+    plan = build_plan(loaded.session, loaded.pool)
+    stack_name = stack_name_for(plan.name, args.stack)
+
+    def report(result: str, **extra: Any) -> None:
+        if args.json:
+            emit(summary_document(verb, stack_name, plan.name, extra.pop("backend", ""), result,
+                                  **extra))
+
+    if plan.pending:
+        if verb in ("preview", "up"):
+            report("pending", reason=plan.reason)
+            raise CommandError(f"{definition}: pending: {plan.reason}; nothing was sent to the "
+                               "engine", Exit.PENDING)
+        print(f"sessionctl {verb}: note: {definition} is pending now ({plan.reason}); "
+              f"{verb} works on the stack's recorded state", file=sys.stderr)
+    ask_first = confirmation(verb, args.yes, args.json, sys.stdin.isatty())
+
+    project = find_project(project_starts(definition))
+    if project is None:
+        raise CommandError(f"no Pulumi project {PROJECT_NAME!r} (Pulumi.yaml) found above "
+                           f"{definition}, the current directory or the installed package",
+                           Exit.MISSING)
+    settings = engine_settings(os.environ, project)
+    missing = []
+    pulumi = find_pulumi(os.environ)
+    if pulumi is None:
+        missing.append(how_to_install())
+    missing += unreachable_local_agents(plan, loaded)
+    if missing:
+        report("missing-prerequisite", backend=settings.backend_url, error="\n".join(missing))
+        raise CommandError("\n".join(missing), Exit.MISSING)
+
+    if settings.state_dir is not None:
+        settings.state_dir.mkdir(parents=True, exist_ok=True)
+    warn_passphrase_once(settings)
+    term = Terminal(quiet=args.json)
+    events = EventLog()
+    color = sys.stdout.isatty()
+    message = f"sessionctl {verb} {config_path(definition, project / STACKS_DIR)}"
+
+    def kwargs(call: str) -> dict[str, Any]:
+        return call_kwargs(call, json_mode=args.json, color=color, on_output=term.out,
+                           on_error=term.err, on_event=events, message=message,
+                           diff=getattr(args, "diff", False))
+
+    from pulumi import automation as auto
+
+    try:
+        try:
+            stack = open_stack(stack_name, project, settings, pulumi,
+                               create=verb in ("preview", "up"))
+        except auto.errors.StackNotFoundError:
+            if verb == "destroy":
+                print(f"sessionctl destroy: no stack {stack_name!r} in {settings.backend_url}; "
+                      "nothing to destroy", file=sys.stderr)
+                report("succeeded", backend=settings.backend_url)
+                return Exit.OK
+            raise CommandError(f"no stack {stack_name!r} in {settings.backend_url}; run "
+                               f"`sessionctl up {definition}` first", Exit.ENGINE) from None
+        apply_config(stack, stack_config(definition, pool_file, project))
+        outputs: Mapping[str, Any] = {}
+        if ask_first:
+            preview = (stack.preview(**kwargs("preview")) if verb == "up"
+                       else stack.preview_destroy(**kwargs("preview_destroy")))
+            counts = change_counts(preview.change_summary)
+            shown = ", ".join(f"{n} {op}" for op, n in counts.items()) or "no changes"
+            question = "Apply these changes" if verb == "up" else "Destroy these resources"
+            if not ask(f"{question} to stack {stack_name} ({shown})?"):
+                raise CommandError(f"{verb} declined: nothing was changed", Exit.ENGINE)
+            events.steps.clear()
+        if verb == "preview":
+            result = stack.preview(**kwargs("preview"))
+            changes = change_counts(result.change_summary)
+        else:
+            result = getattr(stack, verb)(**kwargs(verb))
+            changes = change_counts(result.summary.resource_changes)
+            if verb == "up":
+                outputs = result.outputs
+            elif verb == "refresh":
+                outputs = stack.outputs()
+    except auto.errors.CommandError as exc:
+        out, err = split_command_error(str(exc))
+        text = engine_error_message(events.errors, term.stdout or out, term.stderr or err)
+        report("failed", backend=settings.backend_url, steps=events.steps, error=text)
+        raise CommandError(f"the engine failed on stack {stack_name}:\n{text}",
+                           Exit.ENGINE) from None
+    report("succeeded", backend=settings.backend_url, changes=changes,
+           outputs=masked_outputs(outputs), steps=events.steps)
+    if not args.json:
+        shown = ", ".join(f"{n} {op}" for op, n in changes.items()) or "no changes"
+        print(f"sessionctl {verb}: stack {stack_name}: {shown}", file=sys.stderr)
+    return Exit.OK
+
+
+HELP = {
+    "preview": "show what `pulumi up` would change for a session (no changes made)",
+    "up": "create or update a session's containers and network",
+    "destroy": "delete a session's containers and network (the stack stays, empty)",
+    "refresh": "read the real state of a session's resources into the stack",
+}
+
+
+def register(subparsers) -> None:
+    from .cli import EPILOG, add_session_args
+
+    for verb in VERBS:
+        p = subparsers.add_parser(
+            verb, help=HELP[verb], epilog=EPILOG,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            description=f"{HELP[verb][0].upper()}{HELP[verb][1:]}, through the Pulumi Automation "
+            "API (needs the pulumi CLI). The stack is named after the session; its config names "
+            "the definition. Backend: PULUMI_BACKEND_URL, else a file backend in the project's "
+            f"{STATE_DIR}/. Secrets passphrase: PULUMI_CONFIG_PASSPHRASE, else a documented, "
+            "insecure local default.",
+        )
+        add_session_args(p)
+        p.add_argument("--json", action="store_true",
+                       help="no live output; print one JSON summary (verb, stack, result, "
+                       "changes, outputs with secrets masked)")
+        p.add_argument("--stack", metavar="NAME",
+                       help="stack name (default: the session's name)")
+        if verb in CONFIRM:
+            p.add_argument("--yes", "-y", action="store_true",
+                           help="do not ask for confirmation (required without a terminal)")
+        else:
+            p.set_defaults(yes=False)
+        if verb in ("preview", "up"):
+            p.add_argument("--diff", action="store_true",
+                           help="show a detailed property diff in the live output")
+        p.set_defaults(func=cmd_engine)

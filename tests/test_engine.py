@@ -1,0 +1,456 @@
+"""The engine verbs' driver: everything up to the Pulumi CLI, tested without faking the CLI.
+
+This machine has the pulumi SDK but no CLI, so what is proven here is: how names, paths,
+settings and arguments are built (checked against the SDK's own argument translation and
+method signatures), and each exit path that must happen before or instead of an engine call.
+"""
+
+from __future__ import annotations
+
+import inspect
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from pulumi import automation as auto
+from pulumi.automation._cmd import CommandResult
+from pulumi.automation._stack import _parse_extra_args
+from pulumi.automation.errors import create_command_error
+from pulumi.automation.events import EngineEvent, OpType
+
+from cluster_sessions.driver import engine
+from cluster_sessions.driver.cli import main
+from cluster_sessions.driver.errors import CommandError, Exit
+
+POOL = """\
+kind: AgentPool
+name: {name}
+agents:
+  - name: agent1
+    docker_host: {docker_host}
+    capacity: {{cpu: 8, mem: 16g}}
+"""
+
+SESSION = """\
+kind: ClusterSession
+name: {name}
+pool: {pool}
+image: busybox:stable
+cluster: {{mode: single-node, size: {size}}}
+resources: {{cpu: 1, mem: 1g, shmem: 64m}}
+"""
+
+
+def write_session(tmp_path: Path, *, size: int = 2, name: str = "engine-test",
+                  docker_host: str = "ssh://ops@agent1.invalid") -> Path:
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(POOL.format(name="test", docker_host=docker_host))
+    session = tmp_path / f"{name}.yaml"
+    session.write_text(SESSION.format(name=name, pool=pool, size=size))
+    return session
+
+
+@pytest.fixture
+def no_engine(monkeypatch):
+    """Every way into the engine fails the test if it is taken."""
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the engine was called")
+
+    for name in ("create_or_select_stack", "select_stack", "create_stack"):
+        monkeypatch.setattr(auto, name, forbidden)
+    monkeypatch.setattr(auto.LocalWorkspace, "__init__", forbidden)
+    monkeypatch.setattr(engine, "open_stack", forbidden)
+    monkeypatch.setattr(engine, "find_pulumi", forbidden)
+    monkeypatch.setattr(engine, "docker_answers", forbidden)
+
+
+@pytest.fixture
+def without_pulumi_cli(monkeypatch, tmp_path):
+    """PATH and HOME that hold no pulumi CLI (whether or not this machine has one)."""
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("PULUMI_HOME", raising=False)
+
+
+@pytest.fixture
+def no_tty(monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+
+
+# --- names, paths, settings ---------------------------------------------------------------------
+
+
+def test_stack_is_named_after_the_session():
+    assert engine.stack_name_for("train-demo") == "train-demo"
+    assert engine.stack_name_for("a.b_c-1") == "a.b_c-1"
+
+
+def test_stack_override_accepts_plain_and_fully_qualified_names():
+    assert engine.stack_name_for("train-demo", "ci-train") == "ci-train"
+    assert engine.stack_name_for("train-demo", "acme/cluster-sessions/x") == (
+        "acme/cluster-sessions/x")
+
+
+@pytest.mark.parametrize("bad", ["", "has space", "a/b", "a/b/c/d", "x" * 101, "ü-nicode"])
+def test_invalid_stack_override_is_invalid_input(bad):
+    with pytest.raises(CommandError) as err:
+        engine.stack_name_for("train-demo", bad)
+    assert err.value.code == Exit.INVALID
+
+
+def test_config_path_is_relative_to_stacks_when_inside_it(tmp_path):
+    stacks = tmp_path / "stacks"
+    (stacks / "sessions").mkdir(parents=True)
+    file = stacks / "sessions" / "train-demo.yaml"
+    assert engine.config_path(file, stacks) == "sessions/train-demo.yaml"
+    # however the file was spelled on the command line
+    assert engine.config_path(stacks / "pools" / ".." / "sessions" / "train-demo.yaml",
+                              stacks) == "sessions/train-demo.yaml"
+
+
+def test_config_path_is_absolute_outside_stacks(tmp_path):
+    stacks = tmp_path / "project" / "stacks"
+    stacks.mkdir(parents=True)
+    outside = tmp_path / "elsewhere" / "s.yaml"
+    assert engine.config_path(outside, stacks) == outside.resolve().as_posix()
+
+
+def test_config_path_of_a_relative_argument_is_resolved_against_the_cwd(tmp_path, monkeypatch):
+    stacks = tmp_path / "stacks"
+    (stacks / "sessions").mkdir(parents=True)
+    monkeypatch.chdir(stacks / "sessions")
+    assert engine.config_path(Path("x.yaml"), stacks) == "sessions/x.yaml"
+
+
+def test_stack_config_sets_the_definition_and_removes_a_stale_pool(tmp_path):
+    project = tmp_path
+    config = engine.stack_config(project / "stacks/sessions/a.yaml", None, project)
+    assert config == {"cluster-sessions:definition": "sessions/a.yaml",
+                      "cluster-sessions:pool": None}
+    config = engine.stack_config(project / "stacks/sessions/a.yaml",
+                                 project / "stacks/pools/lab.yaml", project)
+    assert config["cluster-sessions:pool"] == "pools/lab.yaml"
+
+
+def test_config_keys_are_the_ones_the_project_declares(project_dir):
+    import yaml
+
+    declared = yaml.safe_load((project_dir / "Pulumi.yaml").read_text())
+    assert engine.CONFIG_DEFINITION in declared["config"]
+    assert declared["name"] == engine.PROJECT_NAME
+    assert declared["stackConfigDir"] == engine.STACKS_DIR
+
+
+def test_default_backend_is_a_file_backend_inside_the_project(tmp_path):
+    settings = engine.engine_settings({}, tmp_path, python="/usr/bin/python3")
+    assert settings.backend_url == f"file://{tmp_path.resolve()}/.pulumi-state"
+    assert settings.default_backend
+    assert settings.state_dir == tmp_path.resolve() / ".pulumi-state"
+    assert settings.env["PULUMI_BACKEND_URL"] == settings.backend_url
+    assert settings.env["PULUMI_PYTHON_CMD"] == "/usr/bin/python3"
+    assert settings.env["PULUMI_SKIP_UPDATE_CHECK"] == "true"
+
+
+def test_backend_url_from_the_environment_wins(tmp_path):
+    settings = engine.engine_settings({"PULUMI_BACKEND_URL": "s3://bucket/state"}, tmp_path)
+    assert settings.backend_url == "s3://bucket/state"
+    assert not settings.default_backend
+    assert settings.state_dir is None
+
+
+def test_default_passphrase_is_used_and_flagged_when_none_is_set(tmp_path):
+    settings = engine.engine_settings({}, tmp_path)
+    assert settings.default_passphrase
+    assert settings.env["PULUMI_CONFIG_PASSPHRASE"] == engine.DEFAULT_PASSPHRASE
+
+
+def test_default_passphrase_is_announced_once_as_insecure_without_its_value(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(engine, "_warned_passphrase", False)
+    settings = engine.engine_settings({}, tmp_path)
+    engine.warn_passphrase_once(settings)
+    engine.warn_passphrase_once(settings)
+    err = capsys.readouterr().err
+    assert err.count("PULUMI_CONFIG_PASSPHRASE is not set") == 1
+    assert "protects nothing" in err
+    assert engine.DEFAULT_PASSPHRASE not in err
+
+
+@pytest.mark.parametrize("own", [{"PULUMI_CONFIG_PASSPHRASE": "s3cret"},
+                                 {"PULUMI_CONFIG_PASSPHRASE": ""},  # empty is a passphrase too
+                                 {"PULUMI_CONFIG_PASSPHRASE_FILE": "/run/secrets/pp"}])
+def test_the_users_passphrase_is_left_to_the_cli(tmp_path, own):
+    settings = engine.engine_settings(own, tmp_path)
+    assert not settings.default_passphrase
+    # not copied: the CLI inherits the caller's environment
+    assert "PULUMI_CONFIG_PASSPHRASE" not in settings.env
+
+
+def test_no_default_passphrase_for_the_pulumi_cloud_backend(tmp_path):
+    settings = engine.engine_settings({"PULUMI_BACKEND_URL": "https://api.pulumi.com"}, tmp_path)
+    assert not settings.default_passphrase
+
+
+def test_settings_never_show_the_passphrase(tmp_path):
+    settings = engine.engine_settings({}, tmp_path)
+    assert engine.DEFAULT_PASSPHRASE not in repr(settings)
+
+
+def test_project_is_found_from_a_definition_inside_it(project_dir):
+    found = engine.find_project([project_dir / "stacks" / "sessions"])
+    assert found == project_dir
+
+
+def test_a_pulumi_project_of_another_name_is_not_ours(tmp_path):
+    (tmp_path / "Pulumi.yaml").write_text("name: something-else\nruntime: python\n")
+    assert engine.find_project([tmp_path / "sub"]) is None
+
+
+def test_project_search_falls_back_to_the_next_start(tmp_path, project_dir):
+    assert engine.find_project([tmp_path, project_dir]) == project_dir
+
+
+# --- arguments for the Automation API ------------------------------------------------------------
+
+
+def kwargs_for(call: str, **over):
+    base = dict(json_mode=False, color=True, on_output=print, on_error=print, on_event=None,
+                message="sessionctl up sessions/x.yaml")
+    base.update(over)
+    return engine.call_kwargs(call, **base)
+
+
+@pytest.mark.parametrize("call", ["preview", "up", "destroy", "refresh", "preview_destroy"])
+@pytest.mark.parametrize("json_mode", [False, True])
+def test_call_kwargs_fit_the_sdk_method(call, json_mode):
+    kwargs = kwargs_for(call, json_mode=json_mode, diff=call in ("preview", "up"))
+    inspect.signature(getattr(auto.Stack, call)).bind(None, **kwargs)  # raises on a bad name
+
+
+def test_terminal_run_streams_in_colour_with_a_message():
+    args = _parse_extra_args(**kwargs_for("up"))
+    assert args[args.index("--color") + 1] == "always"
+    assert args[args.index("--message") + 1] == "sessionctl up sessions/x.yaml"
+    assert "--suppress-progress" not in args
+
+
+def test_json_run_is_quiet_and_colourless():
+    kwargs = kwargs_for("up", json_mode=True)
+    args = _parse_extra_args(**kwargs)
+    assert args[args.index("--color") + 1] == "never"
+    assert "--suppress-progress" in args
+    assert kwargs["show_secrets"] is False
+
+
+def test_diff_flag_reaches_the_cli():
+    assert "--diff" in _parse_extra_args(**kwargs_for("preview", diff=True))
+    assert "--diff" not in _parse_extra_args(**kwargs_for("preview"))
+
+
+def test_confirmation_rules():
+    assert engine.confirmation("up", yes=False, json_mode=False, interactive=True)
+    assert engine.confirmation("destroy", yes=False, json_mode=False, interactive=True)
+    assert not engine.confirmation("up", yes=True, json_mode=True, interactive=False)
+    assert not engine.confirmation("preview", yes=False, json_mode=False, interactive=False)
+    assert not engine.confirmation("refresh", yes=False, json_mode=True, interactive=False)
+    for json_mode, interactive in ((False, False), (True, True)):
+        with pytest.raises(CommandError) as err:
+            engine.confirmation("up", yes=False, json_mode=json_mode, interactive=interactive)
+        assert err.value.code == Exit.INVALID and "--yes" in str(err.value)
+
+
+# --- results and failures ------------------------------------------------------------------------
+
+
+def test_secret_outputs_are_masked():
+    outputs = {"hosts": auto.OutputValue(["main1", "sub1"], False),
+               "ssh_private_key": auto.OutputValue("-----BEGIN OPENSSH", True)}
+    shown = engine.masked_outputs(outputs)
+    assert shown == {"hosts": ["main1", "sub1"], "ssh_private_key": "[secret]"}
+    assert "BEGIN" not in json.dumps(shown)
+
+
+def test_change_counts_from_an_op_map():
+    assert engine.change_counts({OpType.CREATE: 3, OpType.SAME: 1, "replace": 2}) == {
+        "create": 3, "replace": 2, "same": 1}
+    assert engine.change_counts(None) == {}
+
+
+def test_event_log_keeps_changed_steps_and_error_diagnostics():
+    log = engine.EventLog()
+    urn = "urn:pulumi:demo::cluster-sessions::cluster-sessions:index:Session${}::demo-{}"
+    log(EngineEvent.from_json({"resourcePreEvent": {"metadata": {
+        "op": "replace", "urn": urn.format("docker:index/container:Container", "main1"),
+        "type": "docker:index/container:Container", "provider": "",
+        "keys": ["envs"], "diffs": ["envs"]}}}))
+    log(EngineEvent.from_json({"resourcePreEvent": {"metadata": {
+        "op": "same", "urn": urn.format("docker:index/network:Network", "net"),
+        "type": "docker:index/network:Network", "provider": ""}}}))
+    log(EngineEvent.from_json({"diagnosticEvent": {"message": "error: image not found\n",
+                                                   "severity": "error", "color": "never"}}))
+    log(EngineEvent.from_json({"diagnosticEvent": {"message": "just info",
+                                                   "severity": "info", "color": "never"}}))
+    assert log.steps == [{"op": "replace", "type": "docker:index/container:Container",
+                          "name": "demo-main1", "diffs": ["envs"], "replace_keys": ["envs"]}]
+    assert log.errors == ["error: image not found"]
+
+
+def test_engine_failure_message_comes_from_the_sdk_error_text():
+    exc = create_command_error(CommandResult(
+        stdout="Previewing update (demo):\n\nDiagnostics:\n  pulumi:pulumi:Stack: error: x",
+        stderr="error: no stack named 'demo' found", code=255))
+    out, err = engine.split_command_error(str(exc))
+    assert out[0] == "Previewing update (demo):"
+    assert err == ["error: no stack named 'demo' found"]
+    assert engine.engine_error_message([], out, err) == "error: no stack named 'demo' found"
+
+
+def test_engine_failure_message_prefers_error_diagnostics_then_stderr_then_output_tail():
+    assert engine.engine_error_message(["error: a", "error: a"], ["o"], ["e"]) == "error: a"
+    assert engine.engine_error_message([], ["o"], ["", "e"]) == "e"
+    tail = engine.engine_error_message([], [str(i) for i in range(50)], [], limit=3)
+    assert tail.splitlines() == ["47", "48", "49"]
+    assert engine.engine_error_message([], [], [])
+
+
+def test_install_instructions_say_how_and_why_not_here():
+    text = engine.install_instructions("3.272.0", "5.2.0")
+    assert "curl -fsSL https://get.pulumi.com | sh -s -- --version 3.272.0" in text
+    assert "pulumi-v3.272.0-linux-x64.tar.gz" in text
+    assert "pulumi plugin install resource docker 5.2.0" in text
+    assert "internet access" in text
+
+
+# --- exit paths through `sessionctl` -------------------------------------------------------------
+
+
+def test_missing_cli_exits_4_with_install_instructions(tmp_path, without_pulumi_cli, capsys):
+    session = write_session(tmp_path)
+    assert main(["preview", str(session)]) == Exit.MISSING
+    err = capsys.readouterr().err
+    assert "pulumi CLI is missing" in err
+    assert "https://get.pulumi.com" in err
+    assert "Traceback" not in err
+
+
+def test_missing_cli_with_json_prints_a_summary(tmp_path, without_pulumi_cli, capsys):
+    session = write_session(tmp_path)
+    assert main(["up", str(session), "--yes", "--json"]) == Exit.MISSING
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verb"] == "up" and doc["stack"] == "engine-test"
+    assert doc["result"] == "missing-prerequisite"
+    assert "get.pulumi.com" in doc["error"]
+
+
+def test_the_automation_api_itself_fails_without_the_cli_and_becomes_exit_4(
+        tmp_path, without_pulumi_cli):
+    # No pre-check here: the real SDK looks for the CLI and must not find it.
+    settings = engine.engine_settings({}, tmp_path)
+    with pytest.raises(CommandError) as err:
+        engine.open_stack("engine-test", tmp_path, settings, pulumi=None)
+    assert err.value.code == Exit.MISSING
+    assert "curl -fsSL https://get.pulumi.com" in str(err.value)
+
+
+def test_find_pulumi_also_looks_where_the_installer_puts_it(tmp_path):
+    home = tmp_path / "home"
+    assert engine.find_pulumi({"PATH": str(tmp_path), "HOME": str(home)}) is None
+    binary = home / ".pulumi" / "bin" / "pulumi"
+    binary.parent.mkdir(parents=True)
+    binary.write_text("")  # only looked up, never run
+    binary.chmod(0o755)
+    assert engine.find_pulumi({"PATH": str(tmp_path), "HOME": str(home)}) == binary
+
+
+def test_no_docker_engine_on_a_unix_agent_exits_4_with_the_cli_problem_too(
+        tmp_path, without_pulumi_cli, capsys):
+    socket = tmp_path / "no-such-docker.sock"
+    session = write_session(tmp_path, docker_host=f"unix://{socket}")
+    assert main(["preview", str(session)]) == Exit.MISSING
+    err = capsys.readouterr().err
+    assert f"agent agent1: no Docker Engine answers on unix://{socket}" in err
+    assert "pulumi CLI is missing" in err
+
+
+def test_remote_agents_are_not_probed_before_the_engine(tmp_path):
+    from cluster_sessions.loader import load_session
+    from cluster_sessions.plan import build_plan
+
+    loaded = load_session(write_session(tmp_path, docker_host="tcp://10.0.0.1:2376"))
+    plan = build_plan(loaded.session, loaded.pool)
+
+    def ping(url):
+        raise AssertionError(f"probed {url}")
+
+    assert engine.unreachable_local_agents(plan, loaded, ping=ping) == []
+
+
+@pytest.mark.parametrize("verb", ["preview", "up"])
+def test_pending_exits_3_with_the_reason_before_any_engine_call(tmp_path, no_engine, capsys,
+                                                                 verb):
+    session = write_session(tmp_path, size=20)  # 20 x 1 cpu on an 8-cpu agent
+    assert main([verb, str(session), "--yes"] if verb == "up" else [verb, str(session)]) == (
+        Exit.PENDING)
+    err = capsys.readouterr().err
+    assert "pending" in err and "no single agent can hold all 20 containers" in err
+    assert "nothing was sent to the engine" in err
+
+
+def test_pending_with_json_reports_the_reason(tmp_path, no_engine, capsys):
+    session = write_session(tmp_path, size=20)
+    assert main(["preview", str(session), "--json"]) == Exit.PENDING
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["result"] == "pending" and "20 containers" in doc["reason"]
+
+
+def test_destroy_of_a_pending_definition_still_goes_on(tmp_path, without_pulumi_cli, no_tty,
+                                                       capsys):
+    # A session grown past its pool must stay destroyable: no exit 3, the next check runs.
+    session = write_session(tmp_path, size=20)
+    assert main(["destroy", str(session), "--yes"]) == Exit.MISSING
+    assert "is pending now" in capsys.readouterr().err
+
+
+def test_invalid_definition_exits_2_before_any_engine_call(tmp_path, no_engine, capsys):
+    session = write_session(tmp_path)
+    session.write_text(session.read_text() + "imgae: typo\n")
+    assert main(["up", str(session), "--yes"]) == Exit.INVALID
+    assert "imgae: unknown key" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("verb", ["up", "destroy"])
+def test_apply_without_a_terminal_needs_yes(tmp_path, no_engine, no_tty, capsys, verb):
+    session = write_session(tmp_path)
+    assert main([verb, str(session)]) == Exit.INVALID
+    assert "--yes" in capsys.readouterr().err
+
+
+def test_json_apply_needs_yes_even_on_a_terminal(tmp_path, no_engine, monkeypatch, capsys):
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stdin", Tty(""))
+    session = write_session(tmp_path)
+    assert main(["up", str(session), "--json"]) == Exit.INVALID
+    assert "--yes" in capsys.readouterr().err
+
+
+def test_invalid_stack_name_exits_2_before_any_engine_call(tmp_path, no_engine, capsys):
+    session = write_session(tmp_path)
+    assert main(["preview", str(session), "--stack", "no spaces"]) == Exit.INVALID
+    assert "not a valid Pulumi stack name" in capsys.readouterr().err
+
+
+def test_engine_verbs_are_registered():
+    from cluster_sessions.driver.cli import build_parser
+
+    parser = build_parser()
+    for verb in engine.VERBS:
+        args = parser.parse_args([verb, "x.yaml", "--json"])
+        assert args.func is engine.cmd_engine
