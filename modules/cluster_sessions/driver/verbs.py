@@ -10,6 +10,7 @@ from importlib import import_module
 
 MODULES: list[str] = [
     "cluster_sessions.driver.engine",
+    "cluster_sessions.driver.observe",
 ]
 
 

@@ -1,0 +1,453 @@
+"""``sessionctl status FILE`` and ``sessionctl logs FILE``: what is running, read from Docker.
+
+Both find a session's containers by the labels the component puts on them
+(:func:`cluster_sessions.plan.container_labels`: ``cluster-sessions.session``, ``.host``,
+``.role``), on each agent through its ``docker_host`` with the Docker SDK; neither needs the
+Pulumi CLI or the stack's state, so they also show what Pulumi does not know about (a
+container left behind by an interrupted ``up``, or one from before the session shrank).
+
+Which agents are asked: the ones the plan places containers on, plus the one holding the
+network; when the plan is pending (nothing fits now), every agent of the pool, since leftovers
+may be anywhere.
+
+Exit codes: 0 when every agent asked answered (missing or stopped containers are shown, not
+failures: ``status`` describes); 1 when an agent could not be asked (the report still shows
+the rest), or when ``logs`` found none of the containers it was asked for; 2 invalid input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import json
+import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..loader import Loaded, load_session
+from ..plan import LABEL_PREFIX, ClusterPlan, build_plan
+from ..spec import Agent
+from .errors import CommandError, Exit
+
+SESSION_LABEL = f"{LABEL_PREFIX}.session"
+HOST_LABEL = f"{LABEL_PREFIX}.host"
+ROLE_LABEL = f"{LABEL_PREFIX}.role"
+DOCKER_TIMEOUT = 15
+
+
+# --- pure: what Docker said, and what it means for the plan --------------------------------
+
+
+@dataclass(frozen=True)
+class Found:
+    """One of the session's containers, as an agent's engine describes it."""
+
+    agent: str
+    id: str
+    name: str
+    host: str | None
+    role: str | None
+    state: str  # created | running | paused | restarting | removing | exited | dead
+    health: str | None  # healthy | unhealthy | starting, when the container has a healthcheck
+    started_at: str | None
+    exit_code: int | None
+    image: str
+
+
+def found_from_attrs(agent: str, attrs: Mapping[str, Any]) -> Found:
+    """A container from ``docker inspect`` attributes."""
+    state = attrs.get("State") or {}
+    config = attrs.get("Config") or {}
+    labels = config.get("Labels") or {}
+    status = state.get("Status", "unknown")
+    started = state.get("StartedAt") or None
+    if started and started.startswith("0001-01-01"):  # never started
+        started = None
+    return Found(
+        agent=agent,
+        id=str(attrs.get("Id", ""))[:12],
+        name=str(attrs.get("Name", "")).lstrip("/"),
+        host=labels.get(HOST_LABEL),
+        role=labels.get(ROLE_LABEL),
+        state=status,
+        health=(state.get("Health") or {}).get("Status"),
+        started_at=started,
+        exit_code=state.get("ExitCode") if status in ("exited", "dead") else None,
+        image=str(config.get("Image", "")),
+    )
+
+
+@dataclass(frozen=True)
+class NetworkState:
+    name: str
+    agent: str | None
+    driver: str  # planned
+    state: str  # present | missing | unknown
+    id: str | None = None
+    actual_driver: str | None = None
+    containers: int | None = None  # attached containers the agent sees
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of ``status``: a planned host, or a labelled container the plan does not have."""
+
+    host: str
+    role: str
+    agent: str | None  # where it is (found) or should be (planned)
+    state: str  # a Docker state, ``missing``, or ``unknown`` (agent did not answer)
+    health: str | None = None
+    started_at: str | None = None
+    image: str | None = None
+    name: str | None = None
+    id: str | None = None
+    planned: bool = True
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Report:
+    plan: ClusterPlan
+    rows: tuple[Row, ...]
+    network: NetworkState
+    unreachable: Mapping[str, str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.unreachable
+
+
+def agents_to_ask(plan: ClusterPlan, loaded: Loaded) -> tuple[str, ...]:
+    if plan.pending:
+        return tuple(a.name for a in loaded.pool.agents)
+    extra = (plan.network.agent,) if plan.network.agent else ()
+    return tuple(dict.fromkeys((*plan.agents, *extra)))
+
+
+def status_report(plan: ClusterPlan, found: Iterable[Found], network: NetworkState,
+                  unreachable: Mapping[str, str]) -> Report:
+    """Planned hosts in host order (found or not), then containers the plan does not have."""
+    by_host: dict[str, list[Found]] = {}
+    for f in found:
+        by_host.setdefault(f.host or f"?{f.name}", []).append(f)
+    rows: list[Row] = []
+    for c in plan.containers:
+        matches = by_host.pop(c.host, [])
+        if not matches:
+            unknown = c.agent in unreachable
+            rows.append(Row(c.host, c.role, c.agent, "unknown" if unknown else "missing",
+                            note=f"agent {c.agent} did not answer" if unknown else None))
+            continue
+        for f in matches:
+            note = []
+            if c.agent and f.agent != c.agent:
+                note.append(f"planned on {c.agent}")
+            if f.name != c.container_name:
+                note.append(f"expected name {c.container_name}")
+            if f.exit_code is not None:
+                note.append(f"exit code {f.exit_code}")
+            if len(matches) > 1:
+                note.append("duplicate")
+            rows.append(Row(c.host, c.role, f.agent, f.state, f.health, f.started_at, f.image,
+                            f.name, f.id, note="; ".join(note) or None))
+    for host, matches in sorted(by_host.items()):
+        for f in matches:
+            rows.append(Row(host, f.role or "?", f.agent, f.state, f.health, f.started_at,
+                            f.image, f.name, f.id, planned=False,
+                            note="not in the plan (left over; `sessionctl up` removes what "
+                            "its stack created)"))
+    return Report(plan, tuple(rows), network, dict(unreachable))
+
+
+def report_to_dict(report: Report) -> dict[str, Any]:
+    plan = report.plan
+    return {
+        "session": {"name": plan.name, "id": plan.session_id},
+        "status": plan.status,
+        **({"reason": plan.reason} if plan.reason else {}),
+        "network": asdict(report.network),
+        "containers": [asdict(r) for r in report.rows],
+        "unreachable": dict(report.unreachable),
+    }
+
+
+def short_time(stamp: str | None) -> str:
+    """``2025-01-02T03:04:05.123456789Z`` -> ``2025-01-02 03:04:05Z``."""
+    if not stamp:
+        return "-"
+    day, _, rest = stamp.partition("T")
+    return f"{day} {rest[:8]}Z" if rest else stamp
+
+
+def report_table(report: Report) -> str:
+    plan, net = report.plan, report.network
+    lines = [f"session  {plan.name}  (id {plan.session_id}), {len(plan.containers)} planned, "
+             f"status {plan.status}"]
+    if plan.pending:
+        lines.append(f"pending  {plan.reason}")
+    where = f" on {net.agent}" if net.agent else ""
+    detail = ""
+    if net.state == "present":
+        detail = f" (id {net.id}, {net.actual_driver}, {net.containers} attached)"
+    lines.append(f"network  {net.name} [{net.driver}]{where}: {net.state}{detail}"
+                 + (f" - {net.note}" if net.note else ""))
+    header = ("HOST", "ROLE", "AGENT", "STATE", "HEALTH", "STARTED", "IMAGE", "NOTE")
+    rows = [header] + [
+        (r.host, r.role, r.agent or "-", r.state, r.health or "-", short_time(r.started_at),
+         r.image or "-", r.note or "")
+        for r in report.rows
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines.append("")
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
+              for row in rows]
+    for agent, why in report.unreachable.items():
+        lines.append(f"unreachable: agent {agent}: {why}")
+    return "\n".join(lines)
+
+
+class LineSplitter:
+    """Bytes from a log stream to whole lines; a line split across chunks is joined, and bytes
+    that are not UTF-8 become U+FFFD instead of an error."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._partial = ""
+
+    def feed(self, chunk: bytes) -> list[str]:
+        text = self._partial + self._decoder.decode(chunk)
+        *lines, self._partial = text.split("\n")
+        return [line.rstrip("\r") for line in lines]
+
+    def flush(self) -> list[str]:
+        text = self._partial + self._decoder.decode(b"", final=True)
+        self._partial = ""
+        return [text.rstrip("\r")] if text else []
+
+
+def prefixed(host: str, width: int, line: str) -> str:
+    return f"{host.ljust(width)} | {line}"
+
+
+# --- effects: asking the agents ------------------------------------------------------------------
+
+
+Connect = Callable[[Agent], Any]
+
+
+def connect(agent: Agent) -> Any:
+    import docker
+
+    client = docker.DockerClient(base_url=agent.docker_host, timeout=DOCKER_TIMEOUT)
+    client.ping()
+    return client
+
+
+@dataclass
+class Survey:
+    """The session's containers on each agent that answered, with the container objects."""
+
+    found: list[Found]
+    containers: dict[str, list[Any]]  # host label -> docker Container objects
+    clients: dict[str, Any]
+    unreachable: dict[str, str]
+
+    def close(self) -> None:
+        for client in self.clients.values():
+            client.close()
+
+
+def survey(plan: ClusterPlan, loaded: Loaded, agents: Sequence[str],
+           connect: Connect = connect) -> Survey:
+    result = Survey([], {}, {}, {})
+    for name in agents:
+        try:
+            client = connect(loaded.pool.agent(name))
+        except Exception as exc:  # any failure to reach it: report it, go on with the others
+            result.unreachable[name] = f"{type(exc).__name__}: {exc}"
+            continue
+        result.clients[name] = client
+        try:
+            listed = client.containers.list(
+                all=True, filters={"label": f"{SESSION_LABEL}={plan.name}"}, ignore_removed=True)
+        except Exception as exc:
+            result.unreachable[name] = f"{type(exc).__name__}: {exc}"
+            continue
+        for container in listed:
+            found = found_from_attrs(name, container.attrs)
+            result.found.append(found)
+            result.containers.setdefault(found.host or found.name, []).append(container)
+    return result
+
+
+def network_state(plan: ClusterPlan, clients: Mapping[str, Any],
+                  unreachable: Mapping[str, str]) -> NetworkState:
+    net = plan.network
+    base = {"name": net.name, "agent": net.agent, "driver": net.driver}
+    if net.agent is None:
+        return NetworkState(**base, state="unknown", note="no agent: the plan is pending")
+    client = clients.get(net.agent)
+    if client is None:
+        return NetworkState(**base, state="unknown",
+                            note=unreachable.get(net.agent, "agent not asked"))
+    import docker
+
+    try:
+        found = client.networks.get(net.name)
+    except docker.errors.NotFound:
+        return NetworkState(**base, state="missing")
+    except Exception as exc:
+        return NetworkState(**base, state="unknown", note=f"{type(exc).__name__}: {exc}")
+    attrs = found.attrs
+    return NetworkState(**base, state="present", id=str(attrs.get("Id", ""))[:12],
+                        actual_driver=attrs.get("Driver"),
+                        containers=len(attrs.get("Containers") or {}))
+
+
+def plan_for(args: argparse.Namespace) -> tuple[Loaded, ClusterPlan]:
+    loaded = load_session(Path(args.file), Path(args.pool) if args.pool else None)
+    return loaded, build_plan(loaded.session, loaded.pool)
+
+
+def cmd_status(args: argparse.Namespace, connect: Connect = connect) -> int:
+    loaded, plan = plan_for(args)
+    found = survey(plan, loaded, agents_to_ask(plan, loaded), connect)
+    try:
+        net = network_state(plan, found.clients, found.unreachable)
+        report = status_report(plan, found.found, net, found.unreachable)
+    finally:
+        found.close()
+    if args.json:
+        json.dump(report_to_dict(report), sys.stdout, indent=2, ensure_ascii=False)
+        print()
+    else:
+        print(report_table(report))
+    for agent, why in report.unreachable.items():
+        print(f"sessionctl status: agent {agent} did not answer: {why}", file=sys.stderr)
+    return Exit.OK if report.ok else Exit.ENGINE
+
+
+# --- logs ----------------------------------------------------------------------------------------
+
+
+class Printer:
+    """Writes prefixed lines from several threads without interleaving inside a line."""
+
+    def __init__(self, width: int, out=None):
+        self.width = width
+        self.out = out or sys.stdout
+        self._lock = threading.Lock()
+
+    def lines(self, host: str, lines: Iterable[str]) -> None:
+        text = "".join(prefixed(host, self.width, line) + "\n" for line in lines)
+        if text:
+            with self._lock:
+                self.out.write(text)
+                self.out.flush()
+
+
+def pump(host: str, chunks: Iterator[bytes], printer: Printer) -> None:
+    splitter = LineSplitter()
+    for chunk in chunks:
+        printer.lines(host, splitter.feed(chunk))
+    printer.lines(host, splitter.flush())
+
+
+def select_hosts(plan: ClusterPlan, present: Iterable[str], wanted: Sequence[str] | None
+                 ) -> list[str]:
+    """Hosts to show, in host order: all planned ones, or the ``--host`` ones (which may also
+    be left-over containers the plan no longer has)."""
+    known = list(dict.fromkeys((*plan.hosts, *sorted(present))))
+    if not wanted:
+        return list(plan.hosts)
+    unknown = [h for h in wanted if h not in known]
+    if unknown:
+        raise CommandError(f"no host {', '.join(unknown)} in session {plan.name} (hosts: "
+                           f"{', '.join(known)})", Exit.INVALID)
+    return [h for h in known if h in wanted]
+
+
+def parse_tail(value: str) -> int | str:
+    if value == "all":
+        return value
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError("must be a number of lines >= 0, or 'all'")
+    return n
+
+
+def cmd_logs(args: argparse.Namespace, connect: Connect = connect) -> int:
+    loaded, plan = plan_for(args)
+    found = survey(plan, loaded, agents_to_ask(plan, loaded), connect)
+    try:
+        return show_logs(args, plan, found)
+    finally:
+        found.close()
+
+
+def show_logs(args: argparse.Namespace, plan: ClusterPlan, found: Survey) -> int:
+    hosts = select_hosts(plan, found.containers, args.host)
+    for agent, why in found.unreachable.items():
+        print(f"sessionctl logs: agent {agent} did not answer: {why}", file=sys.stderr)
+    sources = []
+    for host in hosts:
+        containers = found.containers.get(host, [])
+        if not containers:
+            print(f"sessionctl logs: {host}: no container found", file=sys.stderr)
+        sources += [(host, c) for c in containers]
+    if not sources:
+        raise CommandError(f"none of the containers of session {plan.name} were found "
+                           f"({', '.join(hosts)}); is it up?", Exit.ENGINE)
+    printer = Printer(max(len(h) for h, _ in sources))
+    options = {"stdout": True, "stderr": True, "stream": True, "tail": args.tail,
+               "timestamps": args.timestamps, "follow": args.follow}
+    if not args.follow:
+        for host, container in sources:  # one container after the other, in host order
+            pump(host, container.logs(**options), printer)
+        return Exit.OK
+    threads = [threading.Thread(target=pump, args=(host, container.logs(**options), printer),
+                                daemon=True, name=f"logs-{host}")
+               for host, container in sources]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():
+            t.join(0.2)  # short joins keep Ctrl-C responsive
+    return Exit.OK
+
+
+def register(subparsers) -> None:
+    from .cli import EPILOG, add_session_args
+
+    p = subparsers.add_parser(
+        "status", help="the session's containers on its agents: state, health, image",
+        description="Find the session's containers by their labels on each agent (Docker API "
+        "via the agent's docker_host) and show them next to the plan: planned but missing "
+        "containers, left-over ones, and the network. Exit 1 if an agent did not answer.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_session_args(p)
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_status)
+
+    p = subparsers.add_parser(
+        "logs", help="the containers' logs, each line prefixed with its host",
+        description="Print each container's logs (Docker API), in host order, every line "
+        "prefixed with its host (`sub1 | ...`). With --follow, lines from all containers are "
+        "printed as they come until Ctrl-C.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_session_args(p)
+    p.add_argument("--host", action="append", metavar="HOST",
+                   help="only this host (main1, sub1, ...); may be repeated")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing new lines")
+    p.add_argument("--tail", type=parse_tail, default="all", metavar="N",
+                   help="only the last N lines of each container (default: all)")
+    p.add_argument("--timestamps", "-t", action="store_true",
+                   help="show the engine's timestamp on each line")
+    p.set_defaults(func=cmd_logs)

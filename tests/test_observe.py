@@ -1,0 +1,348 @@
+"""``sessionctl status`` and ``sessionctl logs`` on the real engine.
+
+The containers are made here, labelled exactly as the component labels them
+(``container_labels``), from a tiny image imported from this machine's own /bin/busybox (no
+registry); the pool's agent is the local engine's unix socket. Everything made is removed
+afterwards, whatever happens. The pure parts (parsing, line splitting, the report) are tested
+without an engine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from cluster_sessions.driver import observe
+from cluster_sessions.driver.cli import main
+from cluster_sessions.driver.errors import CommandError, Exit
+from cluster_sessions.loader import load_session
+from cluster_sessions.plan import build_plan, container_labels, network_labels
+
+DOCKER_HOST = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+BUSYBOX = Path("/bin/busybox")
+
+POOL = """\
+kind: AgentPool
+name: observe-test
+agents:
+  - name: agent1
+    docker_host: {docker_host}
+    capacity: {{cpu: 8, mem: 16g}}
+"""
+
+SESSION = """\
+kind: ClusterSession
+name: {name}
+pool: {pool}
+image: {image}
+cluster: {{mode: single-node, size: {size}}}
+resources: {{cpu: 0.1, mem: 64m, shmem: 8m}}
+"""
+
+
+def busybox_rootfs() -> bytes:
+    """A root filesystem tarball: /bin/busybox, its applets (sh, sleep, ...) as links to it, and
+    the libraries it links to."""
+    libs = []
+    for line in subprocess.run(["ldd", str(BUSYBOX)], capture_output=True, text=True,
+                               check=True).stdout.splitlines():
+        parts = line.split()
+        path = parts[2] if "=>" in parts and len(parts) > 2 else parts[0]
+        if path.startswith("/"):
+            libs.append(path)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        def add_file(name: str, source: str, mode: int) -> None:
+            data = Path(source).read_bytes()  # follows symlinks: the real file's bytes
+            info = tarfile.TarInfo(name.lstrip("/"))
+            info.size, info.mode, info.mtime = len(data), mode, 0
+            tar.addfile(info, io.BytesIO(data))
+
+        add_file("bin/busybox", str(BUSYBOX), 0o755)
+        for lib in sorted(set(libs)):
+            add_file(lib, lib, 0o755)
+        applets = subprocess.run([str(BUSYBOX), "--list"], capture_output=True, text=True,
+                                 check=True).stdout.split()
+        for applet in sorted(set(applets) | {"sh"}):
+            if applet != "busybox":
+                link = tarfile.TarInfo(f"bin/{applet}")
+                link.type, link.linkname, link.mtime = tarfile.SYMTYPE, "busybox", 0
+                tar.addfile(link)
+        for d in ("tmp",):
+            info = tarfile.TarInfo(d)
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o1777, 0
+            tar.addfile(info)
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def tiny_image(docker_client):
+    """A few-MB image from the host's busybox (seconds); else the project's test image."""
+    import docker
+
+    if not BUSYBOX.is_file() or not shutil.which("ldd"):
+        from cluster_sessions.lab.image import ensure_image
+
+        return ensure_image(docker_client)
+    data = busybox_rootfs()
+    tag = f"cluster-sessions/test-busybox:{hashlib.sha256(data).hexdigest()[:12]}"
+    try:
+        docker_client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        docker_client.api.import_image_from_data(
+            data, repository=tag.split(":")[0], tag=tag.split(":")[1],
+            changes=["ENV PATH=/bin", 'CMD ["/bin/sh"]'])
+    return tag
+
+
+def remove_session(client, name: str) -> None:
+    for c in client.containers.list(all=True, filters={"label": f"{observe.SESSION_LABEL}={name}"}):
+        c.remove(force=True)
+    for n in client.networks.list(filters={"label": f"{observe.SESSION_LABEL}={name}"}):
+        n.remove()
+
+
+def wait_for_logs(container, *needles: bytes, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        logs = container.logs()
+        if all(n in logs for n in needles):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{container.name} never logged {needles}: {container.logs()!r}")
+
+
+def make_session(tmp_path: Path, image: str, size: int, docker_host: str = DOCKER_HOST):
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(POOL.format(docker_host=docker_host))
+    name = f"obs-{uuid.uuid4().hex[:10]}"
+    file = tmp_path / f"{name}.yaml"
+    file.write_text(SESSION.format(name=name, pool=pool, image=image, size=size))
+    loaded = load_session(file)
+    return file, build_plan(loaded.session, loaded.pool)
+
+
+def run_container(client, plan, host: str, script: str, network=None, labels=None):
+    c = next(c for c in plan.containers if c.host == host)
+    return client.containers.run(
+        plan.session.image, ["/bin/sh", "-c", script], name=c.container_name, hostname=host,
+        environment=dict(c.env), labels=labels or container_labels(plan, c), detach=True,
+        network=network.name if network else None)
+
+
+@pytest.fixture
+def session(docker_client, tiny_image, tmp_path):
+    """A 3-host plan: main1 and sub1 running on a session network, sub2 never created, and a
+    left-over sub7 (exited, code 3) that the plan does not have."""
+    file, plan = make_session(tmp_path, tiny_image, size=3)
+    try:
+        net = docker_client.networks.create(plan.network.name, driver="bridge",
+                                            labels=network_labels(plan))
+        # stdout and stderr are copied separately by the engine: their relative order is not
+        # kept, so the last line comes well after the stderr one.
+        script = ('echo "hello from $BACKENDAI_CLUSTER_HOST"; echo "size $BACKENDAI_CLUSTER_SIZE";'
+                  ' echo "oops on stderr" >&2; sleep 0.5; echo ready; exec sleep 600')
+        made = [run_container(docker_client, plan, h, script, net) for h in ("main1", "sub1")]
+        leftover = {**container_labels(plan, plan.containers[0]),
+                    f"{observe.HOST_LABEL}": "sub7", f"{observe.ROLE_LABEL}": "sub"}
+        gone = docker_client.containers.run(
+            plan.session.image, ["/bin/sh", "-c", "echo bye; exit 3"],
+            name=f"{plan.name}-sub7", labels=leftover, detach=True)
+        for c in made:
+            wait_for_logs(c, b"hello from", b"oops on stderr", b"ready")
+        gone.wait(timeout=30)
+        yield file, plan
+    finally:
+        remove_session(docker_client, plan.name)
+
+
+# --- on the real engine ------------------------------------------------------------------------
+
+
+@pytest.mark.docker
+def test_status_shows_running_missing_and_leftover_containers_and_the_network(
+        session, tiny_image, capsys):
+    file, plan = session
+    assert main(["status", str(file), "--json"]) == Exit.OK
+    report = json.loads(capsys.readouterr().out)
+    rows = {r["host"]: r for r in report["containers"]}
+    assert [r["host"] for r in report["containers"]] == ["main1", "sub1", "sub2", "sub7"]
+    for host in ("main1", "sub1"):
+        assert rows[host]["state"] == "running", rows[host]
+        assert rows[host]["agent"] == "agent1"
+        assert rows[host]["image"] == tiny_image
+        assert rows[host]["name"] == f"{plan.name}-{host}"
+        assert rows[host]["started_at"]
+        assert rows[host]["note"] is None
+    assert rows["main1"]["role"] == "main" and rows["sub1"]["role"] == "sub"
+    assert rows["sub2"]["state"] == "missing" and rows["sub2"]["planned"]
+    assert rows["sub7"]["state"] == "exited" and not rows["sub7"]["planned"]
+    assert "exit code 3" not in (rows["sub7"]["note"] or "")  # leftovers get the leftover note
+    assert report["network"]["state"] == "present"
+    assert report["network"]["containers"] == 2
+    assert report["network"]["actual_driver"] == "bridge"
+    assert report["unreachable"] == {}
+
+
+@pytest.mark.docker
+def test_status_table_for_people(session, capsys):
+    file, plan = session
+    assert main(["status", str(file)]) == Exit.OK
+    out = capsys.readouterr().out
+    assert f"network  {plan.name}-net [bridge] on agent1: present" in out
+    lines = {line.split()[0]: line for line in out.splitlines()[3:] if line.strip()}
+    assert lines["main1"].split()[:4] == ["main1", "main", "agent1", "running"]
+    assert lines["sub2"].split()[:4] == ["sub2", "sub", "agent1", "missing"]
+    assert "not in the plan" in lines["sub7"]
+
+
+@pytest.mark.docker
+def test_logs_prefix_every_line_with_its_host_in_host_order(session, capsys):
+    file, plan = session
+    assert main(["logs", str(file)]) == Exit.OK
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    for host, part in (("main1", lines[:4]), ("sub1 ", lines[4:])):
+        assert [line for line in part if "stderr" not in line] == [
+            f"{host} | hello from {host.strip()}", f"{host} | size 3", f"{host} | ready"]
+        assert f"{host} | oops on stderr" in part
+    assert len(lines) == 8
+    assert "sub2: no container found" in captured.err
+
+
+@pytest.mark.docker
+def test_logs_of_one_host_with_tail(session, capsys):
+    file, plan = session
+    assert main(["logs", str(file), "--host", "sub1", "--tail", "1"]) == Exit.OK
+    assert capsys.readouterr().out.splitlines() == ["sub1 | ready"]
+
+
+@pytest.mark.docker
+def test_logs_of_a_leftover_host_can_be_asked_for(session, capsys):
+    file, plan = session
+    assert main(["logs", str(file), "--host", "sub7"]) == Exit.OK
+    assert capsys.readouterr().out.splitlines() == ["sub7 | bye"]
+
+
+@pytest.mark.docker
+def test_logs_of_an_unknown_host_is_invalid_input(session, capsys):
+    file, plan = session
+    assert main(["logs", str(file), "--host", "sub9"]) == Exit.INVALID
+    assert "no host sub9" in capsys.readouterr().err
+
+
+@pytest.mark.docker
+def test_logs_follow_interleaves_hosts_until_the_containers_stop(
+        docker_client, tiny_image, tmp_path, capsys):
+    file, plan = make_session(tmp_path, tiny_image, size=2)
+    try:
+        script = ('sleep 2; for i in 1 2 3; do echo "tick $i $BACKENDAI_CLUSTER_HOST"; '
+                  'sleep 0.3; done')
+        for host in ("main1", "sub1"):
+            run_container(docker_client, plan, host, script)
+        started = time.monotonic()
+        assert main(["logs", str(file), "--follow"]) == Exit.OK
+        assert time.monotonic() - started > 1  # it followed, rather than printing and leaving
+        lines = capsys.readouterr().out.splitlines()
+        assert sorted(lines) == sorted(
+            [f"main1 | tick {i} main1" for i in (1, 2, 3)]
+            + [f"sub1  | tick {i} sub1" for i in (1, 2, 3)])
+        for host in ("main1", "sub1"):  # each host's own lines stay in order
+            mine = [line for line in lines if line.startswith(host)]
+            assert mine == sorted(mine)
+    finally:
+        remove_session(docker_client, plan.name)
+
+
+@pytest.mark.docker
+def test_session_with_nothing_running(docker_client, tiny_image, tmp_path, capsys):
+    file, plan = make_session(tmp_path, tiny_image, size=2)
+    assert main(["status", str(file), "--json"]) == Exit.OK
+    report = json.loads(capsys.readouterr().out)
+    assert [r["state"] for r in report["containers"]] == ["missing", "missing"]
+    assert report["network"]["state"] == "missing"
+    assert main(["logs", str(file)]) == Exit.ENGINE
+    assert "is it up?" in capsys.readouterr().err
+
+
+# --- an agent that does not answer (no engine needed) -------------------------------------------
+
+
+def test_status_with_an_unreachable_agent_exits_1_and_still_reports(tmp_path, capsys):
+    socket = tmp_path / "no-docker.sock"
+    file, plan = make_session(tmp_path, "busybox", size=2, docker_host=f"unix://{socket}")
+    assert main(["status", str(file), "--json"]) == Exit.ENGINE
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert [r["state"] for r in report["containers"]] == ["unknown", "unknown"]
+    assert report["network"]["state"] == "unknown"
+    assert "agent1" in report["unreachable"]
+    assert "agent agent1 did not answer" in captured.err
+
+
+# --- pure parts ----------------------------------------------------------------------------------
+
+
+def test_line_splitter_joins_lines_split_across_chunks_and_survives_bad_utf8():
+    s = observe.LineSplitter()
+    assert s.feed(b"one\ntw") == ["one"]
+    assert s.feed(b"o\r\nthr\xc3") == ["two"]  # CRLF trimmed, half a UTF-8 character kept
+    assert s.feed(b"\xa9e\n\xff\n") == ["thr\u00e9e", "\ufffd"]
+    assert s.feed(b"last") == []
+    assert s.flush() == ["last"]
+    assert s.flush() == []
+
+
+def test_found_from_inspect_attributes():
+    attrs = {"Id": "0123456789abcdef", "Name": "/demo-sub1",
+             "Config": {"Image": "img:1", "Labels": {observe.HOST_LABEL: "sub1",
+                                                      observe.ROLE_LABEL: "sub"}},
+             "State": {"Status": "exited", "ExitCode": 137,
+                       "StartedAt": "2025-01-02T03:04:05.123456789Z",
+                       "Health": {"Status": "unhealthy"}}}
+    f = observe.found_from_attrs("agent2", attrs)
+    assert f == observe.Found("agent2", "0123456789ab", "demo-sub1", "sub1", "sub", "exited",
+                              "unhealthy", "2025-01-02T03:04:05.123456789Z", 137, "img:1")
+    never = observe.found_from_attrs("a", {"State": {"Status": "created",
+                                                     "StartedAt": "0001-01-01T00:00:00Z"}})
+    assert never.started_at is None and never.exit_code is None and never.host is None
+
+
+def test_report_notes_a_container_on_another_agent_than_planned(tmp_path):
+    file, plan = make_session(tmp_path, "busybox", size=2)
+    net = observe.NetworkState(plan.network.name, "agent1", "bridge", "present")
+    found = [observe.Found("agent9", "id1", f"{plan.name}-main1", "main1", "main", "running",
+                           "healthy", "2025-01-02T03:04:05Z", None, "busybox")]
+    report = observe.status_report(plan, found, net, {})
+    assert report.rows[0].note == "planned on agent1"
+    assert report.rows[1].state == "missing"
+    table = observe.report_table(report)
+    assert "2025-01-02 03:04:05Z" in table and "healthy" in table
+
+
+def test_tail_accepts_numbers_and_all():
+    assert observe.parse_tail("10") == 10
+    assert observe.parse_tail("all") == "all"
+    import argparse
+
+    for bad in ("-1", "x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            observe.parse_tail(bad)
+
+
+def test_select_hosts_keeps_host_order(tmp_path):
+    file, plan = make_session(tmp_path, "busybox", size=3)
+    assert observe.select_hosts(plan, [], None) == ["main1", "sub1", "sub2"]
+    assert observe.select_hosts(plan, [], ["sub2", "main1"]) == ["main1", "sub2"]
+    with pytest.raises(CommandError):
+        observe.select_hosts(plan, [], ["nope"])
