@@ -1,0 +1,337 @@
+"""The netns lab: several Docker Engines on one machine, each in its own network namespace
+with its own containerd and sshd (``cluster_sessions.lab.netns``).
+
+The lab tests use their own prefixes and /24s (not the default ``csl`` / 10.251.0.0/24), so a
+developer's ``sessionctl lab up`` on the same machine is never touched. A lab left behind by a
+killed test run is torn down at the next run.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster_sessions.lab import netns
+from cluster_sessions.lab.netns import LabError
+from tests.conftest import skip_or_fail
+
+PREFIX, SUBNET = "cslt", "10.251.100.0/24"  # the module's 2-agent lab
+PREFIX2, SUBNET2 = "cslu", "10.251.101.0/24"  # short-lived labs of single tests
+
+LAB = [pytest.mark.lab, pytest.mark.docker]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _require_lab() -> None:
+    if os.geteuid() != 0:
+        skip_or_fail("the netns lab needs root")
+    tools = ["ip", "iptables", "nsenter", "unshare", "dockerd", "containerd", "ssh",
+             "ssh-keygen", "docker"]
+    missing = [t for t in tools if not shutil.which(t)]
+    if not os.access(netns.SSHD, os.X_OK):
+        missing.append(netns.SSHD)
+    if missing:
+        skip_or_fail(f"the netns lab needs {', '.join(missing)}")
+
+
+def _clear_stale(prefix: str) -> None:
+    """Tear down a lab with ``prefix`` left by an earlier (killed) test run."""
+    rec = netns._read_json(netns.RUN_BASE / prefix / "lab.json")
+    if rec is None:
+        return
+    pid = rec.get("creator_pid")
+    if pid and pid != os.getpid() and netns._alive(pid):
+        skip_or_fail(f"another test run (pid {pid}) uses the {prefix!r} lab right now")
+    netns.lab_down(Path(rec["state_dir"]))
+
+
+def _ssh(info: netns.LabInfo, agent: netns.LabAgent, *cmd: str, known_hosts: Path | None = None,
+         timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["ssh", "-F", "/dev/null", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+         "-o", f"UserKnownHostsFile={known_hosts or info.known_hosts}",
+         "-o", "IdentitiesOnly=yes", "-o", "ConnectTimeout=10", "-i", str(info.key_file),
+         "-p", "22", f"root@{agent.address}", *cmd],
+        capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+    )
+
+
+def _leftovers(prefix: str, state_dir: Path) -> list[str]:
+    """Everything of a lab still present on the machine."""
+    left = []
+    netns_dir = netns.NETNS_DIR
+    if netns_dir.is_dir():
+        left += [f"netns {p.name}" for p in netns_dir.iterdir()
+                 if p.name.startswith(prefix + "-")]
+    left += [f"link {p.name}" for p in Path("/sys/class/net").iterdir()
+             if p.name.startswith(prefix + "-")]
+    markers = (str(state_dir), str(netns.RUN_BASE / prefix))
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            args = netns._cmdline(int(entry.name))
+            if netns._alive(int(entry.name)) and any(m in a for a in args for m in markers):
+                left.append(f"process {entry.name} {' '.join(args)[:120]}")
+    rules = subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True).stdout
+    left += [f"iptables {r}" for r in rules.splitlines() if f"{prefix}-br0" in r]
+    mounts = Path("/proc/self/mountinfo").read_text()
+    left += [f"mount {m}" for m in re.findall(r"^\S+ \S+ \S+ \S+ (\S+)", mounts, re.M)
+             if m.startswith(markers)]
+    left += [f"cgroup {p}" for p in netns._cgroup_dirs(f"{prefix}-agent1")]
+    if (netns.RUN_BASE / prefix).exists():
+        left.append(f"run dir {netns.RUN_BASE / prefix}")
+    return left
+
+
+def _mini_image_tar(*binaries: str) -> bytes:
+    """A root filesystem holding ``binaries`` and the shared libraries they load."""
+    paths: set[str] = set()
+    for b in binaries:
+        exe = shutil.which(b)
+        assert exe, b
+        paths.add(exe)
+        out = subprocess.run(["ldd", exe], capture_output=True, text=True).stdout
+        paths.update(re.findall(r"(/\S+) \(0x", out))
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for p in sorted(paths):
+            tar.add(os.path.realpath(p), arcname=p.lstrip("/"))
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    _require_lab()
+    _clear_stale(PREFIX)
+    state = tmp_path_factory.mktemp("lab")
+    t0 = time.monotonic()
+    try:
+        info = netns.lab_up(2, state, state / "pool.yaml", prefix=PREFIX, subnet=SUBNET)
+    except LabError as exc:  # lab_up has already removed what it created
+        pytest.fail(f"lab_up failed: {exc}")
+    print(f"lab_up(2): {time.monotonic() - t0:.2f}s")
+    try:
+        yield info
+    finally:
+        netns.lab_down(state)
+        assert _leftovers(PREFIX, state) == []
+
+
+# --------------------------------------------------------------------------- without root
+
+
+def test_lab_needs_root(monkeypatch, tmp_path):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(LabError, match="needs root"):
+        netns.lab_up(2, tmp_path, tmp_path / "pool.yaml")
+    with pytest.raises(LabError, match="needs root"):
+        netns.lab_down(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "prefix,subnet,message",
+    [("CSL", SUBNET, "prefix"), ("verylongprefix", SUBNET, "prefix"),
+     ("csl", "8.8.8.0/24", "private /24"), ("csl", "10.251.0.0/16", "private /24")],
+)
+def test_layout_rejects_bad_names(prefix, subnet, message, tmp_path):
+    with pytest.raises(LabError, match=message):
+        netns._layout(tmp_path, prefix, subnet)
+
+
+def test_layout_names(tmp_path):
+    lay = netns._layout(tmp_path, "csl", "10.251.0.0/24")
+    assert (lay.bridge, lay.bridge_address, lay.netns(3), lay.address(3)) == (
+        "csl-br0", "10.251.0.1", "csl-agent3", "10.251.0.13")
+    assert lay.socket(2) == tmp_path / "agent2" / "docker.sock"
+    # libnetwork puts "<exec-root>/libnetwork/<64 hex>.sock" there: must fit in sun_path
+    assert len(f"{lay.exec_root(32)}/libnetwork/{'f' * 64}.sock") < 108
+
+
+def test_lab_status_without_a_lab(tmp_path):
+    assert netns.lab_status(tmp_path).state == "down"
+
+
+def test_pool_document_is_a_valid_pool(tmp_path):
+    from cluster_sessions.loader import load_file
+
+    lay = netns._layout(tmp_path, "csl", "10.251.0.0/24")
+    info = netns._info(lay, 3, tmp_path / "lab.yaml", {})
+    netns._write_pool(info)
+    pool = load_file(tmp_path / "lab.yaml", expect="AgentPool")
+    assert [a.name for a in pool.agents] == ["agent1", "agent2", "agent3"]
+    assert [a.address for a in pool.agents] == ["10.251.0.11", "10.251.0.12", "10.251.0.13"]
+    assert pool.swarm.manager == "agent1"
+    assert pool.network.mtu == 1450 and pool.network.encrypted is False
+    a2 = pool.agents[1]
+    assert a2.docker_host == f"unix://{tmp_path}/agent2/docker.sock"
+    assert (a2.ssh.host, a2.ssh.port, a2.ssh.user) == ("10.251.0.12", 22, "root")
+    assert a2.ssh.key_file == str(tmp_path / "id_lab")
+    assert a2.ssh.known_hosts == str(tmp_path / "known_hosts")
+    assert a2.capacity.cpu == len(os.sched_getaffinity(0)) and a2.capacity.gpus == ()
+    assert "&" not in (tmp_path / "lab.yaml").read_text()  # no YAML anchors/aliases
+
+
+# --------------------------------------------------------------------------- the lab
+
+
+@pytest.mark.lab
+@pytest.mark.docker
+class TestLab:
+    def test_engines_answer_with_distinct_ids(self, lab):
+        import docker
+
+        ids = []
+        for agent in lab.agents:
+            client = docker.DockerClient(base_url=agent.docker_host, timeout=30)
+            try:
+                info = client.info()
+            finally:
+                client.close()
+            assert info["ID"] == agent.engine_id == netns.engine_id(agent.socket)
+            assert info["Name"] == agent.name  # each engine has its own UTS name
+            ids.append(info["ID"])
+        assert len(set(ids)) == len(lab.agents) == 2
+
+    def test_engines_run_in_their_namespaces(self, lab):
+        rec = json.loads((lab.state_dir / "lab.json").read_text())
+        for agent in lab.agents:
+            ns_ino = agent.netns_path.stat().st_ino
+            for kind in ("dockerd", "containerd", "sshd"):
+                pid = rec["pids"][agent.name][kind]
+                assert os.readlink(f"/proc/{pid}/ns/net") == f"net:[{ns_ino}]", kind
+        # and each agent has its own containerd
+        sockets = set()
+        for agent in lab.agents:
+            args = netns._cmdline(rec["pids"][agent.name]["dockerd"])
+            sockets.add(args[args.index("--containerd") + 1])
+        assert len(sockets) == 2
+
+    def test_agents_reach_each_other(self, lab):
+        probe = ("import socket,sys; s=socket.create_connection((sys.argv[1],22),timeout=5);"
+                 "print(s.recv(7).decode())")
+        a1, a2 = lab.agents
+        for src, dst in ((a1, a2), (a2, a1)):
+            out = subprocess.run(
+                ["nsenter", f"--net={src.netns_path}", sys.executable, "-c", probe, dst.address],
+                capture_output=True, text=True, timeout=30,
+            )
+            assert out.returncode == 0, out.stderr
+            assert out.stdout.startswith("SSH-2.0"), out.stdout
+
+    def test_ssh_key_login_reaches_that_agents_engine(self, lab):
+        for agent in lab.agents:
+            out = _ssh(lab, agent, "hostname; docker info --format '{{.ID}}'")
+            assert out.returncode == 0, out.stderr
+            assert out.stdout.split() == [agent.name, agent.engine_id]
+
+    def test_ssh_host_key_checking_is_strict(self, lab, tmp_path):
+        empty = tmp_path / "known_hosts"
+        empty.write_text("")
+        out = _ssh(lab, lab.agents[0], "true", known_hosts=empty)
+        assert out.returncode == 255
+        assert "Host key verification failed" in out.stderr
+
+    def test_paramiko_connects_with_the_pool_settings(self, lab):
+        paramiko = pytest.importorskip("paramiko")
+        agent = lab.agents[1]
+        client = paramiko.SSHClient()
+        client.load_host_keys(str(lab.known_hosts))
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        try:
+            client.connect(agent.address, port=22, username="root", key_filename=str(
+                lab.key_file), look_for_keys=False, allow_agent=False, timeout=10)
+            _, stdout, _ = client.exec_command("echo $DOCKER_HOST", timeout=10)
+            assert stdout.read().decode().strip() == agent.docker_host
+        finally:
+            client.close()
+
+    def test_pool_file_describes_the_lab(self, lab):
+        from cluster_sessions.loader import load_file
+
+        pool = load_file(lab.pool_file, expect="AgentPool")
+        assert [(a.name, a.address, a.docker_host) for a in pool.agents] == [
+            (a.name, a.address, a.docker_host) for a in lab.agents]
+        assert [a.address for a in lab.agents] == ["10.251.100.11", "10.251.100.12"]
+        hosts = [line.split()[0] for line in lab.known_hosts.read_text().splitlines()]
+        assert hosts == ["10.251.100.11", "10.251.100.12"]
+
+    def test_status_and_idempotent_up(self, lab, tmp_path):
+        assert netns.lab_status(lab.state_dir).state == "up"
+        t0 = time.monotonic()
+        again = netns.lab_up(2, lab.state_dir, lab.pool_file, prefix=PREFIX, subnet=SUBNET)
+        assert time.monotonic() - t0 < 10
+        assert [a.engine_id for a in again.agents] == [a.engine_id for a in lab.agents]
+        with pytest.raises(LabError, match="take it down first"):
+            netns.lab_up(3, lab.state_dir, lab.pool_file, prefix=PREFIX, subnet=SUBNET)
+        with pytest.raises(LabError, match="already up from state dir"):
+            netns.lab_up(2, tmp_path, None, prefix=PREFIX, subnet=SUBNET)
+        assert netns.lab_status(lab.state_dir).state == "up"
+
+
+@pytest.mark.lab
+@pytest.mark.docker
+def test_lab_down_leaves_nothing_behind(tmp_path):
+    """Down with a running container and a swarm: no namespace, link, process, rule, mount."""
+    import docker
+
+    _require_lab()
+    _clear_stale(PREFIX2)
+    state = tmp_path / "lab"
+    try:
+        t0 = time.monotonic()
+        info = netns.lab_up(2, state, None, prefix=PREFIX2, subnet=SUBNET2)
+        up = time.monotonic() - t0
+        a1, a2 = info.agents
+        c1 = docker.DockerClient(base_url=a1.docker_host, timeout=60)
+        c2 = docker.DockerClient(base_url=a2.docker_host, timeout=60)
+        c1.swarm.init(advertise_addr=a1.address)
+        c2.swarm.join([f"{a1.address}:2377"], c1.swarm.attrs["JoinTokens"]["Worker"])
+        c1.api.import_image_from_data(_mini_image_tar("sleep"), repository="mini", tag="1")
+        c1.containers.run("mini:1", ["sleep", "1000"], detach=True, restart_policy={
+            "Name": "always"})
+        c1.close()
+        c2.close()
+        assert netns.lab_status(state).state == "up"
+        t0 = time.monotonic()
+        netns.lab_down(state)
+        print(f"lab_up(2) {up:.2f}s, lab_down(2) with swarm and a container "
+              f"{time.monotonic() - t0:.2f}s")
+        assert _leftovers(PREFIX2, state) == []
+        assert netns.lab_status(state).state == "down"
+        assert not (state / "agent1" / "docker").exists()
+        assert (state / "id_lab").exists()  # keys stay for the next lab_up
+        netns.lab_down(state)  # idempotent
+    finally:
+        netns.lab_down(state)
+    assert _leftovers(PREFIX2, state) == []
+
+
+@pytest.mark.lab
+@pytest.mark.docker
+def test_failed_lab_up_removes_what_it_created(tmp_path, monkeypatch):
+    _require_lab()
+    _clear_stale(PREFIX2)
+    state = tmp_path / "lab"
+    # sshd refuses this configuration, after namespaces, containerd and dockerd exist
+    monkeypatch.setattr(netns, "_sshd_config", lambda lay, k: "NoSuchOption yes\n")
+    try:
+        with pytest.raises(LabError, match="sshd"):
+            netns.lab_up(2, state, None, prefix=PREFIX2, subnet=SUBNET2)
+        assert _leftovers(PREFIX2, state) == []
+        assert netns.lab_status(state).state == "down"
+    finally:
+        netns.lab_down(state)
