@@ -11,6 +11,7 @@ from importlib import import_module
 MODULES: list[str] = [
     "cluster_sessions.driver.engine",
     "cluster_sessions.driver.observe",
+    "cluster_sessions.driver.diff",
 ]
 
 

@@ -1,0 +1,72 @@
+"""``sessionctl diff OLD NEW``: review a definition change offline (Markdown for a PR comment).
+
+Each side is planned against its own pool (the one it names, resolved next to it, or
+``--old-pool``/``--new-pool``; ``--pool`` sets both), with declared capacity, as ``sessionctl
+plan`` does. ``/dev/null`` (or ``-``) stands for a definition that does not exist on that side:
+a file added or deleted by the change. In CI, check out the base revision in a second work tree
+and compare the two files (examples/ci).
+
+Exit codes: 0 (also for a pending side: the review says so), 2 invalid input. With
+``--exit-code``, 1 when there are changes, like ``git diff --exit-code``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..loader import load_session
+from ..plan import ClusterPlan, build_plan
+from ..review import diff_plans, review_to_dict, to_markdown
+from .errors import CommandError, Exit
+
+ABSENT = ("/dev/null", "-")
+
+
+def side(file: str, pool: str | None) -> tuple[ClusterPlan | None, dict[str, str]]:
+    if file in ABSENT:
+        return None, {}
+    loaded = load_session(Path(file), Path(pool) if pool else None)
+    hosts = {a.name: a.docker_host for a in loaded.pool.agents}
+    return build_plan(loaded.session, loaded.pool), hosts
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    old_pool = args.old_pool or args.pool
+    new_pool = args.new_pool or args.pool
+    old, old_hosts = side(args.old, old_pool)
+    new, new_hosts = side(args.new, new_pool)
+    if old is None and new is None:
+        raise CommandError("both OLD and NEW are absent: nothing to compare", Exit.INVALID)
+    review = diff_plans(old, new, old_hosts, new_hosts)
+    if args.json:
+        json.dump(review_to_dict(review), sys.stdout, indent=2, ensure_ascii=False)
+        print()
+    else:
+        sys.stdout.write(to_markdown(review, old_label=args.old, new_label=args.new))
+    if args.exit_code and review.changed:
+        return Exit.ENGINE
+    return Exit.OK
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "diff", help="review a definition change offline: what `pulumi up` will replace",
+        description="Compare two session definitions (e.g. the base and the head of a pull "
+        "request) and print, as Markdown, what applying NEW to a stack built from OLD does: "
+        "containers added, removed, replaced or unchanged and why, env and cluster variable "
+        "changes, resources, image, mounts, ports, placement and the network. Offline: no "
+        "engine, no pulumi CLI. Use /dev/null for a side that does not exist.",
+        epilog="exit codes: 0 ok (1 with --exit-code when there are changes), 2 invalid input",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("old", metavar="OLD", help="the definition as deployed (or /dev/null)")
+    p.add_argument("new", metavar="NEW", help="the definition to apply (or /dev/null)")
+    p.add_argument("--pool", metavar="POOLFILE", help="pool file for both sides")
+    p.add_argument("--old-pool", metavar="POOLFILE", help="pool file for OLD")
+    p.add_argument("--new-pool", metavar="POOLFILE", help="pool file for NEW")
+    p.add_argument("--json", action="store_true", help="the review as JSON instead of Markdown")
+    p.add_argument("--exit-code", action="store_true",
+                   help="exit 1 when there are changes, 0 when there are none")
+    p.set_defaults(func=cmd_diff)

@@ -1,0 +1,431 @@
+"""An offline review of a definition change: what ``pulumi up`` will do, as Markdown for a PR.
+
+Pure: two plans in (either may be ``None`` for a file added or deleted), a :class:`Review` out,
+rendered by :func:`to_markdown`. It predicts the engine's actions from how the ``Session``
+component maps a plan onto resources and from the docker provider's schema:
+
+- Almost every ``docker.Container`` input forces a replacement: image, env (``envs``),
+  ``cpus``, ``shm_size``, ``gpus``, mounts, command, ports, labels (which carry cpu, mem and
+  GPU ids, so a memory change replaces too) and uploads (the rendered files, which carry the
+  host list, the container user and the readiness timeout). Only the restart policy is
+  updated in place.
+- A size change rewrites every container's ``BACKENDAI_CLUSTER_SIZE``/``_HOSTS``/``_REPLICAS``,
+  so every existing container is replaced, not only the added or removed ones.
+- A container that moves to another agent changes provider: replaced. A network change
+  (driver, mtu, encryption, the agent it is created on) replaces the network, and with it
+  every container attached to it. Containers are delete-before-replace: a replaced container
+  is down while its successor starts.
+- A new session name is a new stack: the old session is not touched by ``up`` and keeps
+  running until destroyed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .plan import ClusterPlan, ContainerPlan
+from .units import format_size
+
+CLUSTER_PREFIX = "BACKENDAI_"
+# Values of variables whose names look like credentials are not repeated in the review.
+SENSITIVE = re.compile(r"SECRET|TOKEN|PASSW|API_?KEY|PRIVATE|CREDENTIAL|AUTH", re.IGNORECASE)
+MAX_VALUE = 80
+
+ADD, REMOVE, REPLACE, UPDATE, SAME = "add", "remove", "replace", "update", "same"
+
+
+@dataclass(frozen=True)
+class Change:
+    what: str
+    old: str | None  # None: absent before
+    new: str | None  # None: absent after
+
+
+@dataclass(frozen=True)
+class ContainerAction:
+    host: str
+    action: str  # add | remove | replace | update | same
+    old_agent: str | None
+    new_agent: str | None
+    why: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NetworkAction:
+    name: str
+    action: str  # add | remove | replace | same
+    driver: str | None
+    agent: str | None
+    changes: tuple[Change, ...] = ()
+
+
+@dataclass(frozen=True)
+class Review:
+    name: str
+    old_name: str | None
+    containers: tuple[ContainerAction, ...]
+    network: NetworkAction | None
+    definition: tuple[Change, ...]
+    user_env: tuple[Change, ...]
+    cluster_env: tuple[Change, ...]  # the same change in every container that stays
+    host_env: Mapping[str, tuple[Change, ...]]  # changes particular to one container
+    agents: tuple[Change, ...]  # docker_host of an agent the session uses
+    warnings: tuple[str, ...] = field(default=())
+    pending: bool = False  # the new definition cannot be placed: ``up`` fails
+    deleted: bool = False  # the definition is gone: only ``destroy`` removes its session
+
+    def count(self, action: str) -> int:
+        return sum(1 for c in self.containers if c.action == action)
+
+    @property
+    def changed(self) -> bool:
+        return (any(c.action != SAME for c in self.containers)
+                or (self.network is not None and self.network.action != SAME)
+                or bool(self.definition or self.user_env or self.cluster_env or self.agents
+                        or self.old_name != self.name))
+
+    @property
+    def summary(self) -> str:
+        if not self.changed:
+            return f"{self.name}: no changes"
+        if self.pending:
+            return f"{self.name}: PENDING, `pulumi up` fails and changes nothing"
+        counts = [(self.count(ADD), "to add"), (self.count(REPLACE), "to replace"),
+                  (self.count(UPDATE), "to update in place"), (self.count(REMOVE), "to remove"),
+                  (self.count(SAME), "unchanged")]
+        shown = ", ".join(f"{n} {what}" for n, what in counts if n) or "none"
+        text = f"{self.name}: containers {shown}"
+        net = self.network
+        if net is not None:
+            text += "; network " + {ADD: "created", REMOVE: "removed", REPLACE: "replaced",
+                                     SAME: "kept"}[net.action]
+        return text
+
+
+# --- building a review ---------------------------------------------------------------------------
+
+
+def _fmt_res(plan: ClusterPlan) -> dict[str, str]:
+    r = plan.resources
+    return {"resources.cpu": f"{r.cpu:g}", "resources.mem": format_size(r.mem),
+            "resources.shmem": format_size(r.shmem), "resources.gpu": str(r.gpu)}
+
+
+def definition_fields(plan: ClusterPlan) -> dict[str, str]:
+    """The session's fields that reach its resources, each as one comparable string."""
+    s = plan.session
+    ports = ", ".join(f"{p.host_ip}:{p.host or '*'}->{p.container}/{p.protocol}"
+                      for p in s.ports)
+    mounts = ", ".join(f"{m.source}:{m.target}{':ro' if m.read_only else ''}" for m in s.mounts)
+    return {
+        "image": s.image,
+        "cluster.mode": s.cluster.mode,
+        "cluster.size": str(s.cluster.size),
+        **_fmt_res(plan),
+        "mounts": mounts or "(none)",
+        "command": " ".join(s.command),
+        "ports": ports or "(none)",
+        "user": f"{s.user.name} ({s.user.uid}:{s.user.gid})",
+        "readiness.timeout": f"{s.readiness.timeout}s",
+        "restart": s.restart,
+        "distributed.master_port": str(s.distributed.master_port) if s.distributed else "(unset)",
+        "plan status": plan.status,
+    }
+
+
+def _dict_changes(old: Mapping[str, str], new: Mapping[str, str],
+                  keys: list[str] | None = None) -> list[Change]:
+    order = keys or sorted(set(old) | set(new))
+    return [Change(k, old.get(k), new.get(k)) for k in order if old.get(k) != new.get(k)]
+
+
+def _cluster_env(c: ContainerPlan) -> dict[str, str]:
+    return {k: v for k, v in c.env.items() if k.startswith(CLUSTER_PREFIX)}
+
+
+def _network_fields(plan: ClusterPlan) -> dict[str, str]:
+    n = plan.network
+    return {"name": n.name, "driver": n.driver, "agent": n.agent or "(none)",
+            "mtu": str(n.mtu) if n.mtu else "(engine default)",
+            "encrypted": "yes" if n.encrypted else "no"}
+
+
+def _replace_reasons(old: ClusterPlan, new: ClusterPlan, o: ContainerPlan, n: ContainerPlan,
+                     moved_hosts: set[str], network_replaced: bool) -> list[str]:
+    so, sn = old.session, new.session
+    why = []
+    if so.image != sn.image:
+        why.append("image")
+    if so.env != sn.env:
+        why.append("user env")
+    if _cluster_env(o) != _cluster_env(n):
+        why.append("cluster variables")
+    if _fmt_res(old) != _fmt_res(new):
+        why.append("resources")
+    if o.gpus != n.gpus:
+        why.append("GPU ids")
+    if so.mounts != sn.mounts:
+        why.append("mounts")
+    if so.command != sn.command:
+        why.append("command")
+    if n.host == "main1" and so.ports != sn.ports:
+        why.append("published ports")
+    if so.user != sn.user or so.readiness != sn.readiness or old.hosts != new.hosts:
+        why.append("rendered files")
+    if o.agent != n.agent:
+        why.append(f"moves {o.agent} -> {n.agent}")
+    elif n.agent in moved_hosts:
+        why.append(f"{n.agent}'s docker_host")
+    if network_replaced:
+        why.append("network replaced")
+    return why
+
+
+def diff_plans(old: ClusterPlan | None, new: ClusterPlan | None,
+               old_hosts: Mapping[str, str] | None = None,
+               new_hosts: Mapping[str, str] | None = None) -> Review:
+    """What applying ``new`` to a stack holding ``old`` does. ``*_hosts``: agent name to its
+    ``docker_host`` (from the pools), to see an agent that points at another engine."""
+    if old is None and new is None:
+        raise ValueError("nothing to compare: both sides are empty")
+    old_hosts, new_hosts = old_hosts or {}, new_hosts or {}
+    warnings: list[str] = []
+    name = (new or old).name  # type: ignore[union-attr]
+
+    if new is not None and new.pending:
+        warnings.append(f"the new definition is PENDING: {new.reason}. `pulumi up` fails "
+                        "before changing anything.")
+    if old is not None and new is not None and old.name != new.name:
+        warnings.append(f"the session is renamed {old.name} -> {new.name}: that is another "
+                        f"stack. `up` creates {new.name} from scratch and leaves {old.name} "
+                        f"running until `sessionctl destroy` on the old definition.")
+    # A deployed state exists only for a scheduled old plan of the same stack.
+    base = old if old is not None and not old.pending and (new is None
+                                                           or old.name == new.name) else None
+    if old is not None and old.pending and (new is None or old.name == new.name):
+        warnings.append("the old definition was pending, so nothing of it can be running "
+                        "(unless an earlier version was applied); every container is new.")
+
+    definition = _dict_changes(definition_fields(old), definition_fields(new),
+                               list(definition_fields(new))) if old and new else []
+    user_env = _dict_changes(old.session.env, new.session.env) if old and new else []
+    moved = [Change(a, old_hosts.get(a), new_hosts.get(a))
+             for a in sorted(set(old_hosts) & set(new_hosts))
+             if old_hosts[a] != new_hosts[a]
+             and base is not None and new is not None
+             and (a in base.agents or a in new.agents or a == base.network.agent)]
+    moved_agents = {c.what for c in moved}
+    for c in moved:
+        warnings.append(f"agent {c.what} now points at {c.new} (was {c.old}): resources are "
+                        "recreated through the new host, and if that is another engine the "
+                        "old containers stay behind there; destroy with the old definition "
+                        "first.")
+
+    network: NetworkAction | None = None
+    net_replaced = False
+    if new is not None and not new.pending:
+        if base is None:
+            network = NetworkAction(new.network.name, ADD, new.network.driver, new.network.agent)
+        else:
+            changes = _dict_changes(_network_fields(base), _network_fields(new),
+                                    list(_network_fields(new)))
+            if base.network.agent in moved_agents:
+                changes.append(Change(f"{base.network.agent}'s docker_host",
+                                      old_hosts.get(base.network.agent or ""),
+                                      new_hosts.get(base.network.agent or "")))
+            net_replaced = bool(changes)
+            network = NetworkAction(new.network.name, REPLACE if changes else SAME,
+                                    new.network.driver, new.network.agent, tuple(changes))
+    elif new is None and base is not None:
+        network = NetworkAction(base.network.name, REMOVE, base.network.driver,
+                                base.network.agent)
+
+    actions: list[ContainerAction] = []
+    cluster_changes: dict[str, list[Change]] = {}
+    if new is not None and not new.pending:
+        old_by_host = {c.host: c for c in base.containers} if base else {}
+        for n in new.containers:
+            o = old_by_host.pop(n.host, None)
+            if o is None or base is None:
+                actions.append(ContainerAction(n.host, ADD, None, n.agent, ("new host",)))
+                continue
+            cluster_changes[n.host] = _dict_changes(_cluster_env(o), _cluster_env(n))
+            why = _replace_reasons(base, new, o, n, moved_agents, net_replaced)
+            if why:
+                actions.append(ContainerAction(n.host, REPLACE, o.agent, n.agent, tuple(why)))
+            elif base.session.restart != new.session.restart:
+                actions.append(ContainerAction(n.host, UPDATE, o.agent, n.agent,
+                                               ("restart policy",)))
+            else:
+                actions.append(ContainerAction(n.host, SAME, o.agent, n.agent))
+        actions += [ContainerAction(o.host, REMOVE, o.agent, None, ("host no longer in the "
+                                                                    "session",))
+                    for o in old_by_host.values()]
+    elif new is None and base is not None:
+        actions = [ContainerAction(o.host, REMOVE, o.agent, None, ("definition deleted",))
+                   for o in base.containers]
+        warnings.append("the definition is deleted: nothing destroys its stack by itself; run "
+                        "`sessionctl destroy` on the old definition (the CI example does).")
+    elif new is not None and base is not None:  # new is pending: nothing changes
+        actions = [ContainerAction(o.host, SAME, o.agent, o.agent, ("update fails: pending",))
+                   for o in base.containers]
+
+    shared, per_host = _split_shared(cluster_changes)
+    return Review(name=name, old_name=old.name if old else None,
+                  containers=tuple(actions), network=network, definition=tuple(definition),
+                  user_env=tuple(user_env), cluster_env=tuple(shared),
+                  host_env={h: tuple(c) for h, c in per_host.items() if c},
+                  agents=tuple(moved), warnings=tuple(warnings),
+                  pending=new is not None and new.pending, deleted=new is None)
+
+
+def _split_shared(per_host: Mapping[str, list[Change]]) -> tuple[list[Change],
+                                                                  dict[str, list[Change]]]:
+    """Changes every staying container has in common, and the rest per container."""
+    if not per_host:
+        return [], {}
+    sets = [set(changes) for changes in per_host.values()]
+    common = set.intersection(*sets)
+    first = next(iter(per_host.values()))
+    shared = [c for c in first if c in common]
+    return shared, {h: [c for c in changes if c not in common]
+                    for h, changes in per_host.items()}
+
+
+# --- Markdown ------------------------------------------------------------------------------------
+
+
+def code(value: str | None, cell: bool = False) -> str:
+    """An inline code span that survives backticks and newlines in the value, and pipes when
+    it sits in a table ``cell`` (GFM unescapes ``\\|`` there, and only there)."""
+    if value is None:
+        return "*(absent)*"
+    text = value.replace("\n", "\\n").replace("\r", "\\r")
+    if len(text) > MAX_VALUE:
+        text = text[:MAX_VALUE - 1] + "…"
+    if cell:
+        text = text.replace("|", "\\|")
+    if not text:
+        return "`\u200b`"
+    fence = "`" * (max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _env_value(key: str, value: str | None) -> str:
+    if value is not None and SENSITIVE.search(key):
+        return "*(hidden: the name looks like a credential)*"
+    return code(value)
+
+
+def _env_line(c: Change) -> str:
+    if c.old is None:
+        return f"- added {code(c.what)} = {_env_value(c.what, c.new)}"
+    if c.new is None:
+        return f"- removed {code(c.what)} (was {_env_value(c.what, c.old)})"
+    return f"- {code(c.what)}: {_env_value(c.what, c.old)} → {_env_value(c.what, c.new)}"
+
+
+ACTION_TEXT = {ADD: "add", REMOVE: "**remove**", REPLACE: "**replace**",
+               UPDATE: "update in place", SAME: "unchanged"}
+
+
+def to_markdown(review: Review, old_label: str = "old", new_label: str = "new") -> str:
+    lines = [f"### `sessionctl diff`: {review.name}", "", f"**{review.summary}**", "",
+             f"{code(old_label)} → {code(new_label)}", ""]
+    for w in review.warnings:
+        lines.append(f"> ⚠️ {w}")
+    if review.warnings:
+        lines.append("")
+    replaced = [c for c in review.containers if c.action == REPLACE]
+    staying = [c for c in review.containers if c.action not in (ADD, REMOVE)]
+    if replaced and len(replaced) == len(staying):
+        if any("cluster variables" in c.why for c in replaced) and any(
+                ch.what == "cluster.size" for ch in review.definition):
+            lines += ["`pulumi up` replaces **every** existing container: the cluster size "
+                      "changes, which rewrites each container's `BACKENDAI_CLUSTER_*` "
+                      "variables.", ""]
+        elif len(replaced) > 1:
+            lines += ["`pulumi up` replaces **every** existing container.", ""]
+    if replaced:
+        lines += ["Containers are deleted before their replacements start: the session is "
+                  "interrupted while `up` runs.", ""]
+    if review.containers:
+        verb = "`sessionctl destroy`" if review.deleted else "`pulumi up`"
+        lines += [f"| host | agent | {verb} | why |", "|---|---|---|---|"]
+        for c in review.containers:
+            if c.action == ADD:
+                agent = c.new_agent
+            elif c.action == REMOVE or c.old_agent == c.new_agent:
+                agent = c.old_agent
+            else:
+                agent = f"{c.old_agent} → {c.new_agent}"
+            agent = agent or "-"
+            lines.append(f"| {c.host} | {agent} | {ACTION_TEXT[c.action]} | "
+                         f"{', '.join(c.why)} |")
+        lines.append("")
+    if review.definition:
+        lines += ["#### Definition", "", "| field | old | new |",
+                  "|---|---|---|"]
+        lines += [f"| {c.what} | {code(c.old, cell=True)} | {code(c.new, cell=True)} |"
+                  for c in review.definition]
+        lines.append("")
+    if review.user_env or review.cluster_env or review.host_env:
+        lines += ["#### Environment", ""]
+        if review.user_env:
+            lines += ["User env (every container):", ""]
+            lines += [_env_line(c) for c in review.user_env]
+            lines.append("")
+        if review.cluster_env:
+            lines += ["Cluster variables (every container that stays):", ""]
+            lines += [_env_line(c) for c in review.cluster_env]
+            lines.append("")
+        for host, changes in review.host_env.items():
+            lines += [f"Cluster variables of {host}:", ""]
+            lines += [_env_line(c) for c in changes]
+            lines.append("")
+    net = review.network
+    if net is not None:
+        where = f"{net.driver} on {net.agent}" if net.agent else net.driver or "?"
+        text = {ADD: "created", REMOVE: "**removed**", REPLACE: "**replaced**",
+                SAME: "kept"}[net.action]
+        lines += ["#### Network", "", f"{code(net.name)} ({where}): {text}"]
+        lines += [f"- {c.what}: {code(c.old)} → {code(c.new)}" for c in net.changes]
+        lines.append("")
+    if review.agents:
+        lines += ["#### Agents", ""]
+        lines += [f"- {c.what} docker_host: {code(c.old)} → {code(c.new)}"
+                  for c in review.agents]
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def review_to_dict(review: Review) -> dict:
+    def ch(c: Change) -> dict:
+        hide = SENSITIVE.search(c.what) is not None
+        return {"what": c.what, "old": "[hidden]" if hide and c.old is not None else c.old,
+                "new": "[hidden]" if hide and c.new is not None else c.new}
+
+    return {
+        "session": review.name,
+        "old_session": review.old_name,
+        "summary": review.summary,
+        "changed": review.changed,
+        "pending": review.pending,
+        "deleted": review.deleted,
+        "containers": [{"host": c.host, "action": c.action, "old_agent": c.old_agent,
+                        "new_agent": c.new_agent, "why": list(c.why)}
+                       for c in review.containers],
+        "network": None if review.network is None else {
+            "name": review.network.name, "action": review.network.action,
+            "driver": review.network.driver, "agent": review.network.agent,
+            "changes": [ch(c) for c in review.network.changes]},
+        "definition": [ch(c) for c in review.definition],
+        "user_env": [ch(c) for c in review.user_env],
+        "cluster_env": [ch(c) for c in review.cluster_env],
+        "host_env": {h: [ch(c) for c in cs] for h, cs in review.host_env.items()},
+        "agents": [ch(c) for c in review.agents],
+        "warnings": list(review.warnings),
+    }
