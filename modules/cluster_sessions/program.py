@@ -1,0 +1,84 @@
+"""The Pulumi program behind ``__main__.py``: this stack's definition, planned, as a Session.
+
+Stack configuration (``stacks/Pulumi.<stack>.yaml``):
+
+``cluster-sessions:definition``
+    The session definition, relative to ``stacks/`` (``sessions/train-demo.yaml``) or absolute.
+``cluster-sessions:pool`` (optional)
+    A pool file that replaces the one the definition names; relative to ``stacks/`` or absolute.
+
+Invalid definitions and pending sessions fail the update before any resource is registered,
+with the same messages ``sessionctl validate`` and ``sessionctl plan`` print.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pulumi
+
+from .loader import Loaded, load_session
+from .plan import build_plan
+from .problems import DefinitionError
+from .session import Session, SessionArgs, SessionPending
+
+CONFIG_NAMESPACE = "cluster-sessions"
+STACKS_DIR = "stacks"
+
+
+class InvalidDefinition(pulumi.RunError):
+    """The definition or its pool is invalid; one ``FILE: path: message`` line per problem."""
+
+
+def resolve(value: str, stacks: Path) -> Path:
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else stacks / path
+
+
+def load(project_dir: Path, config: pulumi.Config | None = None) -> Loaded:
+    """The session and pool this stack's configuration names."""
+    config = config or pulumi.Config(CONFIG_NAMESPACE)
+    stacks = project_dir / STACKS_DIR
+    definition = resolve(config.require("definition"), stacks)
+    pool = config.get("pool")
+    try:
+        return load_session(definition, resolve(pool, stacks) if pool else None)
+    except DefinitionError as exc:
+        raise InvalidDefinition(f"invalid session definition:\n{exc}") from None
+
+
+def shown(path: Path, project_dir: Path) -> str:
+    """A path relative to the project when it is inside it, so outputs read the same anywhere."""
+    try:
+        return str(path.resolve().relative_to(project_dir.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def run(project_dir: Path) -> Session:
+    """Build this stack's Session and export its outputs."""
+    loaded = load(project_dir)
+    plan = build_plan(loaded.session, loaded.pool)
+    if plan.pending:  # before any resource, so nothing is created (Session checks it too)
+        raise SessionPending(f"session {plan.name!r} is pending, nothing was created: "
+                             f"{plan.reason}")
+    stack = pulumi.get_stack()
+    if stack != plan.name:
+        pulumi.log.warn(f"stack {stack!r} runs session {plan.name!r}; sessionctl names the "
+                        "stack after the session, so it will not find this one")
+    session = Session(plan.name, SessionArgs(plan=plan, pool=loaded.pool))
+    pulumi.export("session", {
+        "name": plan.name,
+        "id": plan.session_id,
+        "mode": plan.mode,
+        "definition": shown(loaded.session_file, project_dir),
+        "pool": shown(loaded.pool_file, project_dir),
+    })
+    pulumi.export("hosts", session.hosts)
+    pulumi.export("agents", session.agents)
+    pulumi.export("network", session.network)
+    pulumi.export("main1", session.main1)
+    pulumi.export("ssh_public_key", session.ssh_public_key)
+    # For ssh into main1 from outside; shown only with ``--show-secrets``.
+    pulumi.export("ssh_private_key", pulumi.Output.secret(session.keys.user_private))
+    return session

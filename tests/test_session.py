@@ -1,0 +1,392 @@
+"""The Pulumi program and the Session component, run for real under Pulumi's mocks.
+
+Every test runs the project's own ``__main__.py`` with the config of a stack file in ``stacks/``
+(or of a fixture), through ``tests/mockengine.py``: the mock monitor records what the engine
+would receive (camelCase inputs, numbers as floats, secrets marked where they are), and keeps
+state between runs like two ``pulumi up``s. Assertions read recorded registrations and outputs
+resolved with ``await output.future()``; none depends on an ``apply`` that might not run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cluster_sessions import keystore
+from cluster_sessions.loader import load_session
+from cluster_sessions.plan import ClusterPlan, build_plan, container_labels, network_labels
+from cluster_sessions.program import InvalidDefinition
+from cluster_sessions.render import BUNDLE_DIR, entrypoint_argv, render_container
+from cluster_sessions.session import TYPE_TOKEN, SessionPending
+
+from .mockengine import STACKS, Engine, Registration, example_stacks, is_secret, run_program
+from .mockengine import stack_config as stack_file_config
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+CONTAINER = "docker:index/container:Container"
+NETWORK = "docker:index/network:Network"
+PROVIDER = "pulumi:providers:docker"
+KEYS = "pulumi-python:dynamic/cluster-sessions:SessionKeys"
+STACK = "pulumi:pulumi:Stack"
+
+EXAMPLES = example_stacks()
+FIXTURE_STACKS = {
+    # stack -> config, for shapes the examples do not cover
+    "spread-demo": {"cluster-sessions:definition": str(FIXTURES / "sessions" / "spread.yaml")},
+    "gpu-pair": {"cluster-sessions:definition": str(FIXTURES / "sessions" / "gpu-pair.yaml")},
+    "multi-demo-over-ssh": {
+        "cluster-sessions:definition": "sessions/multi-demo.yaml",
+        "cluster-sessions:pool": str(FIXTURES / "pools" / "ssh-pair.yaml"),
+    },
+}
+
+
+def config_of(stack: str) -> dict[str, str]:
+    return FIXTURE_STACKS.get(stack) or stack_file_config(stack)
+
+
+def definition_and_pool(config: dict[str, str]) -> tuple[Path, Path | None]:
+    definition = Path(config["cluster-sessions:definition"])
+    pool = config.get("cluster-sessions:pool")
+    return (definition if definition.is_absolute() else STACKS / definition,
+            Path(pool) if pool else None)
+
+
+def expected_plan(config: dict[str, str]) -> ClusterPlan:
+    """The plan the program should build, made here from the same files independently."""
+    loaded = load_session(*definition_and_pool(config))
+    return build_plan(loaded.session, loaded.pool)
+
+
+class Run:
+    """One run of the program: its engine (registrations, state), outputs and expected plan."""
+
+    def __init__(self, stack: str, engine: Engine | None = None) -> None:
+        self.stack = stack
+        self.config = config_of(stack)
+        self.plan = expected_plan(self.config)
+        self.engine = engine or Engine()
+        self.outputs = run_program(self.engine, stack, self.config)
+
+    @property
+    def component(self) -> Registration:
+        return self.engine.named(TYPE_TOKEN, self.plan.name)
+
+    def container(self, host: str) -> Registration:
+        return self.engine.named(CONTAINER, f"{self.plan.name}-{host}")
+
+    @property
+    def network(self) -> Registration:
+        return self.engine.named(NETWORK, self.plan.network.name)
+
+    @property
+    def keys(self) -> Registration:
+        return self.engine.named(KEYS, f"{self.plan.name}-keys")
+
+    def output(self, name: str):
+        value, _secret = self.outputs[name]
+        return value
+
+
+@pytest.fixture(scope="module", params=EXAMPLES + sorted(FIXTURE_STACKS))
+def run(request) -> Run:
+    return Run(request.param)
+
+
+# --- the example stacks themselves ---------------------------------------------------------
+
+def test_every_example_session_has_a_stack_file_named_after_it():
+    sessions = sorted((STACKS / "sessions").glob("*.yaml"))
+    assert sessions, "no example sessions in stacks/sessions"
+    for path in sessions:
+        plan = expected_plan({"cluster-sessions:definition": str(path)})
+        assert plan.name in EXAMPLES, f"no stacks/Pulumi.{plan.name}.yaml for {path.name}"
+        configured = STACKS / stack_file_config(plan.name)["cluster-sessions:definition"]
+        assert configured.resolve() == path.resolve(), f"Pulumi.{plan.name}.yaml names {configured}"
+
+
+def test_stack_files_only_use_config_keys_the_project_declares():
+    project = yaml.safe_load((STACKS.parent / "Pulumi.yaml").read_text())
+    declared = project["config"]
+    assert project["stackConfigDir"] == "stacks"
+    required = {k for k, v in declared.items() if "default" not in v}
+    assert required == {"cluster-sessions:definition"}
+    for stack in EXAMPLES:
+        keys = set(stack_file_config(stack))
+        assert keys <= set(declared), f"Pulumi.{stack}.yaml: undeclared {keys - set(declared)}"
+        assert required <= keys, f"Pulumi.{stack}.yaml lacks {required - keys}"
+
+
+# --- the resource graph --------------------------------------------------------------------
+
+def test_one_component_holds_providers_network_keys_and_one_container_per_host(run: Run):
+    plan, engine = run.plan, run.engine
+    used_agents = set(plan.agents) | {plan.network.agent}
+    assert [r.name for r in engine.of_type(TYPE_TOKEN)] == [plan.name]
+    assert sorted(r.name for r in engine.of_type(PROVIDER)) == sorted(
+        f"{plan.name}-{a}" for a in used_agents)
+    assert [r.name for r in engine.of_type(NETWORK)] == [plan.network.name]
+    assert [r.name for r in engine.of_type(KEYS)] == [f"{plan.name}-keys"]
+    # (registrations come from a thread pool, so their order is not the program's order)
+    assert sorted(r.name for r in engine.of_type(CONTAINER)) == sorted(
+        c.container_name for c in plan.containers)
+    others = {r.type for r in engine.registrations} - {TYPE_TOKEN, PROVIDER, NETWORK, KEYS,
+                                                         CONTAINER, STACK}
+    assert not others, f"unexpected resource types {others}"
+
+
+def test_the_component_is_the_parent_of_every_resource_it_makes(run: Run):
+    component = run.component
+    stack = run.engine.of_type(STACK)[0]
+    assert component.parent == stack.urn, f"{component.urn} is not a child of the stack"
+    for reg in run.engine.registrations:
+        if reg.type not in (STACK, TYPE_TOKEN):
+            assert reg.parent == component.urn, f"{reg.urn} has parent {reg.parent}"
+
+
+def test_each_agent_gets_a_provider_for_its_docker_host(run: Run):
+    pool = load_session(*definition_and_pool(run.config)).pool
+    for reg in run.engine.of_type(PROVIDER):
+        agent = pool.agent(reg.name.removeprefix(f"{run.plan.name}-"))
+        inputs = reg.plain_inputs
+        assert inputs["host"] == agent.docker_host, reg.urn
+        if agent.docker_host.startswith("ssh://"):
+            opts = json.loads(inputs["sshOpts"])  # provider config arrives JSON-encoded
+            assert opts[:2] == ["-o", "StrictHostKeyChecking=yes"], reg.urn
+            assert "BatchMode=yes" in opts, reg.urn
+        else:
+            assert "sshOpts" not in inputs, reg.urn
+
+
+def test_ssh_agents_pin_host_keys_with_the_files_of_their_ssh_block():
+    run = Run("spread-demo")
+    opts = {r.name: json.loads(r.plain_inputs["sshOpts"]) for r in run.engine.of_type(PROVIDER)}
+    assert opts == {
+        "spread-demo-node-a": [
+            "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
+            "-o", "UserKnownHostsFile=~/.ssh/known_hosts_agents",
+            "-o", "IdentityFile=~/.ssh/id_agents", "-o", "IdentitiesOnly=yes",
+            "-o", "Port=2222",  # the URL names no port; the ssh block does
+        ],
+        # no ssh block, and the port is in the URL
+        "spread-demo-node-b": ["-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes"],
+    }
+
+
+def test_containers_run_on_their_agents_and_the_network_on_its_agent(run: Run):
+    plan, engine = run.plan, run.engine
+    provider_urn = {r.name: r.urn for r in engine.of_type(PROVIDER)}
+    for c in plan.containers:
+        reg = run.container(c.host)
+        assert reg.provider_urn == provider_urn[f"{plan.name}-{c.agent}"], reg.urn
+        assert run.network.urn in reg.dependencies, f"{reg.urn} does not wait for the network"
+        assert reg.delete_before_replace, f"{reg.urn}: a fixed name needs delete-before-replace"
+    net = run.network
+    assert net.provider_urn == provider_urn[f"{plan.name}-{plan.network.agent}"], net.urn
+    assert net.delete_before_replace, f"{net.urn}: a fixed name needs delete-before-replace"
+
+
+def test_container_identity_env_and_command_come_from_the_plan(run: Run):
+    plan = run.plan
+    session = plan.session
+    for c in plan.containers:
+        reg = run.container(c.host)
+        inputs = reg.plain_inputs
+        assert inputs["name"] == f"{plan.name}-{c.host}", reg.urn
+        assert inputs["hostname"] == c.host, reg.urn
+        assert inputs["image"] == session.image, reg.urn
+        assert inputs["networksAdvanced"] == [{"name": plan.network.name,
+                                               "aliases": [c.host]}], reg.urn
+        assert inputs["envs"] == [f"{k}={v}" for k, v in c.env.items()], reg.urn
+        assert inputs["entrypoints"] == entrypoint_argv(), reg.urn
+        assert inputs["command"] == list(session.command), reg.urn
+        assert inputs["restart"] == session.restart, reg.urn
+        assert inputs["mustRun"] is True, reg.urn
+
+
+def test_container_resources_are_per_container_in_docker_units(run: Run):
+    res = run.plan.resources
+    for c in run.plan.containers:
+        inputs = run.container(c.host).plain_inputs
+        assert inputs["cpus"] == f"{res.cpu:g}"
+        assert inputs["memory"] == float(-(-res.mem // 2**20))  # MB, numbers arrive as floats
+        assert inputs["shmSize"] == float(-(-res.shmem // 2**20))
+        if c.gpus:
+            assert inputs["gpus"] == "device=" + ",".join(map(str, c.gpus))
+        else:
+            assert "gpus" not in inputs
+
+
+def test_mounts_are_binds_for_paths_and_volumes_for_names(run: Run):
+    want = [
+        {"target": m.target, "source": m.source, "readOnly": m.read_only,
+         "type": "bind" if m.source.startswith("/") else "volume"}
+        for m in run.plan.mounts
+    ]
+    for c in run.plan.containers:
+        assert run.container(c.host).plain_inputs.get("mounts", []) == want
+
+
+def test_labels_identify_session_host_and_role(run: Run):
+    for c in run.plan.containers:
+        labels = run.container(c.host).plain_inputs["labels"]
+        assert {x["label"]: x["value"] for x in labels} == container_labels(run.plan, c)
+    labels = run.network.plain_inputs["labels"]
+    assert {x["label"]: x["value"] for x in labels} == network_labels(run.plan)
+
+
+def test_only_main1_publishes_the_definitions_ports(run: Run):
+    session = run.plan.session
+    for c in run.plan.containers:
+        ports = run.container(c.host).plain_inputs.get("ports")
+        if c.host != "main1" or not session.ports:
+            assert ports is None, f"{c.host} publishes {ports}"
+            continue
+        want = [{"internal": float(p.container), "ip": p.host_ip, "protocol": p.protocol,
+                 **({"external": float(p.host)} if p.host else {})} for p in session.ports]
+        assert ports == want
+
+
+def test_network_is_a_bridge_or_an_attachable_overlay_with_the_pools_options(run: Run):
+    net = run.plan.network
+    inputs = run.network.plain_inputs
+    assert inputs["name"] == net.name
+    assert inputs["driver"] == net.driver
+    if net.driver == "overlay":
+        assert inputs["attachable"] is True
+    else:
+        assert "attachable" not in inputs
+    options = inputs.get("options", {})
+    assert options.get("com.docker.network.driver.mtu") == (str(net.mtu) if net.mtu else None)
+    assert ("encrypted" in options) == net.encrypted
+
+
+def test_uploads_are_the_rendered_files_and_only_private_keys_are_secret(run: Run):
+    _id, state = run.engine.state[run.keys.urn]
+    material = keystore.from_state(state)
+    for c in run.plan.containers:
+        reg = run.container(c.host)
+        uploads = reg.inputs["uploads"]
+        assert not is_secret(uploads), f"{reg.urn}: the whole upload list is secret"
+        files = render_container(run.plan, c, material)
+        assert [u["file"] for u in uploads] == [f"{BUNDLE_DIR}/{f.path}" for f in files]
+        for upload, f in zip(uploads, files, strict=True):
+            content = upload["content"]
+            assert is_secret(content) == f.secret, f"{reg.urn}: {f.path} secret={f.secret}"
+            value = content["value"] if is_secret(content) else content
+            same = _digest(value) == _digest(f.content)  # never print key material
+            assert same, f"{reg.urn}: {f.path} is not what render_container gives"
+            assert upload["permissions"] == f"0{f.mode:o}", f"{reg.urn}: {f.path} mode"
+            if f.secret:
+                assert upload["permissions"] == "0600", f"{reg.urn}: {f.path} is readable"
+            if f.path.endswith(".sh"):
+                assert upload["executable"] is True, f"{reg.urn}: {f.path} not executable"
+
+
+def test_keys_are_one_resource_with_secret_private_outputs(run: Run):
+    keys = run.keys
+    assert keys.plain_inputs["hosts"] == list(run.plan.hosts)
+    assert set(keys.additional_secret_outputs) >= {"user_private", "host_private"}
+    assert is_secret(keys.inputs["__provider"])
+    assert run.engine.dynamic_calls == [f"create {run.plan.name}-keys"]
+
+
+def test_stack_outputs_describe_hosts_agents_network_and_main1(run: Run):
+    plan = run.plan
+    assert run.output("hosts") == list(plan.hosts)
+    agents = run.output("agents")
+    assert list(agents) == list(plan.agents)
+    for c in plan.containers:
+        assert c.host in agents[c.agent]["hosts"]
+    network = run.output("network")
+    assert (network["name"], network["driver"]) == (plan.network.name, plan.network.driver)
+    main1 = run.output("main1")
+    assert main1["container"] == f"{plan.name}-main1"
+    assert main1["agent"] == plan.containers[0].agent
+    assert f"exec -it -u {plan.session.user.name} {plan.name}-main1" in main1["exec"]
+    assert [p["container"] for p in main1["ports"]] == [p.container for p in plan.session.ports]
+    if any(p.container == 2200 for p in plan.session.ports):
+        published = next(p for p in main1["ports"] if p["container"] == 2200)
+        assert f"-p {published['host']} " in main1["ssh"]["command"]
+        host_key = run.engine.state[run.keys.urn][1]["host_public"]["main1"]
+        assert main1["ssh"]["known_hosts"] == \
+            f"[{published['address']}]:{published['host']} {host_key}"
+    else:
+        assert main1["ssh"] is None
+    _value, secret = run.outputs["ssh_private_key"]
+    assert secret, "the private key must be a secret output"
+    assert not run.outputs["main1"][1] and not run.outputs["ssh_public_key"][1]
+
+
+# --- no perpetual diff ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("stack", EXAMPLES + sorted(FIXTURE_STACKS))
+def test_a_second_run_registers_exactly_the_same_inputs(stack):
+    engine = Engine()
+    first = Run(stack, engine)
+    before = {r.urn: r.inputs for r in first.engine.registrations}
+    second = Run(stack, engine)
+    after = {r.urn: r.inputs for r in second.engine.registrations}
+    assert sorted(after) == sorted(before)
+    for urn, inputs in before.items():
+        same = after[urn] == inputs  # compared whole; the message names only the resource
+        assert same, f"{urn}: inputs differ between two runs (perpetual diff)"
+    name = first.plan.name
+    assert engine.dynamic_calls == [f"create {name}-keys", f"diff {name}-keys changes=False"]
+
+
+def test_a_session_that_grows_keeps_its_keys_and_adds_host_keys(tmp_path):
+    grown = tmp_path / "train-demo.yaml"
+    text = (STACKS / "sessions" / "train-demo.yaml").read_text()
+    grown.write_text(text.replace("size: 4", "size: 3").replace(
+        "pool: local", f"pool: {STACKS / 'pools' / 'local.yaml'}"))
+    engine = Engine()
+    config = {"cluster-sessions:definition": str(grown)}
+    run_program(engine, "train-demo", config)
+    keys_urn = engine.named(KEYS, "train-demo-keys").urn
+    small = keystore.from_state(engine.state[keys_urn][1])
+    grown.write_text(grown.read_text().replace("size: 3", "size: 4"))
+    run_program(engine, "train-demo", config)
+    big = keystore.from_state(engine.state[keys_urn][1])
+    assert engine.dynamic_calls[-2:] == ["diff train-demo-keys changes=True",
+                                         "update train-demo-keys"]
+    assert big.user == small.user
+    assert list(big.hosts) == ["main1", "sub1", "sub2", "sub3"]
+    assert all(big.hosts[h] == small.hosts[h] for h in small.hosts)
+
+
+# --- failures ------------------------------------------------------------------------------
+
+def test_a_pending_session_creates_nothing_and_fails_with_the_reason():
+    engine = Engine()
+    config = {"cluster-sessions:definition": str(FIXTURES / "sessions" / "too-big.yaml")}
+    with pytest.raises(SessionPending, match="pending.*no single agent can hold all 3"):
+        run_program(engine, "too-big", config)
+    assert [r.type for r in engine.registrations] == [STACK]
+    assert engine.state == {}
+
+
+def test_an_invalid_definition_fails_with_one_line_per_problem(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((FIXTURES / "sessions" / "too-big.yaml").read_text().replace(
+        "shmem: 64m", "shmem: 2g"))
+    engine = Engine()
+    with pytest.raises(InvalidDefinition, match=r"bad\.yaml: resources\.shmem: must be smaller"):
+        run_program(engine, "too-big", {"cluster-sessions:definition": str(bad)})
+    assert [r.type for r in engine.registrations] == [STACK]
+
+
+def test_the_definition_must_be_configured():
+    with pytest.raises(Exception, match="cluster-sessions:definition"):
+        run_program(Engine(), "nothing", {})
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
