@@ -362,6 +362,10 @@ def docker_answers(url: str, timeout: float = 5) -> str | None:
     """``None`` when a Docker Engine answers at ``url``, else why not."""
     import docker
 
+    if url.startswith("unix://"):
+        socket = Path(url.removeprefix("unix://"))
+        if not socket.exists():
+            return f"{socket} does not exist"
     try:
         client = docker.DockerClient(base_url=url, timeout=timeout)
         try:
@@ -373,6 +377,12 @@ def docker_answers(url: str, timeout: float = 5) -> str | None:
     return None
 
 
+def start_hint(docker_host: str) -> str:
+    if docker_host in ("unix:///var/run/docker.sock", "unix:///run/docker.sock"):
+        return "start it (as root: scripts/ensure-docker.sh, or `systemctl start docker`)"
+    return ("start the engine serving that socket (the lab pool's agents: `sessionctl lab up`)")
+
+
 def unreachable_local_agents(plan: ClusterPlan, loaded: Loaded,
                              ping: Callable[[str], str | None] = docker_answers) -> list[str]:
     """One message per ``unix://`` agent of the plan whose engine does not answer."""
@@ -382,10 +392,8 @@ def unreachable_local_agents(plan: ClusterPlan, loaded: Loaded,
         if agent.docker_host.startswith("unix://"):
             why = ping(agent.docker_host)
             if why:
-                missing.append(
-                    f"agent {name}: no Docker Engine answers on {agent.docker_host} ({why}); "
-                    "start it (as root: scripts/ensure-docker.sh, or `systemctl start docker`)"
-                )
+                missing.append(f"agent {name}: no Docker Engine answers on "
+                               f"{agent.docker_host} ({why}); {start_hint(agent.docker_host)}")
     return missing
 
 
