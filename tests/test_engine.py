@@ -264,6 +264,46 @@ def test_confirmation_rules():
         assert err.value.code == Exit.INVALID and "--yes" in str(err.value)
 
 
+class RecordingStack:
+    """Records the config calls ``apply_config`` makes; runs nothing, returns nothing."""
+
+    def __init__(self, missing: set[str] = frozenset()):
+        self.calls: list[tuple] = []
+        self.missing = missing
+
+    def set_config(self, key, value):
+        self.calls.append(("set", key, value.value, value.secret))
+
+    def remove_config(self, key):
+        self.calls.append(("remove", key))
+        if key in self.missing:  # what `pulumi config rm` of an unset key raises, if it does
+            raise create_command_error(CommandResult("", f"configuration key '{key}' not found",
+                                                     255))
+
+
+def test_apply_config_sets_the_definition_and_clears_an_old_pool(tmp_path):
+    stack = RecordingStack(missing={"cluster-sessions:pool"})
+    engine.apply_config(stack, engine.stack_config(tmp_path / "stacks/sessions/a.yaml", None,
+                                                   tmp_path))
+    assert stack.calls == [("set", "cluster-sessions:definition", "sessions/a.yaml", False),
+                           ("remove", "cluster-sessions:pool")]
+
+
+def test_apply_config_sets_the_pool_when_given(tmp_path):
+    stack = RecordingStack()
+    engine.apply_config(stack, engine.stack_config(tmp_path / "stacks/sessions/a.yaml",
+                                                   tmp_path / "pools/lab.yaml", tmp_path))
+    assert stack.calls[1] == ("set", "cluster-sessions:pool",
+                              (tmp_path / "pools/lab.yaml").resolve().as_posix(), False)
+
+
+def test_declining_or_no_answer_means_no(monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    assert engine.ask("Apply?") is False
+    monkeypatch.setattr(sys, "stdin", io.StringIO("yes\n"))
+    assert engine.ask("Apply?") is True
+
+
 # --- results and failures ------------------------------------------------------------------------
 
 

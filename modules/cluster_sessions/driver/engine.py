@@ -282,7 +282,7 @@ def split_command_error(text: str) -> tuple[list[str], list[str]]:
     return match["out"].splitlines(), match["err"].splitlines()
 
 
-def summary_document(verb: str, stack: str, session: str, backend: str, result: str, *,
+def summary_document(verb: str, stack: str, session: str, backend: str | None, result: str, *,
                      changes: Mapping[str, int] | None = None,
                      outputs: Mapping[str, Any] | None = None,
                      steps: Sequence[Mapping[str, Any]] = (), error: str | None = None,
@@ -493,8 +493,8 @@ def cmd_engine(args: argparse.Namespace) -> int:
 
     def report(result: str, **extra: Any) -> None:
         if args.json:
-            emit(summary_document(verb, stack_name, plan.name, extra.pop("backend", ""), result,
-                                  **extra))
+            emit(summary_document(verb, stack_name, plan.name, extra.pop("backend", None),
+                                  result, **extra))
 
     if plan.pending:
         if verb in ("preview", "up"):
