@@ -1,0 +1,331 @@
+"""What each agent of a pool is, holds and can still give; and the check before anything is made.
+
+``probe_free(pool)`` is what ``sessionctl plan --probe`` plans against; ``preflight(pool,
+agents)`` is what the engine verbs call before anything is created; ``probe_pool`` feeds
+``sessionctl pool check``.
+
+Decisions:
+
+- Total capacity is the *declared* one (``capacity:`` is required in a pool; it is the
+  operator's statement of what may be scheduled, and may deliberately overcommit a machine).
+  The probe reads the machine (CPUs, memory, GPUs) to warn when the declaration exceeds it, and
+  GPUs the machine does not have are never offered: a container asking for one would fail.
+- What other sessions hold is read from our container labels (``cluster-sessions.cpu``,
+  ``.mem``, ``.gpus``) on every container with a ``cluster-sessions.session`` label, in any
+  state: a stopped container still belongs to a stack, and the next ``up`` starts it again.
+  ``exclude_session`` leaves one session's own containers out (re-planning a running session).
+- An agent that cannot be reached, whose engine does not answer, or that is the same engine as
+  another agent of the pool is an error that names the agent and the cause. For multi-agent
+  (overlay) placements the swarm must be formed: the manager is a manager, every other agent
+  is a ready node of *its* swarm; and ``network.encrypted`` needs a kernel that can build
+  Docker's IPsec SAs (docs/encrypted-overlay.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from ..driver.errors import CommandError, Exit
+from ..placement import Free
+from ..spec import Agent, Pool
+from ..units import format_size
+from . import facts as F
+from .connectors import (
+    DEFAULT_CONNECT_TIMEOUT,
+    MISCONFIGURED,
+    NOT_SWARM_READY,
+    AgentError,
+    Connector,
+    connector_for,
+)
+
+MAX_PARALLEL = 16
+
+
+@dataclass
+class AgentReport:
+    """One agent as probed. ``problems`` make it unusable; ``warnings`` do not."""
+
+    name: str
+    via: str = ""
+    reachable: bool = False
+    engine: F.EngineInfo | None = None
+    cpus: int | None = None  # the machine's, as probed
+    mem: int | None = None
+    gpus: F.GpuProbe | None = None
+    held: tuple[F.HeldContainer, ...] = ()
+    total: Free | None = None  # declared, less GPUs the machine lacks
+    free: Free | None = None  # total less what other sessions hold
+    encryption: F.EncryptionSupport | None = None
+    problems: list[AgentError] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def docker_version(self) -> str | None:
+        return self.engine.server_version if self.engine else None
+
+    @property
+    def swarm(self) -> F.SwarmState | None:
+        return self.engine.swarm if self.engine else None
+
+    @property
+    def swarm_role(self) -> str:
+        return self.engine.swarm.role if self.engine else "-"
+
+    @property
+    def sessions(self) -> list[str]:
+        return sorted({h.session for h in self.held})
+
+    def fail(self, cause: str, detail: str) -> None:
+        self.problems.append(AgentError(self.name, cause, detail))
+
+
+class PreflightError(CommandError):
+    """Agents that cannot be used, one line each; ``reports`` has every probed agent."""
+
+    def __init__(self, pool: Pool, reports: Sequence[AgentReport], what: str = "",
+                 code: Exit = Exit.MISSING):
+        self.reports = list(reports)
+        failing = [r for r in reports if not r.ok]
+        lines = [str(p) for r in failing for p in r.problems]
+        head = (f"pool {pool.name}: {len(failing)} of {len(reports)} agent(s) cannot be used"
+                + what)
+        super().__init__("\n".join([head + ":", *(f"  {line}" for line in lines)]), code)
+
+
+def _effective(agent: Agent, report: AgentReport) -> None:
+    cap = agent.capacity
+    gpus = cap.gpus
+    probe = report.gpus
+    if probe is not None and gpus:
+        if not probe.present:
+            report.warnings.append(f"declares GPUs {_ids(gpus)} but nvidia-smi is not installed;"
+                                   " no GPUs are offered")
+            gpus = ()
+        elif probe.error:
+            report.warnings.append(f"declares GPUs {_ids(gpus)} but nvidia-smi failed "
+                                   f"({probe.error}); no GPUs are offered")
+            gpus = ()
+        else:
+            lacking = [g for g in gpus if g not in probe.ids]
+            if lacking:
+                report.warnings.append(f"declares GPUs {_ids(lacking)}, which nvidia-smi does not"
+                                       f" list ({_ids(probe.ids) or 'none'}); not offered")
+                gpus = tuple(g for g in gpus if g in probe.ids)
+    if report.cpus is not None and cap.cpu > report.cpus:
+        report.warnings.append(f"declares {cap.cpu:g} CPUs, the machine has {report.cpus} "
+                               "(overcommitted)")
+    if report.mem is not None and cap.mem > report.mem:
+        report.warnings.append(f"declares {format_size(cap.mem)} memory, the machine has "
+                               f"{_gib(report.mem)} (overcommitted)")
+    report.total = Free(agent.name, cap.millicpu, cap.mem, tuple(gpus))
+
+
+def _held_free(report: AgentReport) -> None:
+    assert report.total is not None
+    cpu = sum(h.millicpu for h in report.held)
+    mem = sum(h.mem for h in report.held)
+    taken = {g for h in report.held for g in h.gpus}
+    total = report.total
+    if cpu > total.millicpu or mem > total.mem:
+        report.warnings.append(f"sessions hold more than declared (cpu {cpu / 1000:g}, mem "
+                               f"{format_size(mem) if mem else 0})")
+    report.free = Free(total.name, max(0, total.millicpu - cpu), max(0, total.mem - mem),
+                       tuple(g for g in total.gpus if g not in taken))
+
+
+def _ids(ids: Iterable[int]) -> str:
+    return ",".join(map(str, ids))
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:.1f}g"
+
+
+def probe_agent(agent: Agent, *, exclude_session: str | None = None, encryption: bool = False,
+                host_keys: str = "strict", connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+                connector: Connector | None = None) -> AgentReport:
+    """Everything ``pool check`` shows about one agent. Never raises for the agent's faults:
+    they are ``problems`` of the report."""
+    report = AgentReport(agent.name)
+    try:
+        conn = connector or connector_for(agent, host_keys=host_keys,
+                                          connect_timeout=connect_timeout)
+    except AgentError as exc:
+        report.problems.append(exc)
+        return report
+    report.via = conn.description
+    wanted: list[F.Fact] = [F.DockerInfo(), F.SessionContainers(), F.CpuCount(), F.MemTotal(),
+                            F.Gpus()]
+    if encryption:
+        wanted.append(F.EncryptedOverlaySupport())
+    try:
+        outcomes = F.gather_all(conn, wanted)
+    except AgentError as exc:
+        report.problems.append(exc)
+        return report
+    finally:
+        if connector is None:
+            conn.close()
+    report.reachable = True
+    info, held, cpus, mem, gpus, *rest = outcomes
+    if not info.ok:
+        report.problems.append(info.error)  # type: ignore[arg-type]
+        return report
+    report.engine = info.value
+    if held.ok:
+        report.held = tuple(h for h in held.value if h.session != exclude_session)
+    else:
+        report.problems.append(held.error)  # type: ignore[arg-type]
+    report.cpus = cpus.value if cpus.ok else None
+    report.mem = mem.value if mem.ok else None
+    if gpus.ok:
+        report.gpus = gpus.value
+    elif agent.capacity.gpus:
+        report.warnings.append(f"GPUs not probed ({gpus.error.detail}); "  # type: ignore[union-attr]
+                               "the declared ones are offered")
+    for outcome in (cpus, mem):
+        if not outcome.ok and conn.shell:
+            report.warnings.append(str(outcome.error))
+    if rest:
+        enc = rest[0]
+        report.encryption = enc.value if enc.ok else F.EncryptionSupport(None, str(enc.error))
+    _effective(agent, report)
+    if held.ok:
+        _held_free(report)
+    return report
+
+
+def probe_pool(pool: Pool, names: Iterable[str] | None = None, *,
+               exclude_session: str | None = None, encryption: bool = False,
+               host_keys: str = "strict",
+               connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> list[AgentReport]:
+    """Reports for the named agents (default: all), in pool order, probed in parallel."""
+    wanted = set(names) if names is not None else None
+    unknown = sorted(wanted - {a.name for a in pool.agents}) if wanted else []
+    agents = [a for a in pool.agents if wanted is None or a.name in wanted]
+    if not agents and not unknown:
+        return []
+    reports: list[AgentReport] = []
+    if agents:
+        with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(agents))) as pool_exec:
+            reports = list(pool_exec.map(
+                lambda a: probe_agent(a, exclude_session=exclude_session, encryption=encryption,
+                                      host_keys=host_keys, connect_timeout=connect_timeout),
+                agents))
+    for name in unknown:
+        report = AgentReport(name)
+        report.fail(MISCONFIGURED, f"pool {pool.name!r} has no agent {name!r}")
+        reports.append(report)
+    _same_engine(reports)
+    return reports
+
+
+def _same_engine(reports: Sequence[AgentReport]) -> None:
+    """Two agents that are one engine would double its capacity and break the swarm."""
+    seen: dict[str, str] = {}
+    for r in reports:
+        eid = r.engine.engine_id if r.engine else ""
+        if not eid:
+            continue
+        if eid in seen:
+            r.fail(MISCONFIGURED, f"is the same Docker Engine as agent {seen[eid]} (engine ID "
+                   f"{eid}); each agent needs its own engine")
+        else:
+            seen[eid] = r.name
+
+
+def probe_free(pool: Pool, exclude_session: str | None = None) -> list[Free]:
+    """Live free capacity of every agent, in pool order (``sessionctl plan --probe``).
+
+    Raises :class:`PreflightError` naming each agent that cannot be probed.
+    """
+    reports = probe_pool(pool, exclude_session=exclude_session)
+    if not all(r.ok for r in reports):
+        raise PreflightError(pool, reports, " to probe free capacity")
+    return [r.free for r in reports if r.free is not None]
+
+
+def preflight(pool: Pool, agent_names: Iterable[str], *, overlay: bool | None = None,
+              exclude_session: str | None = None,
+              host_keys: str = "strict") -> list[AgentReport]:
+    """Check, before anything is created, that the agents a plan uses can be used.
+
+    ``agent_names``: the plan's agents (``plan.agents``). ``overlay``: the plan builds a swarm
+    overlay (default: more than one agent); then the swarm manager is checked too, every agent
+    must be a ready node of the manager's swarm, and ``network.encrypted`` must be supported.
+    Returns the reports (with live ``free`` capacity); raises :class:`PreflightError` with one
+    line per problem otherwise.
+    """
+    names = list(dict.fromkeys(agent_names))
+    if overlay is None:
+        overlay = len(names) > 1
+    probe = list(names)
+    manager = pool.swarm.manager if pool.swarm else None
+    if overlay and manager and manager not in probe:
+        probe.append(manager)
+    encrypted = overlay and pool.network.encrypted
+    reports = probe_pool(pool, probe, exclude_session=exclude_session, encryption=encrypted,
+                         host_keys=host_keys)
+    if overlay:
+        check_swarm(pool, reports, names)
+    if encrypted:
+        for r in reports:
+            enc = r.encryption
+            if enc is not None and enc.supported is False:
+                r.fail(MISCONFIGURED, f"encrypted overlay networks cannot carry traffic between "
+                       f"agents here: {enc.detail}; set network.encrypted: false in the pool, or"
+                       " use other agents (docs/encrypted-overlay.md)")
+            elif enc is not None and enc.supported is None and r.ok:
+                r.warnings.append(f"encrypted overlay support unknown: {enc.detail}")
+    if not all(r.ok for r in reports):
+        raise PreflightError(pool, reports, "; nothing was created")
+    return reports
+
+
+def check_swarm(pool: Pool, reports: Sequence[AgentReport], names: Sequence[str],
+                nodes: Sequence[F.SwarmNode] | None = None) -> None:
+    """Record swarm problems on the reports: the manager manages, the others are its nodes."""
+    by_name = {r.name: r for r in reports}
+    hint = f"run `sessionctl pool up {pool.name}`"
+    if pool.swarm is None:
+        for name in names:
+            if name in by_name:
+                by_name[name].fail(NOT_SWARM_READY, f"pool {pool.name!r} has no swarm manager "
+                                   "(swarm.manager), which a session across agents needs")
+                break
+        return
+    mgr = by_name.get(pool.swarm.manager)
+    if mgr is None or mgr.engine is None:
+        return  # its own problem is reported already
+    if mgr.swarm_role != "manager":
+        mgr.fail(NOT_SWARM_READY, f"is the pool's swarm manager but its swarm state is "
+                 f"{mgr.swarm_role}; {hint}")
+        return
+    if nodes is None:
+        try:
+            with connector_for(pool.agent(mgr.name)) as conn:
+                nodes = F.gather(conn, F.SwarmNodes())
+        except AgentError as exc:
+            mgr.problems.append(exc)
+            return
+    members = {n.node_id: n for n in nodes}
+    for name in names:
+        r = by_name.get(name)
+        if r is None or r.engine is None or r is mgr:
+            continue
+        swarm = r.engine.swarm
+        node = members.get(swarm.node_id)
+        if swarm.state != "active" or node is None:
+            where = (f"it is in another swarm (node {swarm.node_id})" if swarm.state == "active"
+                     else f"its swarm state is {swarm.role}")
+            r.fail(NOT_SWARM_READY, f"is not a node of the swarm managed by {mgr.name} ({where});"
+                   f" {hint}")
+        elif not node.ready:
+            r.fail(NOT_SWARM_READY, f"is a node of {mgr.name}'s swarm but {node.status}")

@@ -1,0 +1,412 @@
+"""How an agent is reached: a *connector* runs a shell command there and returns its result.
+
+What is asked of an agent (its Docker version, swarm state, CPUs, our containers) is a fact
+(:mod:`.facts`); how the question gets there is a connector. The same facts run against the lab,
+a real agent over SSH, or this machine:
+
+- :class:`SSHConnector` (paramiko): key file or ssh-agent/default keys; host keys are checked
+  strictly by default against the agent's ``known_hosts`` file (or ``~/.ssh/known_hosts``): an
+  unknown key is refused, a changed key is always refused. ``host_keys="accept-new"`` records
+  the key of a host seen for the first time (trust on first use), as ``ssh -o
+  StrictHostKeyChecking=accept-new`` does.
+- :class:`LocalConnector` (subprocess): agents whose ``docker_host`` is a unix socket, which is
+  on this machine by definition.
+- :class:`ApiConnector` (docker SDK): ``tcp://`` agents without an ``ssh`` block; there is no
+  shell there, so only facts that the Docker API can answer are available.
+
+Every failure is an :class:`AgentError` that names the agent and the cause (unreachable, auth
+failed, host key unknown, host key changed, docker not answering, timeout, ...). Nothing
+connects at construction; the SSH connection opens at the first command and is reused.
+"""
+
+from __future__ import annotations
+
+import base64
+import getpass
+import hashlib
+import os
+import shlex
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from ..spec import Agent
+
+DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_COMMAND_TIMEOUT = 60.0
+HOST_KEY_POLICIES = ("strict", "accept-new")
+
+# Causes, as the first words of an AgentError message.
+UNREACHABLE = "unreachable"
+AUTH_FAILED = "auth failed"
+HOST_KEY_UNKNOWN = "host key unknown"
+HOST_KEY_CHANGED = "host key changed"
+DOCKER_NOT_ANSWERING = "docker not answering"
+TIMEOUT = "timed out"
+MISCONFIGURED = "misconfigured"
+COMMAND_FAILED = "command failed"
+NOT_SWARM_READY = "swarm not ready"
+
+
+class AgentError(RuntimeError):
+    """An agent cannot be used; ``agent`` and ``cause`` for programs, the message for people."""
+
+    def __init__(self, agent: str, cause: str, detail: str):
+        self.agent = agent
+        self.cause = cause
+        self.detail = detail
+        super().__init__(f"agent {agent}: {cause}: {detail}")
+
+
+class Connector:
+    """Runs shell commands on one agent. ``run`` returns ``(rc, stdout, stderr)``."""
+
+    agent: str
+    description: str  # how it is reached, e.g. "ssh root@10.0.0.11:22" or "local"
+    shell = True  # False: no shell (ApiConnector), only API-backed facts work
+
+    def run(self, cmd: str, timeout: float | None = None) -> tuple[int, str, str]:
+        raise NotImplementedError
+
+    def check(self, cmd: str, timeout: float | None = None, shown: str | None = None) -> str:
+        """``run`` and return stdout; a non-zero exit is an AgentError (``shown`` replaces the
+        command in the message, for commands that carry secrets)."""
+        rc, out, err = self.run(cmd, timeout)
+        if rc != 0:
+            text = (err.strip() or out.strip() or "no output").splitlines()
+            raise AgentError(self.agent, COMMAND_FAILED,
+                             f"`{shown or cmd}` exited {rc}: {' / '.join(text[-3:])}")
+        return out
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> Connector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _env_prefix(env: Mapping[str, str]) -> str:
+    return "".join(f"export {k}={shlex.quote(v)}; " for k, v in env.items())
+
+
+class LocalConnector(Connector):
+    """This machine, through ``/bin/sh -c``; ``env`` is added to the environment (DOCKER_HOST)."""
+
+    def __init__(self, agent: str, env: Mapping[str, str] | None = None,
+                 timeout: float = DEFAULT_COMMAND_TIMEOUT):
+        self.agent = agent
+        self.env = dict(env or {})
+        self.timeout = timeout
+        self.description = "local" + (f" ({self.env['DOCKER_HOST']})"
+                                      if "DOCKER_HOST" in self.env else "")
+
+    def run(self, cmd: str, timeout: float | None = None) -> tuple[int, str, str]:
+        limit = timeout or self.timeout
+        try:
+            proc = subprocess.run(["/bin/sh", "-c", cmd], env={**os.environ, **self.env},
+                                  stdin=subprocess.DEVNULL, capture_output=True, timeout=limit)
+        except subprocess.TimeoutExpired:
+            raise AgentError(self.agent, TIMEOUT,
+                             f"`{cmd}` did not finish within {limit:g}s") from None
+        return (proc.returncode, proc.stdout.decode(errors="replace"),
+                proc.stderr.decode(errors="replace"))
+
+
+def fingerprint(key: Any) -> str:
+    """OpenSSH's form: ``SHA256:<base64 without padding>``."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+class _HostKeyUnknown(Exception):
+    def __init__(self, hostname: str, key: Any):
+        self.hostname = hostname
+        self.key = key
+
+
+def _policies():
+    import paramiko
+
+    class Reject(paramiko.MissingHostKeyPolicy):
+        def missing_host_key(self, client, hostname, key):  # noqa: ARG002
+            raise _HostKeyUnknown(hostname, key)
+
+    class AcceptNew(paramiko.MissingHostKeyPolicy):
+        """Trust on first use: append the new host's key to the known_hosts file."""
+
+        def __init__(self, path: Path):
+            self.path = path
+
+        def missing_host_key(self, client, hostname, key):
+            client.get_host_keys().add(hostname, key.get_name(), key)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a") as out:
+                out.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+
+    return Reject, AcceptNew
+
+
+class SSHConnector(Connector):
+    """One agent over SSH (paramiko). The connection opens at the first ``run`` and is reused.
+
+    ``key_file``: use that key only (like ``IdentitiesOnly``); else the ssh-agent and the
+    default keys (``~/.ssh/id_*``). ``known_hosts``: the file that pins the agent's host key,
+    default ``~/.ssh/known_hosts``. ``env`` is exported before each command (DOCKER_HOST).
+    """
+
+    def __init__(self, agent: str, host: str, port: int = 22, user: str | None = None,
+                 key_file: str | None = None, known_hosts: str | None = None,
+                 env: Mapping[str, str] | None = None, host_keys: str = "strict",
+                 connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+                 timeout: float = DEFAULT_COMMAND_TIMEOUT):
+        if host_keys not in HOST_KEY_POLICIES:
+            raise ValueError(f"host_keys must be one of {HOST_KEY_POLICIES}, not {host_keys!r}")
+        self.agent = agent
+        self.host = host
+        self.port = port
+        self.user = user or getpass.getuser()
+        self.key_file = key_file
+        self.known_hosts = known_hosts
+        self.env = dict(env or {})
+        self.host_keys = host_keys
+        self.connect_timeout = connect_timeout
+        self.timeout = timeout
+        self.description = f"ssh {self.user}@{host}:{port}"
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    # --- connection ----------------------------------------------------------------------------
+
+    def _known_hosts_path(self) -> Path:
+        return Path(self.known_hosts or "~/.ssh/known_hosts").expanduser()
+
+    def _fail(self, cause: str, detail: str) -> AgentError:
+        return AgentError(self.agent, cause, f"{self.description}: {detail}")
+
+    def connect(self) -> None:
+        with self._lock:
+            if self._client is not None and self._client.get_transport() is not None \
+                    and self._client.get_transport().is_active():
+                return
+            self._client = self._open()
+
+    def _open(self):
+        import paramiko
+
+        Reject, AcceptNew = _policies()
+        client = paramiko.SSHClient()
+        known = self._known_hosts_path()
+        if known.is_file():
+            try:
+                client.load_host_keys(str(known))
+            except (OSError, paramiko.SSHException) as exc:
+                raise self._fail(MISCONFIGURED, f"cannot read known_hosts {known}: {exc}") from None
+        elif self.known_hosts and self.host_keys == "strict":
+            raise self._fail(MISCONFIGURED, f"known_hosts file {known} does not exist")
+        if self.host_keys == "accept-new":
+            client.set_missing_host_key_policy(AcceptNew(known))
+        else:
+            client.set_missing_host_key_policy(Reject())
+        kwargs: dict[str, Any] = {}
+        if self.key_file:
+            key = Path(self.key_file).expanduser()
+            if not key.is_file():
+                raise self._fail(MISCONFIGURED, f"key file {key} does not exist")
+            kwargs.update(key_filename=str(key), allow_agent=False, look_for_keys=False)
+        try:
+            client.connect(
+                self.host, port=self.port, username=self.user,
+                timeout=self.connect_timeout, banner_timeout=self.connect_timeout,
+                auth_timeout=self.connect_timeout, channel_timeout=self.connect_timeout,
+                **kwargs,
+            )
+        except _HostKeyUnknown as exc:
+            client.close()
+            raise self._fail(
+                HOST_KEY_UNKNOWN,
+                f"{exc.hostname} offered {exc.key.get_name()} key {fingerprint(exc.key)}, which "
+                f"is not in {known}; check it and add it (e.g. `ssh-keyscan -p {self.port} "
+                f"{self.host} >> {known}`), or run `sessionctl pool check --accept-new`",
+            ) from None
+        except paramiko.BadHostKeyException as exc:
+            client.close()
+            raise self._fail(
+                HOST_KEY_CHANGED,
+                f"the host key changed: {known} pins {fingerprint(exc.expected_key)}, the server "
+                f"offered {exc.key.get_name()} {fingerprint(exc.key)} (a reinstalled agent, or "
+                "someone in between); remove the old entry only if you know why it changed",
+            ) from None
+        except paramiko.PasswordRequiredException:
+            client.close()
+            raise self._fail(AUTH_FAILED, f"key file {self.key_file} is encrypted; load it "
+                             "into ssh-agent and drop key_file from the pool") from None
+        except paramiko.AuthenticationException as exc:
+            client.close()
+            how = f"key {self.key_file}" if self.key_file else "ssh-agent and default keys"
+            raise self._fail(AUTH_FAILED, f"{self.user} was refused with {how} "
+                             f"({exc or type(exc).__name__})") from None
+        except TimeoutError:
+            client.close()
+            raise self._fail(UNREACHABLE, f"no answer within {self.connect_timeout:g}s") from None
+        except paramiko.ssh_exception.NoValidConnectionsError as exc:
+            client.close()
+            reasons = "; ".join(f"{e.strerror or e}" for e in exc.errors.values()) or str(exc)
+            raise self._fail(UNREACHABLE, reasons) from None
+        except OSError as exc:
+            client.close()
+            raise self._fail(UNREACHABLE, exc.strerror or str(exc)) from None
+        except paramiko.SSHException as exc:
+            client.close()
+            text = str(exc)
+            cause = TIMEOUT if "timeout" in text.lower() else UNREACHABLE
+            raise self._fail(cause, f"SSH handshake failed: {text}") from None
+        transport = client.get_transport()
+        if transport is not None:
+            transport.set_keepalive(15)
+        return client
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    # --- commands ------------------------------------------------------------------------------
+
+    def run(self, cmd: str, timeout: float | None = None) -> tuple[int, str, str]:
+        import paramiko
+
+        self.connect()
+        limit = timeout or self.timeout
+        try:
+            chan = self._client.get_transport().open_session(timeout=self.connect_timeout)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            self.close()
+            raise self._fail(UNREACHABLE, f"the connection broke: {exc}") from None
+        try:
+            chan.settimeout(1.0)
+            chan.exec_command(_env_prefix(self.env) + cmd)
+            out, err = bytearray(), bytearray()
+            deadline = time.monotonic() + limit
+            while True:
+                got = False
+                if chan.recv_ready():
+                    out += chan.recv(65536)
+                    got = True
+                if chan.recv_stderr_ready():
+                    err += chan.recv_stderr(65536)
+                    got = True
+                if chan.exit_status_ready() and not chan.recv_ready() \
+                        and not chan.recv_stderr_ready():
+                    break
+                if chan.closed and not got:
+                    break
+                if time.monotonic() > deadline:
+                    raise AgentError(self.agent, TIMEOUT,
+                                     f"`{cmd}` did not finish within {limit:g}s")
+                if not got:
+                    time.sleep(0.005)
+            rc = chan.recv_exit_status()
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            self.close()
+            raise self._fail(UNREACHABLE, f"the connection broke: {exc}") from None
+        finally:
+            chan.close()
+        return rc, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+class ApiConnector(Connector):
+    """A Docker Engine reached only through its API (``tcp://``); no shell, no host facts."""
+
+    shell = False
+
+    def __init__(self, agent: str, docker_host: str, timeout: float = DEFAULT_COMMAND_TIMEOUT):
+        self.agent = agent
+        self.docker_host = docker_host
+        self.timeout = timeout
+        self.description = f"docker API {docker_host}"
+        self._client: Any = None
+
+    def client(self):
+        if self._client is None:
+            import docker
+
+            env = {**os.environ, "DOCKER_HOST": self.docker_host}
+            try:
+                self._client = docker.from_env(environment=env, timeout=int(self.timeout))
+            except docker.errors.DockerException as exc:
+                raise AgentError(self.agent, MISCONFIGURED,
+                                 f"{self.description}: {exc}") from None
+        return self._client
+
+    def run(self, cmd: str, timeout: float | None = None) -> tuple[int, str, str]:
+        raise AgentError(self.agent, MISCONFIGURED,
+                         f"{self.description} has no shell to run `{cmd}`; give the agent an "
+                         "`ssh` block to probe it fully")
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+def docker_env(agent: Agent) -> dict[str, str]:
+    """DOCKER_HOST for commands run on the agent.
+
+    A ``unix://`` or ``tcp://`` docker_host names the engine as the agent itself reaches it; an
+    ``ssh://`` one means "the default engine of that SSH host", so DOCKER_HOST stays unset.
+    """
+    if agent.docker_host.startswith(("unix://", "tcp://")):
+        return {"DOCKER_HOST": agent.docker_host}
+    return {}
+
+
+def connector_for(agent: Agent, *, host_keys: str = "strict",
+                  connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+                  timeout: float = DEFAULT_COMMAND_TIMEOUT) -> Connector:
+    """The connector for an agent of a pool (nothing is opened yet).
+
+    - an ``ssh`` block: SSH with its host, port, user, key file and known_hosts;
+    - else ``ssh://[user@]host[:port]``: SSH with the default keys and ``~/.ssh/known_hosts``;
+    - else ``unix://``: this machine;
+    - else (``tcp://``): the Docker API only.
+    """
+    env = docker_env(agent)
+    if agent.ssh is not None:
+        s = agent.ssh
+        return SSHConnector(agent.name, s.host, s.port, s.user, s.key_file, s.known_hosts,
+                            env=env, host_keys=host_keys, connect_timeout=connect_timeout,
+                            timeout=timeout)
+    url = urlsplit(agent.docker_host)
+    if url.scheme == "ssh":
+        if not url.hostname:
+            raise AgentError(agent.name, MISCONFIGURED, f"docker_host {agent.docker_host} "
+                             "names no host")
+        return SSHConnector(agent.name, url.hostname, url.port or 22, url.username, env=env,
+                            host_keys=host_keys, connect_timeout=connect_timeout,
+                            timeout=timeout)
+    if url.scheme == "unix":
+        return LocalConnector(agent.name, env=env, timeout=timeout)
+    return ApiConnector(agent.name, agent.docker_host, timeout=timeout)
+
+
+def agent_props(agent: Agent) -> dict[str, Any]:
+    """A plain, picklable description of how to reach an agent (for dynamic providers)."""
+    return agent.model_dump(mode="json", exclude={"capacity"})
+
+
+def connector_from_props(props: Mapping[str, Any], **kwargs: Any) -> Connector:
+    """:func:`connector_for` from :func:`agent_props` output (dynamic providers' inputs)."""
+    from ..spec import Agent
+
+    data = dict(props)
+    data.setdefault("capacity", {"cpu": 1, "mem": 1})
+    return connector_for(Agent.model_validate(data, strict=False), **kwargs)

@@ -1,0 +1,709 @@
+"""Facts about an agent: each one a command and a parser of its output (pyinfra's shape).
+
+A fact never changes anything. ``command`` is run by a connector (:mod:`.connectors`);
+``parse(rc, stdout, stderr)`` turns the result into a value or raises :class:`FactError` with a
+cause and a message; ``process(stdout)`` is the parser proper, tested on captured output
+(tests/test_agents_facts.py). ``from_api(client)`` answers the same fact from the Docker API for
+agents reached only that way (``tcp://``); facts about the host itself cannot be answered there.
+
+:func:`gather` runs one fact on one connector and names the agent in every error.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
+
+from .connectors import (
+    COMMAND_FAILED,
+    DOCKER_NOT_ANSWERING,
+    MISCONFIGURED,
+    AgentError,
+    Connector,
+)
+
+T = TypeVar("T")
+
+LABEL_PREFIX = "cluster-sessions"  # plan.LABEL_PREFIX; kept here so facts stay import-light
+SESSION_LABEL = f"{LABEL_PREFIX}.session"
+
+
+class FactError(Exception):
+    """The output says the fact cannot be known; ``cause`` is one of the connector causes."""
+
+    def __init__(self, cause: str, detail: str):
+        self.cause = cause
+        self.detail = detail
+        super().__init__(f"{cause}: {detail}")
+
+
+class FactUnavailable(FactError):
+    """The agent is reached in a way that cannot answer this fact (no shell)."""
+
+    def __init__(self, detail: str):
+        super().__init__(MISCONFIGURED, detail)
+
+
+class Fact(Generic[T]):
+    """``command``: POSIX sh run on the agent. Subclasses implement ``process``."""
+
+    command: ClassVar[str] = ""
+    #: how the fact names itself in messages
+    what: ClassVar[str] = ""
+
+    def cmd(self) -> str:
+        return self.command
+
+    def parse(self, rc: int, out: str, err: str) -> T:
+        if rc == 127 or "command not found" in err or ": not found" in err:
+            raise FactError(MISCONFIGURED, f"{self.what or self.cmd()}: a program is missing on "
+                            f"the agent ({_last_line(err)})")
+        if rc != 0:
+            raise FactError(COMMAND_FAILED, f"`{self.cmd()}` exited {rc}: "
+                            f"{_last_line(err) or _last_line(out) or 'no output'}")
+        return self.process(out)
+
+    def process(self, output: str) -> T:
+        raise NotImplementedError
+
+    def from_api(self, client: Any) -> T:
+        raise FactUnavailable(f"{self.what or type(self).__name__} needs a shell on the agent")
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _docker_failure(out: str, err: str) -> FactError | None:
+    """A Docker CLI that cannot reach its engine: the CLI missing, or the daemon not answering."""
+    text = f"{err}\n{out}"
+    if "docker: not found" in text or "docker: command not found" in text:
+        return FactError(MISCONFIGURED, "the docker CLI is not installed on the agent")
+    for marker in ("Cannot connect to the Docker daemon", "Is the docker daemon running",
+                   "error during connect", "permission denied while trying to connect",
+                   "connection refused"):
+        if marker in text:
+            line = next((ln.strip() for ln in text.splitlines() if marker in ln), marker)
+            return FactError(DOCKER_NOT_ANSWERING, line)
+    return None
+
+
+class _DockerFact(Fact[T]):
+    def parse(self, rc: int, out: str, err: str) -> T:
+        failure = _docker_failure(out, err) if rc != 0 or not out.strip() else None
+        if failure:
+            raise failure
+        return super().parse(rc, out, err)
+
+
+def _json(output: str, what: str) -> Any:
+    try:
+        return json.loads(output)
+    except ValueError:
+        raise FactError(COMMAND_FAILED, f"{what}: not JSON: {output.strip()[:200]!r}") from None
+
+
+# --- docker info, swarm ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SwarmState:
+    """``docker info`` .Swarm. ``state``: inactive | pending | active | error | locked."""
+
+    state: str
+    node_id: str = ""
+    node_addr: str = ""
+    control_available: bool = False  # this node is a manager
+    cluster_id: str = ""  # only managers know it
+    remote_managers: tuple[str, ...] = ()  # "ADDR:2377" of the managers
+    nodes: int | None = None  # managers only
+    managers: int | None = None
+    error: str = ""
+
+    @property
+    def role(self) -> str:
+        """manager | worker | the state when not active (inactive, pending, error, locked)."""
+        if self.state != "active":
+            return self.state or "unknown"
+        return "manager" if self.control_available else "worker"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> SwarmState:
+        data = data or {}
+        cluster = data.get("Cluster") or {}
+        managers = tuple(m.get("Addr", "") for m in data.get("RemoteManagers") or ()
+                         if isinstance(m, Mapping))
+        return cls(
+            state=str(data.get("LocalNodeState") or ""),
+            node_id=str(data.get("NodeID") or ""),
+            node_addr=str(data.get("NodeAddr") or ""),
+            control_available=bool(data.get("ControlAvailable")),
+            cluster_id=str(cluster.get("ID") or ""),
+            remote_managers=managers,
+            nodes=data.get("Nodes") if data.get("ControlAvailable") else None,
+            managers=data.get("Managers") if data.get("ControlAvailable") else None,
+            error=str(data.get("Error") or ""),
+        )
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What ``docker info`` says about an engine and its machine."""
+
+    server_version: str
+    engine_id: str
+    name: str
+    ncpu: int
+    mem_total: int
+    swarm: SwarmState
+    os: str = ""
+    kernel: str = ""
+
+
+def _engine_info(data: Any) -> EngineInfo:
+    if not isinstance(data, Mapping):
+        raise FactError(COMMAND_FAILED, f"docker info: unexpected output {str(data)[:200]!r}")
+    errors = data.get("ServerErrors") or []
+    if errors or not data.get("ServerVersion"):
+        # CLI 20.10 prints {"ServerErrors": [...]} and exits 0; newer CLIs print an empty
+        # document, exit 1 and say why on stderr (handled in parse)
+        why = "; ".join(map(str, errors)) or "the engine did not report a version"
+        raise FactError(DOCKER_NOT_ANSWERING, why)
+    return EngineInfo(
+        server_version=str(data["ServerVersion"]),
+        engine_id=str(data.get("ID") or ""),
+        name=str(data.get("Name") or ""),
+        ncpu=int(data.get("NCPU") or 0),
+        mem_total=int(data.get("MemTotal") or 0),
+        swarm=SwarmState.from_dict(data.get("Swarm")),
+        os=str(data.get("OperatingSystem") or ""),
+        kernel=str(data.get("KernelVersion") or ""),
+    )
+
+
+def _api_errors(client: Any, call: str):
+    import docker.errors
+    import requests.exceptions
+
+    try:
+        return getattr(client, call)()
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        raise FactError(DOCKER_NOT_ANSWERING, f"{type(exc).__name__}: {exc}") from None
+
+
+class DockerInfo(_DockerFact[EngineInfo]):
+    """The engine's version, ID, CPUs, memory and swarm state (``docker info``)."""
+
+    command = "docker info --format '{{json .}}'"
+    what = "docker info"
+
+    def process(self, output: str) -> EngineInfo:
+        return _engine_info(_json(output, "docker info"))
+
+    def from_api(self, client: Any) -> EngineInfo:
+        return _engine_info(_api_errors(client, "info"))
+
+
+class SwarmInfo(_DockerFact[SwarmState]):
+    """Only the swarm part of ``docker info``: what the swarm resources read."""
+
+    command = "docker info --format '{{json .Swarm}}'"
+    what = "docker swarm state"
+
+    def process(self, output: str) -> SwarmState:
+        data = _json(output, "docker info .Swarm")
+        if not isinstance(data, Mapping) or "LocalNodeState" not in data:
+            raise FactError(DOCKER_NOT_ANSWERING, f"no swarm state in {output.strip()[:200]!r}")
+        if not data.get("LocalNodeState"):  # the CLI's empty document: no engine behind it
+            raise FactError(DOCKER_NOT_ANSWERING, "the engine reported no swarm state")
+        return SwarmState.from_dict(data)
+
+    def from_api(self, client: Any) -> SwarmState:
+        return SwarmState.from_dict(_api_errors(client, "info").get("Swarm"))
+
+
+@dataclass(frozen=True)
+class SwarmNode:
+    node_id: str
+    hostname: str
+    status: str  # Ready | Down | Unknown
+    availability: str  # Active | Pause | Drain
+    manager_status: str  # "" (worker) | Leader | Reachable | Unreachable
+    engine_version: str = ""
+    self: bool = False
+
+    @property
+    def ready(self) -> bool:
+        return self.status.lower() == "ready"
+
+
+class SwarmNodes(_DockerFact[tuple[SwarmNode, ...]]):
+    """The nodes of the swarm, as its manager sees them (``docker node ls``; managers only)."""
+
+    command = "docker node ls --format '{{json .}}'"
+    what = "docker node ls"
+
+    def process(self, output: str) -> tuple[SwarmNode, ...]:
+        nodes = []
+        for line in output.splitlines():
+            if not line.strip():
+                continue
+            d = _json(line, "docker node ls")
+            nodes.append(SwarmNode(
+                node_id=str(d.get("ID", "")),
+                hostname=str(d.get("Hostname", "")),
+                status=str(d.get("Status", "")),
+                availability=str(d.get("Availability", "")),
+                manager_status=str(d.get("ManagerStatus", "")),
+                engine_version=str(d.get("EngineVersion", "")),
+                self=bool(d.get("Self")),
+            ))
+        return tuple(nodes)
+
+    def from_api(self, client: Any) -> tuple[SwarmNode, ...]:
+        info = _api_errors(client, "info")
+        own = (info.get("Swarm") or {}).get("NodeID")
+        nodes = []
+        for n in _api_errors(client.api, "nodes"):
+            spec, desc, st = n.get("Spec", {}), n.get("Description", {}), n.get("Status", {})
+            manager = n.get("ManagerStatus") or {}
+            mstat = ("Leader" if manager.get("Leader") else
+                     str(manager.get("Reachability", "")).capitalize()) if manager else ""
+            nodes.append(SwarmNode(
+                node_id=n["ID"], hostname=desc.get("Hostname", ""),
+                status=str(st.get("State", "")).capitalize(),
+                availability=str(spec.get("Availability", "")).capitalize(),
+                manager_status=mstat,
+                engine_version=(desc.get("Engine") or {}).get("EngineVersion", ""),
+                self=n["ID"] == own,
+            ))
+        return tuple(nodes)
+
+
+class SwarmJoinToken(_DockerFact[str]):
+    """The worker join token (a secret: never print it). Managers only."""
+
+    command = "docker swarm join-token -q worker"
+    what = "docker swarm join-token"
+
+    def process(self, output: str) -> str:
+        token = output.strip()
+        if not re.fullmatch(r"SWMTKN-1-[A-Za-z0-9-]+", token):
+            raise FactError(COMMAND_FAILED, "docker swarm join-token printed no token")
+        return token
+
+    def from_api(self, client: Any) -> str:
+        swarm = client.api.inspect_swarm()
+        return str(swarm["JoinTokens"]["Worker"])
+
+
+# --- the machine ----------------------------------------------------------------------------
+
+
+class CpuCount(Fact[int]):
+    """CPUs this machine offers to processes (``nproc``: online CPUs in our affinity mask)."""
+
+    command = "nproc"
+    what = "CPU count"
+
+    def process(self, output: str) -> int:
+        text = output.strip()
+        if not text.isdigit() or int(text) < 1:
+            raise FactError(COMMAND_FAILED, f"nproc printed {text[:50]!r}")
+        return int(text)
+
+    def from_api(self, client: Any) -> int:
+        return int(_api_errors(client, "info").get("NCPU") or 0)
+
+
+class MemTotal(Fact[int]):
+    """Total memory in bytes (``MemTotal`` of ``/proc/meminfo``)."""
+
+    command = "cat /proc/meminfo"
+    what = "memory size"
+
+    def process(self, output: str) -> int:
+        match = re.search(r"^MemTotal:\s+(\d+)\s*kB\s*$", output, re.MULTILINE)
+        if not match:
+            raise FactError(COMMAND_FAILED, "no MemTotal line in /proc/meminfo")
+        return int(match[1]) * 1024
+
+    def from_api(self, client: Any) -> int:
+        return int(_api_errors(client, "info").get("MemTotal") or 0)
+
+
+@dataclass(frozen=True)
+class GpuProbe:
+    """``present``: nvidia-smi exists. ``ids``: GPU indexes it lists. ``error``: why it failed."""
+
+    present: bool
+    ids: tuple[int, ...] = ()
+    error: str = ""
+
+
+NO_NVIDIA_SMI = "#no-nvidia-smi"
+
+
+class Gpus(Fact[GpuProbe]):
+    """NVIDIA GPUs by index, when ``nvidia-smi`` exists (``present=False`` otherwise)."""
+
+    command = ("if command -v nvidia-smi >/dev/null 2>&1; then "
+               "nvidia-smi --query-gpu=index --format=csv,noheader; "
+               f"else echo '{NO_NVIDIA_SMI}'; fi")
+    what = "GPUs"
+
+    def parse(self, rc: int, out: str, err: str) -> GpuProbe:
+        if rc != 0:  # nvidia-smi exists but fails, e.g. no driver loaded
+            return GpuProbe(True, (), _last_line(out) or _last_line(err) or f"exit {rc}")
+        return self.process(out)
+
+    def process(self, output: str) -> GpuProbe:
+        lines = [line.strip() for line in output.splitlines() if line.strip()]
+        if lines == [NO_NVIDIA_SMI]:
+            return GpuProbe(False)
+        ids = []
+        for line in lines:
+            if not line.isdigit():
+                return GpuProbe(True, tuple(ids), f"nvidia-smi printed {line[:100]!r}")
+            ids.append(int(line))
+        return GpuProbe(True, tuple(ids))
+
+
+# --- our containers and networks ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HeldContainer:
+    """A container of some session on the agent, and what it holds there."""
+
+    container_id: str
+    name: str
+    session: str
+    session_id: str
+    host: str
+    state: str  # created | running | restarting | exited | paused | dead
+    millicpu: int
+    mem: int
+    gpus: tuple[int, ...]
+
+
+def _int(value: Any, default: int = 0) -> int:
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        return default
+
+
+def _held(data: Mapping[str, Any]) -> HeldContainer:
+    labels = (data.get("Config") or {}).get("Labels") or {}
+    host_cfg = data.get("HostConfig") or {}
+    try:
+        millicpu = round(float(labels[f"{LABEL_PREFIX}.cpu"]) * 1000)
+    except (KeyError, ValueError):
+        millicpu = _int(host_cfg.get("NanoCpus")) // 1_000_000
+    mem = _int(labels.get(f"{LABEL_PREFIX}.mem"), -1)
+    if mem < 0:
+        mem = _int(host_cfg.get("Memory"))
+    gpu_label = labels.get(f"{LABEL_PREFIX}.gpus")
+    if gpu_label is not None:
+        gpus = tuple(int(g) for g in str(gpu_label).split(",") if g.strip().isdigit())
+    else:
+        gpus = tuple(int(g) for req in host_cfg.get("DeviceRequests") or ()
+                     for g in (req.get("DeviceIDs") or ()) if str(g).isdigit())
+    return HeldContainer(
+        container_id=str(data.get("Id", "")),
+        name=str(data.get("Name", "")).lstrip("/"),
+        session=str(labels.get(SESSION_LABEL, "")),
+        session_id=str(labels.get(f"{LABEL_PREFIX}.session-id", "")),
+        host=str(labels.get(f"{LABEL_PREFIX}.host", "")),
+        state=str((data.get("State") or {}).get("Status", "")),
+        millicpu=millicpu,
+        mem=mem,
+        gpus=gpus,
+    )
+
+
+def _label_filter(session: str | None) -> str:
+    return f"{SESSION_LABEL}={session}" if session else SESSION_LABEL
+
+
+def _shq(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+class SessionContainers(_DockerFact[tuple[HeldContainer, ...]]):
+    """Containers carrying our session label (all states), optionally of one session only.
+
+    ``docker inspect`` rather than ``docker ps --format``: ps joins labels with commas, and the
+    GPU label holds commas.
+    """
+
+    what = "session containers"
+
+    def __init__(self, session: str | None = None):
+        self.session = session
+
+    def cmd(self) -> str:
+        flt = _shq(f"label={_label_filter(self.session)}")
+        return (f"ids=$(docker ps -aq --no-trunc --filter {flt}) || exit $?; "
+                "if [ -z \"$ids\" ]; then echo '[]'; else docker inspect $ids 2>/dev/null; "
+                "fi; exit 0")
+
+    def process(self, output: str) -> tuple[HeldContainer, ...]:
+        text = output.strip() or "[]"  # every container vanished between ps and inspect
+        data = _json(text, "docker inspect")
+        if not isinstance(data, list):
+            raise FactError(COMMAND_FAILED, "docker inspect did not print a list")
+        held = [_held(d) for d in data if isinstance(d, Mapping)]
+        if self.session:
+            held = [h for h in held if h.session == self.session]
+        return tuple(sorted(held, key=lambda h: (h.session, h.name)))
+
+    def from_api(self, client: Any) -> tuple[HeldContainer, ...]:
+        import docker.errors
+
+        found = _api_errors_call(lambda: client.api.containers(
+            all=True, filters={"label": _label_filter(self.session)}))
+        out = []
+        for c in found:
+            try:
+                out.append(_held(client.api.inspect_container(c["Id"])))
+            except docker.errors.NotFound:
+                continue
+        return tuple(sorted(out, key=lambda h: (h.session, h.name)))
+
+
+def _api_errors_call(fn):
+    import docker.errors
+    import requests.exceptions
+
+    try:
+        return fn()
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        raise FactError(DOCKER_NOT_ANSWERING, f"{type(exc).__name__}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class SessionNetwork:
+    network_id: str
+    name: str
+    driver: str
+    scope: str  # local | swarm
+    session: str
+    session_id: str
+
+
+def _network(data: Mapping[str, Any]) -> SessionNetwork:
+    labels = data.get("Labels") or {}
+    return SessionNetwork(
+        network_id=str(data.get("Id", "")),
+        name=str(data.get("Name", "")),
+        driver=str(data.get("Driver", "")),
+        scope=str(data.get("Scope", "")),
+        session=str(labels.get(SESSION_LABEL, "")),
+        session_id=str(labels.get(f"{LABEL_PREFIX}.session-id", "")),
+    )
+
+
+class SessionNetworks(_DockerFact[tuple[SessionNetwork, ...]]):
+    """Networks carrying our session label that this engine can see."""
+
+    what = "session networks"
+
+    def __init__(self, session: str | None = None):
+        self.session = session
+
+    def cmd(self) -> str:
+        flt = _shq(f"label={_label_filter(self.session)}")
+        return (f"ids=$(docker network ls -q --no-trunc --filter {flt}) || exit $?; "
+                "if [ -z \"$ids\" ]; then echo '[]'; else docker network inspect $ids "
+                "2>/dev/null; fi; exit 0")
+
+    def process(self, output: str) -> tuple[SessionNetwork, ...]:
+        data = _json(output.strip() or "[]", "docker network inspect")
+        if not isinstance(data, list):
+            raise FactError(COMMAND_FAILED, "docker network inspect did not print a list")
+        nets = [_network(d) for d in data if isinstance(d, Mapping)]
+        if self.session:
+            nets = [n for n in nets if n.session == self.session]
+        return tuple(sorted(nets, key=lambda n: n.name))
+
+    def from_api(self, client: Any) -> tuple[SessionNetwork, ...]:
+        found = _api_errors_call(lambda: client.api.networks(
+            filters={"label": _label_filter(self.session)}))
+        return tuple(sorted((_network(n) for n in found), key=lambda n: n.name))
+
+
+# --- kernel support for encrypted overlays (docs/encrypted-overlay.md) ------------------------
+
+
+@dataclass(frozen=True)
+class EncryptionSupport:
+    """Can this kernel carry Docker's encrypted overlay traffic? ``supported`` None: unknown."""
+
+    supported: bool | None
+    detail: str
+
+
+KERNEL_OPTIONS = ("CONFIG_XFRM_USER", "CONFIG_INET_ESP", "CONFIG_CRYPTO_GCM",
+                  "CONFIG_NETFILTER_XT_MATCH_U32", "CONFIG_NETFILTER_XT_MATCH_POLICY")
+
+# As root: add Docker's own SA (ESP, transport, rfc4106(gcm(aes)), 64-bit ICV) in a throwaway
+# network namespace; nothing on the agent changes and no packet is sent. Otherwise: read the
+# kernel configuration. See docs/encrypted-overlay.md for why each check is there.
+_ENCRYPTION_PROBE = r"""
+if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null 2>&1 && command -v ip >/dev/null 2>&1
+then
+unshare --net sh -c '
+r=""
+o=$(ip xfrm state add src 127.0.0.1 dst 127.0.0.2 proto esp spi 0x100 reqid 1 mode transport \
+    aead "rfc4106(gcm(aes))" 0x0123456789abcdef0123456789abcdef01234567 64 2>&1) \
+  || r="$r esp-gcm:${o#Error: }"
+o=$(ip xfrm state add src 127.0.0.1 dst 127.0.0.2 proto esp spi 0x101 reqid 1 mode transport \
+    enc "cbc(aes)" 0x0123456789abcdef0123456789abcdef 2>&1) \
+  || r="$r esp:${o#Error: }"
+echo "#probe${r:- ok}"
+'
+else
+echo "#config"
+k='MODULES|XFRM_USER|INET_ESP|CRYPTO_GCM|NETFILTER_XT_MATCH_U32|NETFILTER_XT_MATCH_POLICY'
+{ zcat /proc/config.gz 2>/dev/null || cat "/boot/config-$(uname -r)" 2>/dev/null; } \
+  | grep -E "^(# )?CONFIG_($k)[= ]"
+fi
+exit 0
+"""
+
+
+class EncryptedOverlaySupport(Fact[EncryptionSupport]):
+    """Whether the kernel has what ``docker network create --opt encrypted`` silently needs:
+    ESP and the rfc4106(gcm(aes)) AEAD (docs/encrypted-overlay.md)."""
+
+    command = _ENCRYPTION_PROBE
+    what = "encrypted overlay support"
+
+    def process(self, output: str) -> EncryptionSupport:
+        lines = [line.rstrip() for line in output.splitlines() if line.strip()]
+        if not lines:
+            return EncryptionSupport(None, "the probe printed nothing")
+        head = lines[0]
+        if head.startswith("#probe"):
+            result = head[len("#probe"):].strip()
+            if result == "ok":
+                return EncryptionSupport(True, "the kernel accepts ESP rfc4106(gcm(aes)) SAs")
+            missing = []
+            if "esp-gcm:" in result:
+                missing.append("rfc4106(gcm(aes)) (CONFIG_CRYPTO_GCM)")
+            if " esp:" in f" {result}":
+                missing.append("ESP (CONFIG_INET_ESP)")
+            return EncryptionSupport(False, "the kernel cannot build the IPsec SAs Docker uses "
+                                     f"for encrypted overlays: no {' and no '.join(missing)} "
+                                     f"[{result}]")
+        if head == "#config":
+            return _kernel_config(lines[1:])
+        return EncryptionSupport(None, f"unexpected probe output {head[:100]!r}")
+
+
+def _kernel_config(lines: list[str]) -> EncryptionSupport:
+    values: dict[str, str] = {}
+    for line in lines:
+        if line.startswith("# ") and line.endswith(" is not set"):
+            values[line[2:-len(" is not set")]] = "n"
+        elif "=" in line:
+            key, _, value = line.partition("=")
+            values[key] = value
+    if not values:
+        return EncryptionSupport(None, "not root and no kernel configuration readable "
+                                 "(/proc/config.gz, /boot/config-*)")
+    modules = values.get("CONFIG_MODULES") == "y"
+    missing = [k for k in KERNEL_OPTIONS
+               if not (values.get(k) == "y" or (values.get(k) == "m" and modules))]
+    if missing:
+        return EncryptionSupport(False, f"kernel configuration lacks {', '.join(missing)}")
+    as_modules = [k for k in KERNEL_OPTIONS if values.get(k) == "m"]
+    if as_modules:
+        return EncryptionSupport(True, f"built as modules: {', '.join(as_modules)} (loaded on "
+                                 "demand; not verified without root)")
+    return EncryptionSupport(True, "kernel configuration has all of " + ", ".join(KERNEL_OPTIONS))
+
+
+# --- running facts --------------------------------------------------------------------------
+
+
+def gather(conn: Connector, fact: Fact[T]) -> T:
+    """Run one fact on one agent; any failure is an AgentError naming the agent."""
+    try:
+        if not conn.shell:
+            return fact.from_api(conn.client())  # type: ignore[attr-defined]
+        rc, out, err = conn.run(fact.cmd())
+        return fact.parse(rc, out, err)
+    except FactError as exc:
+        raise AgentError(conn.agent, exc.cause, f"{conn.description}: {exc.detail}") from None
+
+
+def batch_script(commands: Sequence[str], marker: str) -> str:
+    """One POSIX sh script that runs every command and prints, per command, its stdout, its
+    stderr and its exit status between ``marker`` lines (one SSH round trip for many facts)."""
+    parts = ['d=$(mktemp -d) || exit 1']
+    for i, cmd in enumerate(commands):
+        parts.append(
+            f'( {cmd}\n) >"$d/o" 2>"$d/e" </dev/null; rc=$?; '
+            f'printf \'%s out {i}\\n\' {marker}; cat "$d/o"; '
+            f'printf \'\\n%s err {i}\\n\' {marker}; cat "$d/e"; '
+            f'printf \'\\n%s rc {i} %s\\n\' {marker} "$rc"'
+        )
+    parts.append('rm -rf "$d"')
+    return "\n".join(parts) + "\n"
+
+
+def split_batch(output: str, marker: str, count: int) -> list[tuple[int, str, str]]:
+    """The ``(rc, stdout, stderr)`` of each command of a :func:`batch_script` run."""
+    results: list[tuple[int, str, str]] = []
+    pattern = re.compile(rf"^{re.escape(marker)} out (\d+)\n(.*?)\n{re.escape(marker)} err \1\n"
+                         rf"(.*?)\n{re.escape(marker)} rc \1 (-?\d+)$", re.DOTALL | re.MULTILINE)
+    found = {int(m[1]): (int(m[4]), m[2], m[3]) for m in pattern.finditer(output)}
+    for i in range(count):
+        results.append(found.get(i, (-1, "", "the batch stopped before this command ran")))
+    return results
+
+
+@dataclass(frozen=True)
+class Outcome(Generic[T]):
+    """One fact's value, or the AgentError that says why it is not known."""
+
+    value: T | None
+    error: AgentError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def gather_all(conn: Connector, facts: Sequence[Fact[Any]]) -> list[Outcome[Any]]:
+    """Several facts of one agent in one round trip. A failure to reach the agent at all
+    raises AgentError; a fact that fails on its own gives an Outcome with the error."""
+    if not conn.shell:
+        outcomes: list[Outcome[Any]] = []
+        for fact in facts:
+            try:
+                outcomes.append(Outcome(gather(conn, fact)))
+            except AgentError as exc:
+                outcomes.append(Outcome(None, exc))
+        return outcomes
+    marker = f"@@csl-{secrets.token_hex(8)}"
+    rc, out, err = conn.run(batch_script([f.cmd() for f in facts], marker))
+    if rc != 0 and marker not in out:
+        raise AgentError(conn.agent, COMMAND_FAILED, f"{conn.description}: the probe script "
+                         f"exited {rc}: {_last_line(err) or _last_line(out) or 'no output'}")
+    outcomes = []
+    for fact, (frc, fout, ferr) in zip(facts, split_batch(out, marker, len(facts)), strict=True):
+        try:
+            outcomes.append(Outcome(fact.parse(frc, fout, ferr)))
+        except FactError as exc:
+            outcomes.append(Outcome(None, AgentError(conn.agent, exc.cause,
+                                                     f"{conn.description}: {exc.detail}")))
+    return outcomes
