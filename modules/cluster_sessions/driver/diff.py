@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 from ..loader import load_session
@@ -54,11 +55,12 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "diff", help="review a definition change offline: what `pulumi up` will replace",
-        description="Compare two session definitions (e.g. the base and the head of a pull "
-        "request) and print, as Markdown, what applying NEW to a stack built from OLD does: "
-        "containers added, removed, replaced or unchanged and why, env and cluster variable "
-        "changes, resources, image, mounts, ports, placement and the network. Offline: no "
-        "engine, no pulumi CLI. Use /dev/null for a side that does not exist.",
+        description=textwrap.fill(
+            "Compare two session definitions (e.g. the base and the head of a pull "
+            "request) and print, as Markdown, what applying NEW to a stack built from OLD does: "
+            "containers added, removed, replaced or unchanged and why, env and cluster variable "
+            "changes, resources, image, mounts, ports, placement and the network. Offline: no "
+            "engine, no pulumi CLI. Use /dev/null for a side that does not exist.", 79),
         epilog="exit codes: 0 ok (1 with --exit-code when there are changes), 2 invalid input",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("old", metavar="OLD", help="the definition as deployed (or /dev/null)")

@@ -44,6 +44,7 @@ import os
 import re
 import shutil
 import sys
+import textwrap
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -594,15 +595,14 @@ def register(subparsers) -> None:
     from .cli import EPILOG, add_session_args
 
     for verb in VERBS:
-        p = subparsers.add_parser(
-            verb, help=HELP[verb], epilog=EPILOG,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-            description=f"{HELP[verb][0].upper()}{HELP[verb][1:]}, through the Pulumi Automation "
-            "API (needs the pulumi CLI). The stack is named after the session; its config names "
-            "the definition. Backend: PULUMI_BACKEND_URL, else a file backend in the project's "
+        description = textwrap.fill(
+            f"{HELP[verb][0].upper()}{HELP[verb][1:]}, through the Pulumi Automation API (needs "
+            "the pulumi CLI). The stack is named after the session; its config names the "
+            "definition. Backend: PULUMI_BACKEND_URL, else a file backend in the project's "
             f"{STATE_DIR}/. Secrets passphrase: PULUMI_CONFIG_PASSPHRASE, else a documented, "
-            "insecure local default.",
-        )
+            "insecure local default.", 79)
+        p = subparsers.add_parser(verb, help=HELP[verb], epilog=EPILOG, description=description,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
         add_session_args(p)
         p.add_argument("--json", action="store_true",
                        help="no live output; print one JSON summary (verb, stack, result, "

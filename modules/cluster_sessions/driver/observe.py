@@ -21,6 +21,7 @@ import argparse
 import codecs
 import json
 import sys
+import textwrap
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -428,9 +429,10 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser(
         "status", help="the session's containers on its agents: state, health, image",
-        description="Find the session's containers by their labels on each agent (Docker API "
-        "via the agent's docker_host) and show them next to the plan: planned but missing "
-        "containers, left-over ones, and the network. Exit 1 if an agent did not answer.",
+        description=textwrap.fill(
+            "Find the session's containers by their labels on each agent (Docker API "
+            "via the agent's docker_host) and show them next to the plan: planned but missing "
+            "containers, left-over ones, and the network. Exit 1 if an agent did not answer.", 79),
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_session_args(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -438,9 +440,10 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser(
         "logs", help="the containers' logs, each line prefixed with its host",
-        description="Print each container's logs (Docker API), in host order, every line "
-        "prefixed with its host (`sub1 | ...`). With --follow, lines from all containers are "
-        "printed as they come until Ctrl-C.",
+        description=textwrap.fill(
+            "Print each container's logs (Docker API), in host order, every line "
+            "prefixed with its host (`sub1 | ...`). With --follow, lines from all containers are "
+            "printed as they come until Ctrl-C.", 79),
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_session_args(p)
     p.add_argument("--host", action="append", metavar="HOST",
