@@ -21,7 +21,7 @@ from cluster_sessions.loader import load_session
 from cluster_sessions.plan import ClusterPlan, build_plan, container_labels, network_labels
 from cluster_sessions.program import InvalidDefinition
 from cluster_sessions.render import BUNDLE_DIR, entrypoint_argv, render_container
-from cluster_sessions.session import TYPE_TOKEN, SessionPending
+from cluster_sessions.session import TYPE_TOKEN, SessionArgs, SessionPending
 
 from .mockengine import STACKS, Engine, Registration, example_stacks, is_secret, run_program
 from .mockengine import stack_config as stack_file_config
@@ -38,6 +38,10 @@ FIXTURE_STACKS = {
     # stack -> config, for shapes the examples do not cover
     "spread-demo": {"cluster-sessions:definition": str(FIXTURES / "sessions" / "spread.yaml")},
     "gpu-pair": {"cluster-sessions:definition": str(FIXTURES / "sessions" / "gpu-pair.yaml")},
+    "spread-on-workers": {  # the swarm manager holds no container but makes the network
+        "cluster-sessions:definition": str(FIXTURES / "sessions" / "spread.yaml"),
+        "cluster-sessions:pool": str(FIXTURES / "pools" / "workers.yaml"),
+    },
     "multi-demo-over-ssh": {
         "cluster-sessions:definition": "sessions/multi-demo.yaml",
         "cluster-sessions:pool": str(FIXTURES / "pools" / "ssh-pair.yaml"),
@@ -175,6 +179,26 @@ def test_ssh_agents_pin_host_keys_with_the_files_of_their_ssh_block():
         # no ssh block, and the port is in the URL
         "spread-demo-node-b": ["-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes"],
     }
+
+
+def test_the_overlay_is_made_through_the_manager_even_when_it_holds_no_container():
+    run = Run("spread-on-workers")
+    assert "mgr" not in run.plan.agents and run.plan.network.agent == "mgr"
+    providers = {r.name: r.urn for r in run.engine.of_type(PROVIDER)}
+    assert set(providers) == {"spread-demo-mgr", "spread-demo-w1", "spread-demo-w2"}
+    assert run.network.provider_urn == providers["spread-demo-mgr"]
+    assert run.network.plain_inputs["attachable"] is True
+    for c in run.plan.containers:
+        reg = run.container(c.host)
+        assert reg.plain_inputs["networksAdvanced"][0]["name"] == "spread-demo-net"
+        assert run.network.urn in reg.dependencies
+
+
+def test_session_args_refuse_a_plan_made_for_another_pool():
+    plan = expected_plan(FIXTURE_STACKS["spread-on-workers"])
+    other = load_session(FIXTURES / "sessions" / "spread.yaml").pool
+    with pytest.raises(ValueError, match="w1, w2"):
+        SessionArgs(plan=plan, pool=other)
 
 
 def test_containers_run_on_their_agents_and_the_network_on_its_agent(run: Run):
