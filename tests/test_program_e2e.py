@@ -15,13 +15,9 @@ The session is the train-demo example under a unique name (so it never meets a r
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import shutil
 import subprocess
-import tarfile
-import time
 import uuid
 from pathlib import Path
 
@@ -31,129 +27,13 @@ import yaml
 from cluster_sessions.lab.image import ensure_image
 from cluster_sessions.plan import LABEL_PREFIX
 
-from .mockengine import STACKS, Engine, Registration, run_program
+from .dockerbuild import MIB, DockerBuilder
+from .dockerbuild import run_in as _run
+from .dockerbuild import sweep_session as _sweep
+from .dockerbuild import wait_until_ready as _wait_until_ready
+from .mockengine import STACKS, Engine, run_program
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
-
-MIB = 1024 * 1024
-READY_TIMEOUT = 150  # seconds: the entrypoint itself waits up to readiness.timeout (120 s)
-
-
-class DockerBuilder:
-    """``on_create`` for :class:`~tests.mockengine.Engine`: the Docker provider's create, by hand.
-
-    Follows terraform-provider-docker's container create: create, leave the default bridge for
-    ``networks_advanced`` (here: created straight onto the session network with its aliases),
-    upload each file as a one-entry tar at ``/`` with its mode, start, then insist it runs.
-    """
-
-    def __init__(self, client) -> None:
-        self.client = client
-        self.containers: list[str] = []
-        self.networks: list[str] = []
-
-    def __call__(self, reg: Registration, inputs: dict) -> dict | None:
-        if reg.type == "docker:index/network:Network":
-            return self.network(inputs)
-        if reg.type == "docker:index/container:Container":
-            return self.container(inputs)
-        return None
-
-    def network(self, inputs: dict) -> dict:
-        net = self.client.networks.create(
-            inputs["name"],
-            driver=inputs.get("driver"),
-            options=inputs.get("options"),
-            attachable=inputs.get("attachable"),
-            labels={x["label"]: x["value"] for x in inputs.get("labels", [])},
-        )
-        self.networks.append(net.id)
-        return {"id": net.id}
-
-    def container(self, inputs: dict) -> dict:
-        import docker.types
-
-        api = self.client.api
-        assert "gpus" not in inputs, "no GPUs on this engine"
-        ports = inputs.get("ports") or []
-        bindings = {
-            f"{int(p['internal'])}/{p.get('protocol', 'tcp')}":
-                (p.get("ip", "0.0.0.0"), int(p["external"]) if p.get("external") else None)
-            for p in ports
-        }
-        host_config = api.create_host_config(
-            mounts=[docker.types.Mount(m["target"], m["source"], type=m["type"],
-                                       read_only=m.get("readOnly", False))
-                    for m in inputs.get("mounts", [])],
-            mem_limit=int(inputs["memory"]) * MIB,
-            shm_size=int(inputs["shmSize"]) * MIB,
-            nano_cpus=round(float(inputs["cpus"]) * 1e9),
-            restart_policy={"Name": inputs["restart"]},
-            port_bindings=bindings or None,
-        )
-        (network,) = inputs["networksAdvanced"]
-        networking = api.create_networking_config({
-            network["name"]: api.create_endpoint_config(aliases=network["aliases"])})
-        created = api.create_container(
-            inputs["image"],
-            name=inputs["name"],
-            hostname=inputs["hostname"],
-            entrypoint=inputs["entrypoints"],
-            command=inputs["command"],
-            environment=inputs["envs"],
-            labels={x["label"]: x["value"] for x in inputs["labels"]},
-            ports=[(int(p["internal"]), p.get("protocol", "tcp")) for p in ports] or None,
-            host_config=host_config,
-            networking_config=networking,
-        )
-        cid = created["Id"]
-        self.containers.append(cid)
-        for upload in inputs["uploads"]:
-            api.put_archive(cid, "/", _tar(upload))
-        api.start(cid)
-        time.sleep(0.2)
-        state = api.inspect_container(cid)["State"]
-        assert state["Running"], f"{inputs['name']} exited at once: {state}"  # must_run
-        published = api.inspect_container(cid)["NetworkSettings"]["Ports"] or {}
-        return {"ports": [
-            {**p, "external": int(published[f"{int(p['internal'])}/{p.get('protocol', 'tcp')}"]
-                                  [0]["HostPort"])}
-            for p in ports
-        ]}
-
-    def remove_all(self) -> None:
-        import docker.errors
-
-        for cid in reversed(self.containers):
-            with contextlib.suppress(docker.errors.NotFound):
-                self.client.api.remove_container(cid, force=True)
-        for nid in self.networks:
-            with contextlib.suppress(docker.errors.NotFound):
-                self.client.api.remove_network(nid)
-
-
-def _tar(upload: dict) -> bytes:
-    """One upload as the provider sends it: a single entry named by the absolute path."""
-    data = upload["content"].encode()
-    if upload.get("permissions"):
-        mode = int(upload["permissions"], 8)
-    else:
-        mode = 0o744 if upload.get("executable") else 0o644
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        info = tarfile.TarInfo(upload["file"])
-        info.size, info.mode = len(data), mode
-        tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def _sweep(client, session: str) -> None:
-    """Remove anything an interrupted earlier run of this session left behind."""
-    label = f"{LABEL_PREFIX}.session={session}"
-    for c in client.containers.list(all=True, filters={"label": label}):
-        c.remove(force=True)
-    for n in client.networks.list(filters={"label": label}):
-        n.remove()
 
 
 @pytest.fixture(scope="module")
@@ -178,32 +58,8 @@ def live(docker_client, tmp_path_factory):
                "containers": containers, "definition": definition}
     finally:
         builder.remove_all()
+        builder.close()
         _sweep(docker_client, name)
-
-
-def _run(container, command: str, user: str = "work") -> tuple[int, str]:
-    code, out = container.exec_run(["/bin/sh", "-c", command], user=user, demux=False)
-    return code, (out or b"").decode(errors="replace").strip()
-
-
-def _wait_until_ready(containers: dict) -> None:
-    """Every container's sshd answering, and every entrypoint past its peer wait."""
-    deadline = time.monotonic() + READY_TIMEOUT
-    main1 = containers["main1"]
-    last = ""
-    while time.monotonic() < deadline:
-        for c in containers.values():
-            c.reload()
-            if c.status != "running":
-                pytest.fail(f"{c.name} is {c.status}: {c.logs(tail=30).decode(errors='replace')}")
-        code, last = _run(main1, "ssh -o BatchMode=yes -o ConnectTimeout=5 "
-                          f"{list(containers)[-1]} true")
-        if code == 0:
-            return
-        time.sleep(1)
-    logs = "\n".join(f"--- {h}\n{c.logs(tail=20).decode(errors='replace')}"
-                     for h, c in containers.items())
-    pytest.fail(f"the session did not become ready in {READY_TIMEOUT}s: {last}\n{logs}")
 
 
 def test_the_engine_runs_exactly_what_the_program_declared(live, docker_client):

@@ -1,0 +1,214 @@
+"""Test support: build what the Pulumi program declares on real Docker Engines, and use it.
+
+:class:`DockerBuilder` is the ``on_create`` hook of :class:`tests.mockengine.Engine`: for each
+declared ``docker.Network`` and ``docker.Container`` it does what the Docker provider would do
+with the same inputs, on the engine of the resource's ``docker.Provider`` (its ``host``), so a
+multi-agent session lands on several engines (tests/test_multinode.py) exactly as declared,
+and a single-agent one on the local engine (tests/test_program_e2e.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import tarfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from cluster_sessions.plan import LABEL_PREFIX
+
+from .mockengine import Registration
+
+MIB = 1024 * 1024
+READY_TIMEOUT = 150  # seconds: the entrypoint itself waits up to readiness.timeout (120 s)
+PROVIDER_TYPE = "pulumi:providers:docker"
+
+
+class DockerBuilder:
+    """``on_create`` for :class:`~tests.mockengine.Engine`: the Docker provider's create, by hand.
+
+    Follows terraform-provider-docker's container create: create, leave the default bridge for
+    ``networks_advanced`` (here: created straight onto the session network with its aliases),
+    upload each file as a one-entry tar at ``/`` with its mode, start, then insist it runs.
+
+    ``client`` serves resources whose provider names no ``host`` (the default provider); the
+    others get a client for their provider's ``host``. ``placed`` records, per container or
+    network name, the ``docker_host`` it was created on.
+    """
+
+    def __init__(self, client=None) -> None:
+        self.client = client
+        self.provider_hosts: dict[str, str] = {}
+        self.clients: dict[str, object] = {}
+        self.containers: list[tuple[object, str]] = []
+        self.networks: list[tuple[object, str]] = []
+        self.placed: dict[str, str] = {}
+
+    def __call__(self, reg: Registration, inputs: dict) -> dict | None:
+        if reg.type == PROVIDER_TYPE:
+            self.provider_hosts[reg.urn] = inputs.get("host") or ""
+            return None
+        if reg.type == "docker:index/network:Network":
+            return self.network(reg, inputs)
+        if reg.type == "docker:index/container:Container":
+            return self.container(reg, inputs)
+        return None
+
+    def client_for(self, reg: Registration):
+        import docker
+
+        host = self.provider_hosts.get(reg.provider_urn, "")
+        if not host:
+            assert self.client is not None, f"{reg.name}: no provider host and no default client"
+            return self.client, "default"
+        if host not in self.clients:
+            self.clients[host] = docker.DockerClient(base_url=host, timeout=120)
+        return self.clients[host], host
+
+    def network(self, reg: Registration, inputs: dict) -> dict:
+        client, host = self.client_for(reg)
+        net = client.networks.create(
+            inputs["name"],
+            driver=inputs.get("driver"),
+            options=inputs.get("options"),
+            attachable=inputs.get("attachable"),
+            labels={x["label"]: x["value"] for x in inputs.get("labels", [])},
+        )
+        self.networks.append((client, net.id))
+        self.placed[inputs["name"]] = host
+        return {"id": net.id}
+
+    def container(self, reg: Registration, inputs: dict) -> dict:
+        import docker.types
+
+        client, host = self.client_for(reg)
+        api = client.api
+        assert "gpus" not in inputs, "no GPUs on this engine"
+        ports = inputs.get("ports") or []
+        bindings = {
+            f"{int(p['internal'])}/{p.get('protocol', 'tcp')}":
+                (p.get("ip", "0.0.0.0"), int(p["external"]) if p.get("external") else None)
+            for p in ports
+        }
+        host_config = api.create_host_config(
+            mounts=[docker.types.Mount(m["target"], m["source"], type=m["type"],
+                                       read_only=m.get("readOnly", False))
+                    for m in inputs.get("mounts", [])],
+            mem_limit=int(inputs["memory"]) * MIB,
+            shm_size=int(inputs["shmSize"]) * MIB,
+            nano_cpus=round(float(inputs["cpus"]) * 1e9),
+            restart_policy={"Name": inputs["restart"]},
+            port_bindings=bindings or None,
+        )
+        (network,) = inputs["networksAdvanced"]
+        networking = api.create_networking_config({
+            network["name"]: api.create_endpoint_config(aliases=network["aliases"])})
+        created = api.create_container(
+            inputs["image"],
+            name=inputs["name"],
+            hostname=inputs["hostname"],
+            entrypoint=inputs["entrypoints"],
+            command=inputs["command"],
+            environment=inputs["envs"],
+            labels={x["label"]: x["value"] for x in inputs["labels"]},
+            ports=[(int(p["internal"]), p.get("protocol", "tcp")) for p in ports] or None,
+            host_config=host_config,
+            networking_config=networking,
+        )
+        cid = created["Id"]
+        self.containers.append((client, cid))
+        self.placed[inputs["name"]] = host
+        for upload in inputs["uploads"]:
+            api.put_archive(cid, "/", tar_upload(upload))
+        api.start(cid)
+        time.sleep(0.2)
+        state = api.inspect_container(cid)["State"]
+        assert state["Running"], f"{inputs['name']} exited at once: {state}"  # must_run
+        published = api.inspect_container(cid)["NetworkSettings"]["Ports"] or {}
+        return {"ports": [
+            {**p, "external": int(published[f"{int(p['internal'])}/{p.get('protocol', 'tcp')}"]
+                                  [0]["HostPort"])}
+            for p in ports
+        ]}
+
+    def remove_all(self) -> None:
+        """What ``pulumi destroy`` does: the containers (last first), then the networks, each
+        through the engine it was created on."""
+        import docker.errors
+
+        for client, cid in reversed(self.containers):
+            with contextlib.suppress(docker.errors.NotFound):
+                client.api.remove_container(cid, force=True)
+        for client, nid in self.networks:
+            with contextlib.suppress(docker.errors.NotFound):
+                client.api.remove_network(nid)
+
+    def close(self) -> None:
+        for client in self.clients.values():
+            client.close()
+        self.clients.clear()
+
+
+def tar_upload(upload: dict) -> bytes:
+    """One upload as the provider sends it: a single entry named by the absolute path."""
+    data = upload["content"].encode()
+    if upload.get("permissions"):
+        mode = int(upload["permissions"], 8)
+    else:
+        mode = 0o744 if upload.get("executable") else 0o644
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo(upload["file"])
+        info.size, info.mode = len(data), mode
+        tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def sweep_session(client, session: str) -> None:
+    """Remove anything an interrupted earlier run of this session left on one engine."""
+    label = f"{LABEL_PREFIX}.session={session}"
+    for c in client.containers.list(all=True, filters={"label": label}):
+        c.remove(force=True)
+    for n in client.networks.list(filters={"label": label}):
+        n.remove()
+
+
+def run_in(container, command: str, user: str = "work") -> tuple[int, str]:
+    code, out = container.exec_run(["/bin/sh", "-c", command], user=user, demux=False)
+    return code, (out or b"").decode(errors="replace").strip()
+
+
+def wait_until_ready(containers: dict, timeout: float = READY_TIMEOUT) -> None:
+    """Every container running, and main1 reaching the last host by ssh (every entrypoint past
+    its peer wait)."""
+    deadline = time.monotonic() + timeout
+    main1 = containers["main1"]
+    last = ""
+    while time.monotonic() < deadline:
+        for c in containers.values():
+            c.reload()
+            if c.status != "running":
+                pytest.fail(f"{c.name} is {c.status}: {c.logs(tail=30).decode(errors='replace')}")
+        code, last = run_in(main1, "ssh -o BatchMode=yes -o ConnectTimeout=5 "
+                            f"{list(containers)[-1]} true")
+        if code == 0:
+            return
+        time.sleep(0.5)
+    logs = "\n".join(f"--- {h}\n{c.logs(tail=20).decode(errors='replace')}"
+                     for h, c in containers.items())
+    pytest.fail(f"the session did not become ready in {timeout:.0f}s: {last}\n{logs}")
+
+
+def ssh_mesh(containers: dict, command: str = "hostname",
+             options: str = "-o BatchMode=yes") -> dict[tuple[str, str], tuple[int, str]]:
+    """``ssh <peer> <command>`` from every container to every other, in parallel."""
+    pairs = [(h, p) for h in containers for p in containers if p != h]
+
+    def one(pair: tuple[str, str]) -> tuple[int, str]:
+        host, peer = pair
+        return run_in(containers[host], f"ssh {options} {peer} {command}")
+
+    with ThreadPoolExecutor(max_workers=8) as ex:
+        return dict(zip(pairs, ex.map(one, pairs), strict=True))
