@@ -200,11 +200,13 @@ def example_stacks() -> list[str]:
     return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in STACKS.glob("Pulumi.*.yaml"))
 
 
-def run_program(engine: Engine, stack: str, config: dict[str, str]) -> dict[str, Any]:
+def run_program(engine: Engine, stack: str, config: dict[str, str],
+                program: Callable[[], Any] | None = None) -> dict[str, Any]:
     """Run the real ``__main__.py`` once (not a preview); return its outputs, resolved.
 
     Each output is ``(value, is_secret)``, read with ``await output.future()`` after every
-    registration has finished. Exceptions raised by the program propagate.
+    registration has finished. Exceptions raised by the program propagate. ``program``, when
+    given, runs instead of ``__main__.py`` (e.g. ``pool_program.run``).
     """
     engine.registrations = []
     reset_options(project=PROJECT_NAME, stack=stack, preview=False)
@@ -214,10 +216,13 @@ def run_program(engine: Engine, stack: str, config: dict[str, str]) -> dict[str,
     pulumi.runtime.set_all_config(config)
 
     @pulumi.runtime.test
-    def program() -> None:
-        runpy.run_path(str(MAIN), run_name="__main__")
+    def main() -> None:
+        if program is not None:
+            program()
+        else:
+            runpy.run_path(str(MAIN), run_name="__main__")
 
-    program()
+    main()
     root = get_root_resource()
     assert root is not None
     outputs: dict[str, Any] = {}
