@@ -173,8 +173,8 @@ def probe_agent(agent: Agent, *, exclude_session: str | None = None, encryption:
     finally:
         if connector is None:
             conn.close()
-    report.reachable = True
     info, held, cpus, mem, gpus, *rest = outcomes
+    report.reachable = conn.shell or info.ok  # an API-only agent is reached through Docker
     if not info.ok:
         report.problems.append(info.error)  # type: ignore[arg-type]
         return report
@@ -273,8 +273,10 @@ def preflight(pool: Pool, agent_names: Iterable[str], *, overlay: bool | None = 
     encrypted = overlay and pool.network.encrypted
     reports = probe_pool(pool, probe, exclude_session=exclude_session, encryption=encrypted,
                          host_keys=host_keys)
-    if overlay:
-        check_swarm(pool, reports, names)
+    if overlay and reports:
+        by_name = {r.name: r for r in reports}
+        for problem in check_swarm(pool, reports, names):
+            by_name.get(problem.agent, reports[0]).problems.append(problem)
     if encrypted:
         for r in reports:
             enc = r.encryption
@@ -290,32 +292,29 @@ def preflight(pool: Pool, agent_names: Iterable[str], *, overlay: bool | None = 
 
 
 def check_swarm(pool: Pool, reports: Sequence[AgentReport], names: Sequence[str],
-                nodes: Sequence[F.SwarmNode] | None = None) -> None:
-    """Record swarm problems on the reports: the manager manages, the others are its nodes."""
+                nodes: Sequence[F.SwarmNode] | None = None) -> list[AgentError]:
+    """Swarm problems of the named agents: the manager manages, the others are ready nodes of
+    its swarm. Needs the manager's report among ``reports``; returns one error per problem."""
     by_name = {r.name: r for r in reports}
     hint = f"run `sessionctl pool up {pool.name}`"
     if pool.swarm is None:
-        for name in names:
-            if name in by_name:
-                by_name[name].fail(NOT_SWARM_READY, f"pool {pool.name!r} has no swarm manager "
-                                   "(swarm.manager), which a session across agents needs")
-                break
-        return
+        first = names[0] if names else pool.name
+        return [AgentError(first, NOT_SWARM_READY, f"pool {pool.name!r} has no swarm manager "
+                           "(swarm.manager), which a session across agents needs")]
     mgr = by_name.get(pool.swarm.manager)
     if mgr is None or mgr.engine is None:
-        return  # its own problem is reported already
+        return []  # its own problem is reported already
     if mgr.swarm_role != "manager":
-        mgr.fail(NOT_SWARM_READY, f"is the pool's swarm manager but its swarm state is "
-                 f"{mgr.swarm_role}; {hint}")
-        return
+        return [AgentError(mgr.name, NOT_SWARM_READY, f"is the pool's swarm manager but its "
+                           f"swarm state is {mgr.swarm_role}; {hint}")]
     if nodes is None:
         try:
             with connector_for(pool.agent(mgr.name)) as conn:
                 nodes = F.gather(conn, F.SwarmNodes())
         except AgentError as exc:
-            mgr.problems.append(exc)
-            return
+            return [exc]
     members = {n.node_id: n for n in nodes}
+    found = []
     for name in names:
         r = by_name.get(name)
         if r is None or r.engine is None or r is mgr:
@@ -325,7 +324,9 @@ def check_swarm(pool: Pool, reports: Sequence[AgentReport], names: Sequence[str]
         if swarm.state != "active" or node is None:
             where = (f"it is in another swarm (node {swarm.node_id})" if swarm.state == "active"
                      else f"its swarm state is {swarm.role}")
-            r.fail(NOT_SWARM_READY, f"is not a node of the swarm managed by {mgr.name} ({where});"
-                   f" {hint}")
+            found.append(AgentError(name, NOT_SWARM_READY, f"is not a node of the swarm managed "
+                                    f"by {mgr.name} ({where}); {hint}"))
         elif not node.ready:
-            r.fail(NOT_SWARM_READY, f"is a node of {mgr.name}'s swarm but {node.status}")
+            found.append(AgentError(name, NOT_SWARM_READY, f"is a node of {mgr.name}'s swarm but "
+                                    f"{node.status}"))
+    return found

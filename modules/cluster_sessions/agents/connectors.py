@@ -25,6 +25,7 @@ import base64
 import getpass
 import hashlib
 import os
+import re
 import shlex
 import subprocess
 import threading
@@ -342,9 +343,12 @@ class ApiConnector(Connector):
             env = {**os.environ, "DOCKER_HOST": self.docker_host}
             try:
                 self._client = docker.from_env(environment=env, timeout=int(self.timeout))
-            except docker.errors.DockerException as exc:
+            except docker.errors.TLSParameterError as exc:
                 raise AgentError(self.agent, MISCONFIGURED,
                                  f"{self.description}: {exc}") from None
+            except docker.errors.DockerException as exc:  # the version probe found nobody
+                raise AgentError(self.agent, DOCKER_NOT_ANSWERING,
+                                 f"{self.description}: {short_error(exc)}") from None
         return self._client
 
     def run(self, cmd: str, timeout: float | None = None) -> tuple[int, str, str]:
@@ -356,6 +360,13 @@ class ApiConnector(Connector):
         if self._client is not None:
             self._client.close()
             self._client = None
+
+
+def short_error(exc: BaseException) -> str:
+    """The useful end of a requests/urllib3 error chain (``[Errno 111] Connection refused``)."""
+    text = str(exc)
+    found = re.findall(r"\[Errno -?\d+\] [^'\")\]]+", text)
+    return found[-1].strip() if found else text
 
 
 def docker_env(agent: Agent) -> dict[str, str]:

@@ -24,6 +24,7 @@ from .connectors import (
     MISCONFIGURED,
     AgentError,
     Connector,
+    short_error,
 )
 
 T = TypeVar("T")
@@ -193,7 +194,7 @@ def _api_errors(client: Any, call: str):
     try:
         return getattr(client, call)()
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-        raise FactError(DOCKER_NOT_ANSWERING, f"{type(exc).__name__}: {exc}") from None
+        raise FactError(DOCKER_NOT_ANSWERING, short_error(exc)) from None
 
 
 class DockerInfo(_DockerFact[EngineInfo]):
@@ -485,7 +486,7 @@ def _api_errors_call(fn):
     try:
         return fn()
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-        raise FactError(DOCKER_NOT_ANSWERING, f"{type(exc).__name__}: {exc}") from None
+        raise FactError(DOCKER_NOT_ANSWERING, short_error(exc)) from None
 
 
 @dataclass(frozen=True)

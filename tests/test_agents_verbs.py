@@ -1,0 +1,144 @@
+"""``sessionctl pool ...`` and ``sessionctl lab ...`` without a lab: arguments, refusals, exit
+codes, and agents that do not answer (nothing here needs root or another machine)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cluster_sessions.driver import agents_verbs as V
+from cluster_sessions.driver import cli
+from cluster_sessions.driver.errors import CommandError, Exit
+from tests.conftest import PROJECT, STACKS
+
+from .mockengine import Engine, run_program
+
+
+def write_pool(path: Path, *agents: dict, swarm: str | None = None) -> Path:
+    doc = {"kind": "AgentPool", "name": path.stem, "agents": list(agents)}
+    if swarm:
+        doc["swarm"] = {"manager": swarm}
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def agent(name: str, docker_host: str, **extra) -> dict:
+    return {"name": name, "docker_host": docker_host, "capacity": {"cpu": 2, "mem": "2g"},
+            **extra}
+
+
+def test_a_pool_is_a_name_in_stacks_pools_or_a_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert V.pool_path("lab3", PROJECT) == STACKS / "pools" / "lab3.yaml"
+    own = write_pool(tmp_path / "mine.yaml", agent("a", "unix:///x.sock"))
+    assert V.pool_path(str(own)) == own
+    assert V.pool_path("mine.yaml") == Path("mine.yaml")
+    with pytest.raises(CommandError) as caught:
+        V.pool_path("nosuchpool", PROJECT)
+    assert caught.value.code == Exit.INVALID and "nosuchpool" in str(caught.value)
+
+
+def test_lab_never_overwrites_a_pool_file_it_did_not_write(tmp_path):
+    committed = STACKS / "pools" / "lab3.yaml"
+    with pytest.raises(CommandError) as caught:
+        V.check_pool_file_is_ours(committed, force=False)
+    assert caught.value.code == Exit.INVALID and "--force" in str(caught.value)
+    V.check_pool_file_is_ours(committed, force=True)  # asked for: allowed
+    ours = tmp_path / "lab.yaml"
+    ours.write_text(V.LAB_POOL_HEADER + " (cluster_sessions.lab.netns)\nkind: AgentPool\n")
+    V.check_pool_file_is_ours(ours, force=False)
+    V.check_pool_file_is_ours(tmp_path / "new.yaml", force=False)
+
+
+def test_the_default_lab_pool_file_is_the_projects_lab_pool(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    assert V.default_lab_pool_file() == PROJECT / "stacks" / "pools" / "lab.yaml"
+    assert Path("/run/cluster-sessions-lab") == V.DEFAULT_LAB_STATE
+
+
+def test_lab_verbs_need_root(monkeypatch, capsys):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    for verb in (["lab", "up", "--agents", "2"], ["lab", "down"]):
+        assert cli.main(verb) == Exit.MISSING
+        assert "needs root" in capsys.readouterr().err
+
+
+def test_lab_status_of_a_lab_that_is_not_there(tmp_path, capsys):
+    assert cli.main(["lab", "status", "--state-dir", str(tmp_path)]) == Exit.ENGINE
+    assert capsys.readouterr().out.startswith("lab down")
+    assert cli.main(["lab", "status", "--state-dir", str(tmp_path), "--json"]) == Exit.ENGINE
+    assert json.loads(capsys.readouterr().out)["state"] == "down"
+
+
+def test_pool_up_without_a_swarm_manager_is_invalid(capsys):
+    assert cli.main(["pool", "up", str(STACKS / "pools" / "local.yaml"), "--yes"]) == Exit.INVALID
+    assert "swarm.manager" in capsys.readouterr().err
+
+
+def test_pool_up_and_destroy_without_the_pulumi_cli_exit_4(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no pulumi (and nothing else) on PATH
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("PULUMI_HOME", raising=False)
+    for verb in ("up", "destroy"):
+        code = cli.main(["pool", verb, str(STACKS / "pools" / "lab3.yaml"), "--yes", "--json"])
+        out, err = capsys.readouterr()
+        assert code == Exit.MISSING
+        assert "pulumi" in err.lower()
+        assert json.loads(out)["result"] == "missing-prerequisite"
+
+
+def test_pool_check_names_agents_whose_engine_does_not_answer(tmp_path, capsys):
+    pool = write_pool(
+        tmp_path / "dead.yaml",
+        agent("gone-socket", f"unix://{tmp_path}/no-docker.sock"),
+        agent("closed-port", "tcp://127.0.0.1:9"),
+    )
+    code = cli.main(["pool", "check", str(pool)])
+    out, err = capsys.readouterr()
+    assert code == Exit.ENGINE
+    lines = [line for line in err.splitlines() if line.startswith("agent ")]
+    assert lines[0].startswith("agent gone-socket: ")
+    assert lines[1].startswith("agent closed-port: docker not answering: docker API "
+                               "tcp://127.0.0.1:9: ")
+    assert "2 of 2 agent(s) failed the check" in err
+    assert out.splitlines()[0].split()[:2] == ["AGENT", "REACHABLE"]
+
+
+def test_plan_probe_on_an_unusable_pool_exits_4_naming_the_agent(tmp_path, capsys):
+    pool = write_pool(tmp_path / "dead.yaml", agent("closed-port", "tcp://127.0.0.1:9"))
+    session = tmp_path / "s.yaml"
+    session.write_text(yaml.safe_dump({"kind": "ClusterSession", "name": "probe-test",
+                                       "pool": str(pool), "image": "x"}))
+    assert cli.main(["plan", str(session), "--probe"]) == Exit.MISSING
+    err = capsys.readouterr().err
+    assert "pool dead: 1 of 1 agent(s) cannot be used to probe free capacity:" in err
+    assert "agent closed-port: docker not answering" in err
+
+
+@pytest.mark.docker
+def test_pool_check_of_this_machines_engine(docker_client, capsys):
+    code = cli.main(["pool", "check", str(STACKS / "pools" / "local.yaml"), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == Exit.OK, doc
+    (local,) = doc["agents"]
+    assert local["reachable"] and local["docker_version"] == docker_client.version()["Version"]
+    assert local["via"] == "local (unix:///var/run/docker.sock)"
+    assert local["machine"]["cpus"] >= 1
+
+
+def test_the_pool_program_refuses_a_pool_without_a_swarm():
+    from cluster_sessions import pool_program
+
+    config = {"cluster-sessions:pool-definition": "pools/local.yaml"}
+    with pytest.raises(Exception, match="swarm.manager: required for a pool stack"):
+        run_program(Engine(), "pool-local", config, program=lambda: pool_program.run(PROJECT))
+
+
+def test_the_pool_stack_is_named_after_the_pool():
+    from cluster_sessions.loader import load_file
+
+    assert V.pool_stack_name(load_file(STACKS / "pools" / "lab3.yaml")) == "pool-lab3"
