@@ -9,6 +9,7 @@ from __future__ import annotations
 from importlib import import_module
 
 MODULES: list[str] = [
+    "cluster_sessions.driver.render_verb",
     "cluster_sessions.driver.engine",
     "cluster_sessions.driver.observe",
     "cluster_sessions.driver.diff",

@@ -1,0 +1,186 @@
+"""What runs inside each container: a finished plan and the session keys, rendered to files.
+
+One container's files (its *bundle*) are mounted or uploaded at :data:`BUNDLE_DIR`, which may be
+read-only; the entrypoint finds them next to itself and copies what must have a particular owner
+or mode into place. The templates live in the project's ``templates/`` directory (jinja2).
+
+Pure: no pulumi, no network, no file writes; the only I/O is reading the templates.
+
+Every value interpolated into a shell template goes through the ``shquote`` filter
+(:func:`shlex.quote`) or, for a variable name, ``shname`` (which refuses anything that is not
+a plain identifier). Values in the ssh configuration files go through ``word`` or ``line``,
+which refuse characters those formats cannot carry. A test checks that no template
+interpolates a value without one of these filters.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from .keys import KeyPair, SessionKeys
+from .plan import ClusterPlan, ContainerPlan
+from .spec import SSH_PORT
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+
+BUNDLE_DIR = "/opt/cluster-session"
+"""Where one container's rendered files are mounted or uploaded (possibly read-only)."""
+
+RUN_DIR = "/run/cluster-session"
+"""Where the entrypoint puts what sshd and ssh sessions read: sshd_config, the host key, the
+saved environment, the ForceCommand wrapper. Root-owned; rewritten at every start."""
+
+DEFAULT_MASTER_PORT = 29500  # PyTorch's convention; Kubeflow uses it too
+DEFAULT_COMMAND = ("sleep", "infinity")  # when neither the definition nor the image gives one
+
+SECRET_MODE = 0o600
+PUBLIC_MODE = 0o644
+EXEC_MODE = 0o755
+
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+WORD = re.compile(r"[A-Za-z0-9_.,:/@+=~-]+")
+PUBLIC_KEY = re.compile(r"ssh-ed25519 [A-Za-z0-9+/]+={0,2}")
+
+
+@dataclass(frozen=True)
+class RenderedFile:
+    """One file of a container's bundle.
+
+    path: relative to the bundle directory, e.g. ``entrypoint.sh``, ``ssh/id_cluster``.
+    mode: the file's permission bits. secret: it holds a private key (keep it out of logs,
+    previews and world-readable places).
+    """
+
+    path: str
+    content: str
+    mode: int
+    secret: bool = False
+
+    def __repr__(self) -> str:  # never show a private key in a traceback or a log line
+        shown = "<secret>" if self.secret else f"<{len(self.content)} characters>"
+        return f"RenderedFile({self.path!r}, {shown}, mode={self.mode:o}, secret={self.secret})"
+
+
+# (path, template, mode): the bundle's layout, the same for every container and every key.
+LAYOUT: tuple[tuple[str, str, int], ...] = (
+    ("entrypoint.sh", "entrypoint.sh.j2", EXEC_MODE),
+    ("cluster-env.sh", "cluster-env.sh.j2", PUBLIC_MODE),
+    ("static-env.sh", "static-env.sh.j2", PUBLIC_MODE),
+    ("save-env.sh", "save-env.sh.j2", PUBLIC_MODE),
+    ("ssh-session.sh", "ssh-session.sh.j2", EXEC_MODE),
+    ("profile.sh", "profile.sh.j2", PUBLIC_MODE),
+    ("sshd_config", "sshd_config.j2", PUBLIC_MODE),
+    ("ssh/config", "ssh_config.j2", PUBLIC_MODE),
+    ("ssh/known_hosts", "known_hosts.j2", PUBLIC_MODE),
+    ("ssh/authorized_keys", "authorized_keys.j2", PUBLIC_MODE),
+)
+USER_KEY = "ssh/id_cluster"
+HOST_KEY = "ssh/ssh_host_ed25519_key"
+
+
+def shquote(value: object) -> str:
+    return shlex.quote(str(value))
+
+
+def shname(value: object) -> str:
+    text = str(value)
+    if not IDENTIFIER.fullmatch(text):
+        raise ValueError(f"not a shell variable name: {text!r}")
+    return text
+
+
+def word(value: object) -> str:
+    """A value for sshd_config / ssh_config / known_hosts: no spaces, quotes or '#'."""
+    text = str(value)
+    if not WORD.fullmatch(text):
+        raise ValueError(f"cannot be written into an ssh configuration file: {text!r}")
+    return text
+
+
+def public_key(value: object) -> str:
+    text = str(value).strip()
+    if not PUBLIC_KEY.fullmatch(text):
+        raise ValueError("not an ssh-ed25519 public key in OpenSSH format")
+    return text
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=False,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        # "{#" starts a jinja comment by default, and shell scripts say ${#var}
+        comment_start_string="{##",
+        comment_end_string="##}",
+    )
+    env.filters.update(shquote=shquote, shname=shname, word=word, public_key=public_key)
+    return env
+
+
+_ENV = _environment()
+
+
+def entrypoint_argv() -> list[str]:
+    """The container's entrypoint; the session command is the container's command (CMD)."""
+    return ["/bin/sh", f"{BUNDLE_DIR}/entrypoint.sh"]
+
+
+def _private(key: KeyPair) -> str:
+    text = key.private_openssh
+    return text if text.endswith("\n") else text + "\n"
+
+
+def _host_keys(plan: ClusterPlan, keys: SessionKeys) -> Mapping[str, KeyPair]:
+    missing = [h for h in plan.hosts if h not in keys.hosts]
+    if missing:
+        raise ValueError(f"the session keys have no host key for {', '.join(missing)}")
+    return keys.hosts
+
+
+def render_container(plan: ClusterPlan, container: ContainerPlan,
+                     keys: SessionKeys) -> list[RenderedFile]:
+    """The bundle of one container, in a fixed order that does not depend on the keys."""
+    if container not in plan.containers:
+        raise ValueError(f"{container.host} is not a container of session {plan.name!r}")
+    host_keys = _host_keys(plan, keys)
+    session = plan.session
+    context = {
+        "session": plan.name,
+        "host": container.host,
+        "hosts": list(plan.hosts),
+        "peers": [h for h in plan.hosts if h != container.host],
+        "size": len(plan.containers),
+        "env": list(container.env.items()),
+        "user": session.user,
+        "ssh_port": SSH_PORT,
+        "run_dir": RUN_DIR,
+        "readiness_timeout": session.readiness.timeout,
+        "default_command": list(DEFAULT_COMMAND),
+        "default_master_port": DEFAULT_MASTER_PORT,
+        "user_public_key": keys.user.public_openssh,
+        "host_public_keys": [(h, host_keys[h].public_openssh) for h in plan.hosts],
+    }
+    files = [RenderedFile(path, _ENV.get_template(template).render(context), mode)
+             for path, template, mode in LAYOUT]
+    own = host_keys[container.host]
+    files += [
+        RenderedFile(USER_KEY + ".pub", public_key(keys.user.public_openssh) + "\n", PUBLIC_MODE),
+        RenderedFile(USER_KEY, _private(keys.user), SECRET_MODE, secret=True),
+        RenderedFile(HOST_KEY + ".pub", public_key(own.public_openssh) + "\n", PUBLIC_MODE),
+        RenderedFile(HOST_KEY, _private(own), SECRET_MODE, secret=True),
+    ]
+    return files
+
+
+def render_session(plan: ClusterPlan, keys: SessionKeys) -> dict[str, list[RenderedFile]]:
+    """Every container's bundle, by host, in host order."""
+    return {c.host: render_container(plan, c, keys) for c in plan.containers}

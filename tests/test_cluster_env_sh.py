@@ -1,0 +1,364 @@
+"""The rendered shell scripts, run for real under dash and busybox sh (no container needed).
+
+``cluster-env.sh`` (contract 3): the derived variables, their precedence, nothing for a single
+container, and nothing else changed in the sourcing shell. Then the whole chain an env value
+goes through -- ``static-env.sh``, ``cluster-env.sh``, ``save-env.sh`` (what the entrypoint
+saves for ssh sessions) and ``ssh-session.sh`` (sshd's ForceCommand) -- is checked byte for
+byte on arbitrary values with hypothesis.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cluster_sessions.keys import generate_session_keys
+from cluster_sessions.plan import build_plan
+from cluster_sessions.render import DEFAULT_MASTER_PORT, render_container
+from cluster_sessions.spec import Pool, Session
+
+from .conftest import skip_or_fail
+
+DERIVED = ("MASTER_ADDR", "MASTER_PORT", "TF_CONFIG",
+           "PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
+NEVER = ("WORLD_SIZE", "RANK", "LOCAL_RANK")
+# Prints the process environment as {name: hex of the value}: exact bytes, whatever they are.
+DUMP = ("import json, os, sys; json.dump({k.decode('utf-8', 'surrogateescape'): v.hex() "
+        "for k, v in os.environb.items()}, sys.stdout)")
+
+
+@pytest.fixture(scope="module", params=["dash", "busybox"])
+def shell(request, tmp_path_factory) -> str:
+    """The path of a POSIX sh to test with; busybox is reached through a link named ``sh``."""
+    found = shutil.which(request.param)
+    if found is None:
+        skip_or_fail(f"{request.param} is not installed (apt-get install {request.param})")
+    if request.param == "dash":
+        return found
+    link = tmp_path_factory.mktemp("busybox") / "sh"
+    link.symlink_to(found)
+    return str(link)
+
+
+def make_session(size: int = 4, env: dict[str, str] | None = None,
+                 master_port: int | None = None) -> Session:
+    data: dict = {"kind": "ClusterSession", "name": "envtest", "pool": "p", "image": "img",
+                  "cluster": {"size": size}, "env": env or {}}
+    if master_port is not None:
+        data["distributed"] = {"master_port": master_port}
+    return Session.model_validate(data)
+
+
+POOL = Pool.model_validate({"kind": "AgentPool", "name": "p", "agents": [
+    {"name": "a1", "docker_host": "unix:///x", "capacity": {"cpu": 1000, "mem": "1000g"}}]})
+
+
+KEYS = generate_session_keys(["main1"] + [f"sub{i}" for i in range(1, 4)])
+
+
+def bundle(directory: Path, session: Session, host: str = "sub2") -> tuple[Path, dict]:
+    """Render ``host``'s files into ``directory``; return it and the host's static env."""
+    plan = build_plan(session, POOL)
+    container = next(c for c in plan.containers if c.host == host)
+    directory.mkdir(parents=True, exist_ok=True)
+    for f in render_container(plan, container, KEYS):
+        if not f.secret:
+            path = directory / f.path
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f.content)
+    return directory, dict(container.env)
+
+
+def run(shell: str, script: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([shell, "-c", script], env=env, cwd=cwd, capture_output=True,
+                          timeout=30, check=False)
+
+
+def env_after(shell: str, directory: Path, env: dict[str, str], options: str = "") -> dict:
+    """The environment a program sees after ``. ./cluster-env.sh`` in ``shell``."""
+    script = f"{options}\n. ./cluster-env.sh\nexec {sys.executable} -c \"$DUMP\""
+    result = run(shell, script, {**env, "DUMP": DUMP}, directory)
+    assert result.returncode == 0, result.stderr.decode()
+    seen = {k: bytes.fromhex(v).decode("utf-8", "surrogateescape")
+            for k, v in json.loads(result.stdout).items()}
+    seen.pop("DUMP")
+    # set by the shells themselves, or by Python (PEP 538 locale coercion)
+    for name in ("PWD", "SHLVL", "_", "OLDPWD", "PATH", "LC_CTYPE"):
+        if name not in env:
+            seen.pop(name, None)
+    return seen
+
+
+def expected_derived(env: dict[str, str]) -> dict[str, str]:
+    """What cluster-env.sh adds, written out again in Python (DESIGN.md, contract 3)."""
+
+    def number(text: str | None) -> bool:
+        return (text is not None and text.isascii() and text.isdigit() and len(text) <= 9
+                and (text == "0" or not text.startswith("0")))
+
+    def port(text: str | None) -> bool:
+        return number(text) and 1 <= int(text) <= 65535
+
+    size = env.get("BACKENDAI_CLUSTER_SIZE")
+    if not number(size) or int(size) <= 1:
+        return {}
+    now = dict(env)
+    hosts = env.get("BACKENDAI_CLUSTER_HOSTS", "")
+    rank = env.get("BACKENDAI_CLUSTER_LOCAL_RANK")
+    rank = rank if number(rank) else None
+    dist = env.get("BACKENDAI_DIST_MASTER_PORT") or str(DEFAULT_MASTER_PORT)
+    if "MASTER_ADDR" not in now and hosts:
+        now["MASTER_ADDR"] = hosts.split(",")[0]
+    if "MASTER_PORT" not in now:
+        now["MASTER_PORT"] = dist
+    if "TF_CONFIG" not in now and hosts and rank is not None:
+        base = now["MASTER_PORT"] if port(now["MASTER_PORT"]) else dist
+        base = int(base) if port(base) else DEFAULT_MASTER_PORT
+        workers = [f"{h}:{base + i}" for i, h in enumerate(hosts.split(","))]
+        now["TF_CONFIG"] = json.dumps(
+            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": int(rank)}},
+            separators=(",", ":"), ensure_ascii=False)
+    now.setdefault("PET_NNODES", size)
+    if rank is not None:
+        now.setdefault("PET_NODE_RANK", rank)
+    if "MASTER_ADDR" in now:
+        now.setdefault("PET_MASTER_ADDR", now["MASTER_ADDR"])
+    now.setdefault("PET_MASTER_PORT", now["MASTER_PORT"])
+    return {k: v for k, v in now.items() if k not in env}
+
+
+@pytest.fixture(scope="module")
+def four(tmp_path_factory) -> tuple[Path, dict]:
+    """sub2 of a 4-container session, no distributed block."""
+    return bundle(tmp_path_factory.mktemp("four"), make_session(4))
+
+
+def test_derives_every_variable_for_a_cluster(shell, four):
+    directory, env = four
+    seen = env_after(shell, directory, env)
+    assert {k: seen[k] for k in DERIVED} == {
+        "MASTER_ADDR": "main1",
+        "MASTER_PORT": "29500",
+        "TF_CONFIG": '{"cluster":{"worker":["main1:29500","sub1:29501","sub2:29502",'
+                     '"sub3:29503"]},"task":{"type":"worker","index":2}}',
+        "PET_NNODES": "4",
+        "PET_NODE_RANK": "2",
+        "PET_MASTER_ADDR": "main1",
+        "PET_MASTER_PORT": "29500",
+    }
+    assert json.loads(seen["TF_CONFIG"])["task"] == {"type": "worker", "index": 2}
+    assert seen == {**env, **expected_derived(env)}
+
+
+def test_never_sets_world_size_rank_or_local_rank(shell, four):
+    directory, env = four
+    seen = env_after(shell, directory, env)
+    assert not set(NEVER) & set(seen)
+
+
+def test_distributed_master_port_moves_master_port_and_every_tf_port(shell, tmp_path):
+    directory, env = bundle(tmp_path, make_session(3, master_port=23456), host="main1")
+    seen = env_after(shell, directory, env)
+    assert seen["MASTER_PORT"] == seen["PET_MASTER_PORT"] == "23456"
+    assert json.loads(seen["TF_CONFIG"]) == {
+        "cluster": {"worker": ["main1:23456", "sub1:23457", "sub2:23458"]},
+        "task": {"type": "worker", "index": 0}}
+
+
+@pytest.mark.parametrize("preset", [
+    {"MASTER_PORT": "31000"},
+    {"MASTER_ADDR": "head.example"},
+    {"MASTER_ADDR": ""},  # set but empty still counts as set
+    {"TF_CONFIG": '{"mine": true}'},
+    {"PET_NNODES": "2", "PET_NODE_RANK": "7"},
+    {"PET_MASTER_ADDR": "elsewhere", "PET_MASTER_PORT": "1"},
+    {"MASTER_PORT": "not a port"},
+    {name: f"user's {name}" for name in DERIVED},
+], ids=lambda preset: ",".join(preset))
+def test_a_value_already_set_wins(shell, four, preset):
+    directory, env = four
+    env = {**env, **preset}
+    seen = env_after(shell, directory, env)
+    for name, value in preset.items():
+        assert seen[name] == value
+    assert seen == {**env, **expected_derived(env)}
+
+
+def test_a_user_master_port_is_the_base_of_the_tf_ports_and_reaches_torchrun(shell, four):
+    directory, env = four
+    seen = env_after(shell, directory, {**env, "MASTER_PORT": "31000"})
+    assert seen["PET_MASTER_PORT"] == "31000"
+    assert json.loads(seen["TF_CONFIG"])["cluster"]["worker"] == [
+        "main1:31000", "sub1:31001", "sub2:31002", "sub3:31003"]
+
+
+@pytest.mark.parametrize("size", ["1", "", "0", "x", "1x", None])
+def test_a_single_container_or_a_missing_size_gets_none_of_them(shell, four, size):
+    directory, env = four
+    env = {k: v for k, v in env.items() if k != "BACKENDAI_CLUSTER_SIZE"}
+    if size is not None:
+        env["BACKENDAI_CLUSTER_SIZE"] = size
+    seen = env_after(shell, directory, env)
+    assert seen == env
+
+
+def test_single_container_session_renders_a_script_that_sets_nothing(shell, tmp_path):
+    directory, env = bundle(tmp_path, make_session(1), host="main1")
+    assert env["BACKENDAI_CLUSTER_SIZE"] == "1"
+    assert env_after(shell, directory, env) == env
+
+
+# The shell state cluster-env.sh must leave exactly as it found it. Unsetting the variables it
+# was expected to add must give back the state from before, byte for byte.
+STATE = """
+_cs_state() (  # a subshell: the state dump must not change the state itself
+    set
+    export -p
+    echo "options=$- args=$# [$*] IFS=${IFS+set}[${IFS-}]"
+    trap
+    umask
+    pwd
+    for f in _cs_num _cs_port _cs_export; do
+        if command -v "$f" >/dev/null 2>&1; then echo "function $f is defined"; fi
+    done
+)
+"""
+
+
+@pytest.mark.parametrize("options, ifs", [
+    ("set -eu", None),
+    ("set -u", "unset IFS"),
+    ("set -e", "IFS=':,'"),
+    ("set -f -C", "IFS=''"),
+    ("", "IFS=' \t\n'"),
+], ids=["eu", "u-unset-ifs", "e-odd-ifs", "noglob-empty-ifs", "plain"])
+def test_changes_nothing_else_in_the_sourcing_shell(shell, four, tmp_path, options, ifs):
+    directory, env = four
+    added = " ".join(expected_derived(env))
+    script = f"""{STATE}
+{options}
+{ifs or ''}
+set -- "one arg" two
+trap 'echo bye' USR1
+_cs_state > {tmp_path}/before
+. ./cluster-env.sh
+unset {added}
+_cs_state > {tmp_path}/after
+"""
+    result = run(shell, script, env, directory)
+    assert result.returncode == 0, result.stderr.decode()
+    before = (tmp_path / "before").read_bytes()
+    after = (tmp_path / "after").read_bytes()
+    assert b"function _cs" not in after
+    assert after == before
+
+
+def test_sourcing_twice_changes_nothing_the_second_time(shell, four, tmp_path):
+    directory, env = four
+    script = f". ./cluster-env.sh; export -p > {tmp_path}/one; . ./cluster-env.sh; " \
+             f"export -p > {tmp_path}/two"
+    result = run(shell, script, env, directory)
+    assert result.returncode == 0, result.stderr.decode()
+    assert (tmp_path / "one").read_bytes() == (tmp_path / "two").read_bytes()
+
+
+def test_a_large_cluster_is_quick_and_lists_every_worker(shell, tmp_path):
+    session = make_session(500)
+    plan = build_plan(session, POOL)
+    last = plan.containers[-1]
+    env = dict(last.env)
+    (tmp_path / "cluster-env.sh").write_text(next(
+        f.content for f in render_container(plan, last, generate_session_keys(plan.hosts))
+        if f.path == "cluster-env.sh"))
+    seen = env_after(shell, tmp_path, env)
+    workers = json.loads(seen["TF_CONFIG"])["cluster"]["worker"]
+    assert workers[0] == "main1:29500" and workers[-1] == "sub499:29999" and len(workers) == 500
+    assert json.loads(seen["TF_CONFIG"])["task"]["index"] == 499
+
+
+# --- every env value survives the whole chain, byte for byte --------------------------------
+
+HOSTILE = [
+    "", " ", "'", '"', "\\", "'\\''", "$(touch /tmp/pwned)", "`id`", "${HOME}", "$1 $@ $*",
+    "a\nb", "\n", "trailing\n\n", "\r\n", "\t tab", "ünï©ødé ✓ 日本", "-n", "-e \\n", "*", "?",
+    "[a]", "~", "#not a comment", "a;b&&c||d|e", "%s%n", "\x01\x1b[31m\x7f", "=", "a=b",
+    "\u200b\ufeff", "😀", "export X=1", "'; exit 1; '",
+]
+SHELL_OWNED = {"IFS", "OPTIND", "PPID", "LINENO", "PS1", "PS2", "PS4", "PWD", "OLDPWD", "SHLVL",
+               "_", "ENV", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "MAIL", "HOSTNAME",
+               "SSH_ORIGINAL_COMMAND", "DUMP", "LC_CTYPE"}
+names = st.one_of(
+    st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,11}", fullmatch=True),
+    # the names cluster-env.sh uses inside its subshell, and the ones it derives
+    st.sampled_from(["size", "hosts", "rank", "base", "workers", "i", "rest", "host",
+                     "_cs_rest", "_cs_done", "PATH", "MASTER_PORT", "MASTER_ADDR"]),
+).filter(lambda n: n not in SHELL_OWNED and not n.startswith("BACKENDAI_"))
+values = st.one_of(
+    st.sampled_from(HOSTILE),
+    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"),
+            max_size=30),
+)
+
+
+def check_chain(shell: str, directory: Path, static: dict[str, str]) -> None:
+    expected = {**static, **expected_derived(static)}
+
+    # The engine passed the env (docker run -e): the entrypoint's own shell sources both.
+    seen = env_after(shell, directory, static)
+    assert seen == expected
+
+    # Nothing passed: static-env.sh fills it in (except PATH: a shell always has one).
+    script = f". ./static-env.sh\n. ./cluster-env.sh\nexec {sys.executable} -c \"$DUMP\""
+    result = run(shell, script, {"DUMP": DUMP}, directory)
+    assert result.returncode == 0, result.stderr.decode()
+    got = {k: bytes.fromhex(v).decode("utf-8", "surrogateescape")
+           for k, v in json.loads(result.stdout).items()}
+    assert {k: got.get(k) for k in expected if k != "PATH"} == {
+        k: v for k, v in expected.items() if k != "PATH"}
+
+    # An ssh session: save-env.sh writes the environment, ssh-session.sh (as sshd runs it, in
+    # a clean environment with only sshd's variables) loads it and runs the command.
+    saved = directory / "environment"
+    script = f'. ./static-env.sh; . ./cluster-env.sh; exec {shell} ./save-env.sh > "$1"'
+    result = subprocess.run([shell, "-c", script, "sh", str(saved)], env=static, cwd=directory,
+                            capture_output=True, timeout=30, check=False)
+    assert result.returncode == 0, result.stderr.decode()
+    sshd_env = {"HOME": "/nonexistent", "USER": "work", "LOGNAME": "work", "SHELL": shell,
+                "PATH": "/usr/bin:/bin", "SSH_CONNECTION": "10.0.0.1 1 10.0.0.2 2200",
+                "SSH_ORIGINAL_COMMAND": f'exec {sys.executable} -c "$DUMP"', "DUMP": DUMP}
+    result = subprocess.run([shell, str(directory / "ssh-session.sh")], env=sshd_env,
+                            capture_output=True, timeout=30, check=False)
+    assert result.returncode == 0, result.stderr.decode()
+    got = {k: bytes.fromhex(v).decode("utf-8", "surrogateescape")
+           for k, v in json.loads(result.stdout).items()}
+    assert {k: got.get(k) for k in expected} == expected
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(user_env=st.dictionaries(names, values, max_size=6),
+       size=st.sampled_from([1, 2, 4]),
+       master_port=st.one_of(st.none(), st.integers(1024, 32767)))
+def test_every_env_value_survives_rendering_byte_for_byte(shell, tmp_path, user_env, size,
+                                                          master_port):
+    host = "main1" if size == 1 else "sub1"
+    directory, static = bundle(tmp_path / os.urandom(4).hex(),
+                               make_session(size, user_env, master_port), host=host)
+    for name, value in user_env.items():
+        assert static[name] == value
+    check_chain(shell, directory, static)
+
+
+def test_hostile_values_survive_the_chain(shell, tmp_path):
+    user_env = {f"V{i}": value for i, value in enumerate(HOSTILE)}
+    directory, static = bundle(tmp_path, make_session(4, user_env))
+    check_chain(shell, directory, static)
+    assert not Path("/tmp/pwned").exists()

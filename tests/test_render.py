@@ -1,0 +1,250 @@
+"""render: the files each container runs, checked as text (no shell, no engine).
+
+The scripts themselves run in tests/test_cluster_env_sh.py (dash, busybox) and in real
+containers in tests/test_runtime.py.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cluster_sessions.keys import generate_session_keys, new_keypair
+from cluster_sessions.plan import build_plan
+from cluster_sessions.render import (
+    BUNDLE_DIR,
+    TEMPLATES,
+    RenderedFile,
+    entrypoint_argv,
+    render_container,
+    render_session,
+)
+from cluster_sessions.spec import SSH_PORT, Pool, Session
+
+POOL = Pool.model_validate({"kind": "AgentPool", "name": "p", "agents": [
+    {"name": "a1", "docker_host": "unix:///x", "capacity": {"cpu": 64, "mem": "256g"}}]})
+REQUIRED = {"entrypoint.sh", "cluster-env.sh", "static-env.sh", "save-env.sh", "ssh-session.sh",
+            "profile.sh", "sshd_config", "ssh/config", "ssh/known_hosts", "ssh/authorized_keys",
+            "ssh/id_cluster", "ssh/id_cluster.pub", "ssh/ssh_host_ed25519_key",
+            "ssh/ssh_host_ed25519_key.pub"}
+SECRET = {"ssh/id_cluster", "ssh/ssh_host_ed25519_key"}
+
+
+def make_session(size: int = 4, **over) -> Session:
+    data = {"kind": "ClusterSession", "name": "render-test", "pool": "p", "image": "img",
+            "cluster": {"size": size}, "env": {"FOO": "bar"}, **over}
+    return Session.model_validate(data)
+
+
+def render(size: int = 4, **over):
+    plan = build_plan(make_session(size, **over), POOL)
+    keys = generate_session_keys(plan.hosts)
+    return plan, keys, render_session(plan, keys)
+
+
+def by_path(files: list[RenderedFile]) -> dict[str, RenderedFile]:
+    return {f.path: f for f in files}
+
+
+def test_every_container_gets_the_whole_bundle_with_modes_and_secrets_flagged():
+    plan, _, bundles = render()
+    assert list(bundles) == ["main1", "sub1", "sub2", "sub3"]
+    for files in bundles.values():
+        files = by_path(files)
+        assert set(files) == REQUIRED
+        for path, f in files.items():
+            assert f.secret == (path in SECRET), path
+            if f.secret:
+                assert f.mode == 0o600, path
+            elif path in ("entrypoint.sh", "ssh-session.sh"):
+                assert f.mode == 0o755, path
+            else:
+                assert f.mode == 0o644, path
+            assert f.content.endswith("\n"), path
+
+
+def test_the_file_set_does_not_depend_on_the_keys():
+    plan = build_plan(make_session(), POOL)
+    one, two = (render_container(plan, plan.containers[1], generate_session_keys(plan.hosts))
+                for _ in range(2))
+    assert [(f.path, f.mode, f.secret) for f in one] == [(f.path, f.mode, f.secret) for f in two]
+
+
+def test_no_private_key_text_outside_the_secret_files():
+    _, keys, bundles = render()
+    private = [keys.user.private_openssh, *(k.private_openssh for k in keys.hosts.values())]
+    # every line of every private key's body, so that no part of one leaks either
+    fragments = {line for p in private for line in p.splitlines() if len(line) > 20}
+    for files in bundles.values():
+        for f in files:
+            if f.secret:
+                continue
+            assert "PRIVATE KEY" not in f.content, f.path
+            assert not [x for x in fragments if x in f.content], f.path
+
+
+def test_the_secret_files_hold_the_user_key_and_the_containers_own_host_key():
+    _, keys, bundles = render()
+    for host, files in bundles.items():
+        files = by_path(files)
+        assert files["ssh/id_cluster"].content.strip() == keys.user.private_openssh.strip()
+        assert files["ssh/id_cluster.pub"].content.strip() == keys.user.public_openssh
+        own = keys.hosts[host]
+        assert files["ssh/ssh_host_ed25519_key"].content.strip() == own.private_openssh.strip()
+        assert files["ssh/ssh_host_ed25519_key.pub"].content.strip() == own.public_openssh
+
+
+def test_a_rendered_file_never_shows_a_private_key_in_its_repr():
+    _, keys, bundles = render()
+    secret = by_path(bundles["main1"])["ssh/id_cluster"]
+    assert "PRIVATE" not in repr(secret) and keys.user.private_openssh not in repr(secret)
+
+
+def test_known_hosts_pins_every_host_with_its_own_key_on_port_2200():
+    plan, keys, bundles = render(size=5)
+    for files in bundles.values():
+        lines = [line for line in by_path(files)["ssh/known_hosts"].content.splitlines()
+                 if line and not line.startswith("#")]
+        pinned = {}
+        for line in lines:
+            name, key = re.fullmatch(rf"\[(\w+)\]:{SSH_PORT} (ssh-ed25519 \S+)", line).groups()
+            pinned[name] = key
+        assert pinned == {h: keys.hosts[h].public_openssh for h in plan.hosts}
+
+
+def test_authorized_keys_holds_the_session_user_key_only():
+    _, keys, bundles = render()
+    for files in bundles.values():
+        lines = by_path(files)["ssh/authorized_keys"].content.splitlines()
+        assert lines == [f"{keys.user.public_openssh} cluster-session:render-test"]
+
+
+def test_ssh_client_config_names_every_host_with_port_user_key_and_strict_checking():
+    plan, _, bundles = render(size=3, user={"name": "alice", "uid": 1234, "gid": 4321})
+    config = by_path(bundles["sub1"])["ssh/config"].content
+    options = [line.split(None, 1) for line in config.splitlines()
+               if line.strip() and not line.lstrip().startswith("#")]
+    assert options[0] == ["Host", "main1 sub1 sub2"]
+    settings = dict((k, v) for k, v in options[1:])
+    assert settings["Port"] == str(SSH_PORT)
+    assert settings["User"] == "alice"
+    assert settings["IdentityFile"] == "~/.ssh/id_cluster"
+    assert settings["IdentitiesOnly"] == "yes"
+    assert settings["StrictHostKeyChecking"] == "yes"
+    assert settings["UserKnownHostsFile"] == "~/.ssh/known_hosts"
+
+
+def test_sshd_config_is_port_2200_keys_only_no_root_and_runs_every_session_through_the_wrapper():
+    _, _, bundles = render(user={"name": "alice", "uid": 1234, "gid": 4321})
+    config = by_path(bundles["sub2"])["sshd_config"].content
+    settings = dict(line.split(None, 1) for line in config.splitlines()
+                    if line.strip() and not line.startswith("#"))
+    assert settings["Port"] == "2200"
+    assert settings["PermitRootLogin"] == "no"
+    assert settings["PasswordAuthentication"] == "no"
+    assert settings["KbdInteractiveAuthentication"] == "no"
+    assert settings["AuthenticationMethods"] == "publickey"
+    assert settings["UsePAM"] == "no"
+    assert settings["AllowUsers"] == "alice"
+    assert settings["HostKey"] == "/run/cluster-session/ssh_host_ed25519_key"
+    assert settings["ForceCommand"] == "/bin/sh /run/cluster-session/ssh-session.sh"
+
+
+def test_entrypoint_carries_user_peers_and_readiness_timeout_from_the_definition():
+    _, _, bundles = render(size=4, user={"name": "alice", "uid": 1234, "gid": 4321},
+                           readiness={"timeout": 42})
+    script = by_path(bundles["sub2"])["entrypoint.sh"].content
+    assert "_cs_wait_peers main1 sub1 sub3\n" in script
+    assert "timeout=42\n" in script
+    assert "setpriv --reuid=1234 --regid=4321 --init-groups --" in script
+    assert "name=alice\n" in script
+
+
+def test_a_single_container_waits_for_no_peer():
+    _, _, bundles = render(size=1)
+    script = by_path(bundles["main1"])["entrypoint.sh"].content
+    assert "\n_cs_wait_peers " not in script
+    assert "no peers" in script
+
+
+def test_static_env_holds_the_containers_env_each_only_if_unset():
+    plan, _, bundles = render(env={"FOO": "it's $(x)"})
+    static = by_path(bundles["sub1"])["static-env.sh"].content
+    assert """[ -n "${FOO+x}" ] || export FOO='it'"'"'s $(x)'\n""" in static
+    for name in plan.containers[1].env:
+        assert f'[ -n "${{{name}+x}}" ] || export {name}=' in static
+
+
+def test_entrypoint_argv_runs_the_bundled_entrypoint_with_sh():
+    assert entrypoint_argv() == ["/bin/sh", "/opt/cluster-session/entrypoint.sh"]
+    assert BUNDLE_DIR == "/opt/cluster-session"
+
+
+def test_missing_host_key_is_refused():
+    plan = build_plan(make_session(3), POOL)
+    keys = generate_session_keys(["main1", "sub1"])
+    with pytest.raises(ValueError, match="sub2"):
+        render_session(plan, keys)
+
+
+def test_a_container_of_another_session_is_refused():
+    plan = build_plan(make_session(2), POOL)
+    other = build_plan(make_session(2, name="other-session"), POOL)
+    with pytest.raises(ValueError, match="not a container"):
+        render_container(plan, other.containers[0], generate_session_keys(plan.hosts))
+
+
+def test_a_malformed_public_key_is_refused():
+    plan = build_plan(make_session(2), POOL)
+    keys = generate_session_keys(plan.hosts)
+    bad = type(keys)(type(keys.user)(new_keypair().private_openssh, "ssh-ed25519 AAA\nx"),
+                     keys.hosts)
+    with pytest.raises(ValueError, match="public key"):
+        render_session(plan, bad)
+
+
+SHELL_TEMPLATE_VALUE = re.compile(
+    r"\{\{-?\s*(?P<expr>.*?)\s*-?\}\}", re.DOTALL)
+
+
+@pytest.mark.parametrize("template", sorted(p.name for p in TEMPLATES.glob("*.j2")))
+def test_every_interpolated_value_goes_through_a_quoting_filter(template):
+    text = (TEMPLATES / template).read_text()
+    if template.endswith(".sh.j2"):
+        allowed = (r"\|\s*shquote", r"\|\s*shname", r"\|\s*map\('shquote'\)\|join\(' '\)")
+    else:
+        allowed = (r"\|\s*word", r"\|\s*public_key")
+    for match in SHELL_TEMPLATE_VALUE.finditer(text):
+        expr = match["expr"]
+        assert any(re.search(f"{a}$", expr) for a in allowed), f"{template}: {{{{ {expr} }}}}"
+
+
+@pytest.mark.parametrize("shell", ["dash", "busybox"])
+def test_every_rendered_script_parses_as_posix_sh(shell, tmp_path):
+    found = shutil.which(shell)
+    if found is None:
+        pytest.skip(f"{shell} is not installed")
+    _, _, bundles = render(env={"X": "a\n'b'\n$(c)"})
+    for f in bundles["sub1"]:
+        if f.path.endswith(".sh"):
+            path = tmp_path / f.path.replace("/", "_")
+            path.write_text(f.content)
+            command = [found, "-n", str(path)] if shell == "dash" else [found, "sh", "-n",
+                                                                          str(path)]
+            result = subprocess.run(command, capture_output=True, text=True, check=False)
+            assert result.returncode == 0, f"{f.path}: {result.stderr}"
+
+
+def test_render_imports_no_pulumi_and_touches_nothing():
+    code = ("import sys; import cluster_sessions.render; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('pulumi', 'pulumi_docker', 'docker', 'paramiko')))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True, env={"PYTHONPATH": str(Path(__file__).parents[1]
+                                                               / "modules")})
+    assert result.stdout.strip() == "[]"
