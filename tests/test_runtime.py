@@ -1,0 +1,522 @@
+"""The rendered files in real containers on a real Docker Engine (issue 3).
+
+Sessions are started from the rendered files only, the way the Pulumi component does it: one
+bridge network per session; per container the plan's static env, hostname and network alias
+``<host>``, the bundle bind-mounted read-only at BUNDLE_DIR, ``entrypoint_argv()`` as the
+entrypoint and the definition's command. Each session is shared by the tests of one topic
+(module-scoped fixtures) and always removed afterwards.
+
+Needs the test image (``cluster_sessions.lab.image``); the torch test also needs the torch
+directory (``cluster_sessions.lab.torchdir``). In CI (CLUSTER_SESSIONS_REQUIRE_DOCKER=1) a
+missing engine is a failure, never a skip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from cluster_sessions.driver.render_verb import write_bundle
+from cluster_sessions.keys import SessionKeys, generate_session_keys
+from cluster_sessions.plan import ClusterPlan, build_plan, container_labels, network_labels
+from cluster_sessions.render import BUNDLE_DIR, entrypoint_argv, render_session
+from cluster_sessions.spec import SSH_PORT, Pool, Session
+
+pytestmark = pytest.mark.docker
+
+POOL = Pool.model_validate({"kind": "AgentPool", "name": "local", "agents": [
+    {"name": "local", "docker_host": "unix:///var/run/docker.sock",
+     "capacity": {"cpu": 256, "mem": "512g"}}]})
+READY = re.compile(rb"cluster-session\[[^]]*\]: ready:")
+FAILED = re.compile(rb"cluster-session\[[^]]*\]: error:")
+DERIVED = ("MASTER_ADDR", "MASTER_PORT", "TF_CONFIG",
+           "PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
+HOSTILE = {
+    "QUOTES": "it's \"quoted\" \\ back\\slash '\\''",
+    "SUBST": "$(touch /tmp/pwned) `touch /tmp/pwned` ${HOME} $1",
+    "LINES": "first\nsecond\n\n",
+    "SPACES": "  leading and trailing  ",
+    "UNICODE": "ünï©ødé ✓ 日本語 😀",
+    "EMPTY": "",
+    "GLOB": "* ? [a] ~",
+    "CONTROL": "\t\r\x1b[0m",
+    "SEMI": "a; exit 1 && b || c | d",
+}
+# Dumps the environment as {name: hex(value)}: exact bytes through ssh and docker exec.
+DUMP = ("import json, os, sys; json.dump({k.decode(): v.hex() for k, v in "
+        "os.environb.items()}, sys.stdout)")
+
+
+def session_def(name: str, size: int, **over) -> Session:
+    data = {"kind": "ClusterSession", "name": name, "pool": "local", "image": "set-later",
+            "cluster": {"mode": "single-node", "size": size},
+            "resources": {"cpu": 1, "mem": "1g", "shmem": "64m"},
+            "readiness": {"timeout": 60}, **over}
+    return Session.model_validate(data)
+
+
+@dataclass
+class Running:
+    """A session started from rendered files, and what it took."""
+
+    plan: ClusterPlan
+    keys: SessionKeys
+    bundles: Path
+    containers: dict = field(default_factory=dict)  # host -> docker Container
+    network: object = None
+    timings: dict = field(default_factory=dict)
+
+    @property
+    def hosts(self) -> list[str]:
+        return list(self.plan.hosts)
+
+    def run(self, host: str, script: str, user: str = "work") -> tuple[int, bytes, bytes]:
+        """Run ``sh -c script`` in a container; return (exit code, stdout, stderr)."""
+        result = self.containers[host].exec_run(["sh", "-c", script], user=user, demux=True)
+        out, err = result.output
+        return result.exit_code, out or b"", err or b""
+
+    def ok(self, host: str, script: str, user: str = "work") -> str:
+        code, out, err = self.run(host, script, user)
+        assert code == 0, f"{host}: {script!r} exited {code}: {err.decode(errors='replace')}"
+        return out.decode()
+
+    def logs(self, host: str) -> bytes:
+        return self.containers[host].logs(stdout=True, stderr=True)
+
+
+def render_to(directory: Path, session: Session) -> tuple[ClusterPlan, SessionKeys]:
+    """``sessionctl render``, in process: DIR/<host>/ for every container, fresh keys."""
+    plan = build_plan(session, POOL)
+    assert not plan.pending, plan.reason
+    keys = generate_session_keys(plan.hosts)
+    for host, files in render_session(plan, keys).items():
+        write_bundle(files, directory / host)
+    return plan, keys
+
+
+def start(client, image: str, session: Session, directory: Path, *, init: bool = True,
+          only: list[str] | None = None, wait: bool = True) -> Running:
+    """Create the network and containers of ``session`` from its rendered files (``only``
+    some of them, if given), start them all at once as Pulumi would, and wait for every
+    entrypoint's ``ready:`` line."""
+    from docker.types import Mount
+
+    session = session.model_copy(update={"image": image})
+    plan, keys = render_to(directory, session)
+    running = Running(plan, keys, directory)
+    running.network = client.networks.create(plan.network.name, driver="bridge",
+                                             labels=network_labels(plan))
+    res = plan.resources
+    for c in plan.containers:
+        if only is not None and c.host not in only:
+            continue
+        mounts = [Mount(BUNDLE_DIR, str(directory / c.host), type="bind", read_only=True)]
+        mounts += [Mount(m.target, m.source, type="bind", read_only=m.read_only)
+                   for m in plan.mounts]
+        networking = client.api.create_networking_config({
+            plan.network.name: client.api.create_endpoint_config(aliases=[c.host])})
+        created = client.api.create_container(
+            image, command=list(session.command), name=c.container_name, hostname=c.host,
+            entrypoint=entrypoint_argv(), environment=[f"{k}={v}" for k, v in c.env.items()],
+            labels=container_labels(plan, c), networking_config=networking,
+            host_config=client.api.create_host_config(
+                init=init, mounts=mounts, mem_limit=res.mem, shm_size=res.shmem,
+                nano_cpus=int(res.cpu * 1e9)),
+        )
+        running.containers[c.host] = client.containers.get(created["Id"])
+    started = time.monotonic()
+    threads = [threading.Thread(target=c.start) for c in running.containers.values()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    running.timings["start_calls_s"] = time.monotonic() - started
+    if wait:
+        wait_ready(running, timeout=session.readiness.timeout + 30)
+        running.timings.update(ready_times(running))
+    return running
+
+
+def wait_ready(running: Running, timeout: float, count: int = 1) -> None:
+    deadline = time.monotonic() + timeout
+    pending = set(running.containers)
+    while pending:
+        for host in sorted(pending):
+            logs = running.logs(host)
+            if len(READY.findall(logs)) >= count:
+                pending.discard(host)
+            elif FAILED.search(logs):
+                pytest.fail(f"{host} failed to start:\n{logs.decode(errors='replace')}")
+        if pending and time.monotonic() > deadline:
+            details = {h: running.logs(h).decode(errors="replace")[-2000:] for h in pending}
+            pytest.fail(f"not ready after {timeout}s: {details}")
+        time.sleep(0.02)
+
+
+def _docker_time(text: str) -> datetime:
+    text = text.rstrip("Z")
+    head, _, fraction = text.partition(".")
+    return datetime.fromisoformat(f"{head}.{(fraction + '000000')[:6]}")
+
+
+def ready_times(running: Running) -> dict:
+    """Docker's own clock: from the first container start to the last ``ready:`` line."""
+    started, ready = [], []
+    for container in running.containers.values():
+        container.reload()
+        started.append(_docker_time(container.attrs["State"]["StartedAt"]))
+        for line in container.logs(timestamps=True).splitlines():
+            if READY.search(line):
+                ready.append(_docker_time(line.split(b" ", 1)[0].decode()))
+                break
+    return {
+        "first_start_to_all_ready_s": (max(ready) - min(started)).total_seconds(),
+        "last_start_to_all_ready_s": (max(ready) - max(started)).total_seconds(),
+    }
+
+
+def remove(client, running: Running) -> None:
+    import docker.errors
+
+    for container in running.containers.values():
+        with contextlib.suppress(docker.errors.NotFound):
+            container.remove(force=True)
+    if running.network is not None:
+        with contextlib.suppress(docker.errors.NotFound):
+            running.network.remove()
+
+
+def unique(stem: str) -> str:
+    return f"cst-{uuid.uuid4().hex[:8]}-{stem}"
+
+
+@pytest.fixture(scope="module")
+def image(docker_client) -> str:
+    from cluster_sessions.lab.image import ensure_image
+
+    return ensure_image(docker_client)
+
+
+@pytest.fixture(scope="module")
+def session_factory(docker_client, image, tmp_path_factory):
+    """Start sessions for this module; every one is removed at the end, whatever happens."""
+    started: list[Running] = []
+
+    def make(session: Session, **kwargs) -> Running:
+        directory = tmp_path_factory.mktemp(session.name)
+        holder = Running(build_plan(session, POOL), None, directory)  # type: ignore[arg-type]
+        started.append(holder)
+        try:
+            running = start(docker_client, image, session, directory, **kwargs)
+        except BaseException:
+            _remove_by_name(docker_client, holder.plan)
+            raise
+        started[-1] = running
+        return running
+
+    yield make
+    for running in started:
+        remove(docker_client, running)
+        _remove_by_name(docker_client, running.plan)
+
+
+def _remove_by_name(client, plan: ClusterPlan) -> None:
+    """Also what a failed ``start`` may have left half made."""
+    import docker.errors
+
+    for c in plan.containers:
+        with contextlib.suppress(docker.errors.NotFound):
+            client.containers.get(c.container_name).remove(force=True)
+    for network in client.networks.list(names=[plan.network.name]):
+        with contextlib.suppress(docker.errors.NotFound):
+            network.remove()
+
+
+@pytest.fixture(scope="module")
+def mesh(session_factory) -> Running:
+    """Four containers, hostile user env, distributed.master_port 29400."""
+    running = session_factory(session_def(unique("mesh"), 4, env=HOSTILE,
+                                          distributed={"master_port": 29400}))
+    print(f"\nmesh of 4 ready: {running.timings}")
+    return running
+
+
+def env_of(raw: bytes) -> dict[str, bytes]:
+    """/proc/PID/environ as {name: value bytes}."""
+    pairs = [item.split(b"=", 1) for item in raw.split(b"\0") if item]
+    return {k.decode(): v for k, v in pairs}
+
+
+def dump_env(output: str) -> dict[str, bytes]:
+    return {k: bytes.fromhex(v) for k, v in json.loads(output).items()}
+
+
+def command_env(running: Running, host: str) -> dict[str, bytes]:
+    """The environment of the session command (sleep), read as its owner."""
+    code, out, err = running.run(host, "cat /proc/$(pgrep -o -x sleep)/environ")
+    assert code == 0, err
+    return env_of(out)
+
+
+# --- the mesh ---------------------------------------------------------------------------------
+
+def test_the_mesh_is_ready_soon_after_the_last_container_starts(mesh):
+    # The readiness wait polls every 0.1 s; allow a slow CI machine plenty of room.
+    assert mesh.timings["last_start_to_all_ready_s"] < 5, mesh.timings
+
+
+def test_every_container_reaches_every_peer_by_name_with_strict_host_keys(mesh):
+    script = ("for p in " + " ".join(mesh.hosts) + "; do "
+              "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes \"$p\" hostname "
+              "|| echo \"FAILED $p\"; done")
+    with ThreadPoolExecutor(len(mesh.hosts)) as pool:
+        outputs = dict(zip(mesh.hosts, pool.map(lambda h: mesh.ok(h, script), mesh.hosts),
+                           strict=True))
+    for host, output in outputs.items():
+        assert output.split() == mesh.hosts, f"from {host}: {output}"
+
+
+def test_an_unknown_host_key_is_refused(mesh):
+    code, _, err = mesh.run("main1", "ssh -o BatchMode=yes -o UserKnownHostsFile=/dev/null "
+                                     "sub1 true")
+    assert code != 0 and b"Host key verification failed" in err
+
+
+def test_ssh_sessions_see_the_derived_variables(mesh):
+    out = mesh.ok("main1", "ssh -o BatchMode=yes sub2 'echo $MASTER_ADDR $TF_CONFIG'")
+    addr, tf_config = out.strip().split(" ", 1)
+    assert addr == "main1"
+    assert json.loads(tf_config) == {
+        "cluster": {"worker": ["main1:29400", "sub1:29401", "sub2:29402", "sub3:29403"]},
+        "task": {"type": "worker", "index": 2}}
+    out = mesh.ok("sub3", "ssh -o BatchMode=yes main1 'env'")
+    env = dict(line.split("=", 1) for line in out.splitlines() if re.match(r"^\w+=", line))
+    assert env["MASTER_PORT"] == env["PET_MASTER_PORT"] == "29400"
+    assert env["PET_NNODES"] == "4" and env["PET_NODE_RANK"] == "0"
+    assert env["BACKENDAI_CLUSTER_HOST"] == "main1"
+    assert not {"WORLD_SIZE", "RANK", "LOCAL_RANK"} & set(env)
+
+
+def test_login_shells_see_the_derived_variables_and_the_container_path(mesh):
+    # No command and no tty: sshd runs a login shell reading its commands from stdin.
+    out = mesh.ok("main1", "printf '%s\\n' 'echo \"$MASTER_ADDR|$PET_NODE_RANK|$PATH\"' "
+                           "| ssh -T -o BatchMode=yes sub1")
+    assert out.strip().splitlines()[-1] == (
+        "main1|1|/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+
+
+def test_the_command_runs_as_the_user_with_the_static_and_derived_env(mesh):
+    env = command_env(mesh, "sub1")
+    plan_env = mesh.plan.containers[1].env
+    for name, value in plan_env.items():
+        assert env[name] == value.encode(), name
+    assert env["MASTER_ADDR"] == b"main1" and env["PET_NODE_RANK"] == b"1"
+    assert env["USER"] == b"work" and env["HOME"] == b"/home/work"
+    status = mesh.ok("sub1", "grep -E '^(Uid|Gid):' /proc/$(pgrep -o -x sleep)/status")
+    assert status.split() == ["Uid:"] + ["9001"] * 4 + ["Gid:"] + ["9001"] * 4
+
+
+def test_hostile_env_values_reach_the_command_and_ssh_sessions_unchanged(mesh):
+    command = command_env(mesh, "sub2")
+    code, out, err = mesh.run("main1", f"ssh -o BatchMode=yes sub2 \"python3 -c '{DUMP}'\"")
+    assert code == 0, err
+    over_ssh = dump_env(out.decode())
+    for name, value in HOSTILE.items():
+        assert command[name] == value.encode(), name
+        assert over_ssh[name] == value.encode(), name
+    code, _, _ = mesh.run("sub2", "test -e /tmp/pwned")
+    assert code != 0
+
+
+def test_scp_and_sftp_work_between_containers(mesh):
+    out = mesh.ok("sub1", "echo payload > /tmp/p && scp -q /tmp/p sub3:/tmp/p2 && "
+                          "ssh sub3 cat /tmp/p2 && echo 'ls /tmp/p2' | sftp -q -b - sub3")
+    assert out.splitlines()[0] == "payload" and "/tmp/p2" in out
+
+
+def test_root_login_is_refused_even_with_the_session_key(mesh):
+    mesh.ok("sub1", "mkdir -p /root/.ssh && cp /home/work/.ssh/authorized_keys /root/.ssh/ "
+                    "&& chmod 700 /root/.ssh", user="root")
+    code, _, err = mesh.run("main1", "ssh -o BatchMode=yes -l root sub1 true")
+    assert code != 0 and b"Permission denied" in err
+
+
+def test_only_public_key_authentication_is_offered_even_with_a_password_set(mesh):
+    import paramiko
+
+    mesh.ok("sub3", "python3 -c \"import crypt; print('work:' + crypt.crypt('hunter2'))\" "
+                    "2>/dev/null | chpasswd -e", user="root")
+    mesh.containers["sub3"].reload()
+    address = mesh.containers["sub3"].attrs["NetworkSettings"]["Networks"][
+        mesh.plan.network.name]["IPAddress"]
+    key = paramiko.Ed25519Key.from_private_key_file(
+        str(mesh.bundles / "sub3" / "ssh" / "id_cluster"))
+    pinned = mesh.keys.hosts["sub3"].public_openssh.split()[1]
+
+    def attempt(user: str, method: str) -> None:
+        # one connection per attempt: sshd drops a client that changes the user name
+        transport = paramiko.Transport((address, SSH_PORT))
+        try:
+            transport.start_client(timeout=10)
+            assert transport.get_remote_server_key().get_base64() == pinned
+            if method == "password":
+                transport.auth_password(user, "hunter2")
+            else:
+                transport.auth_publickey(user, key)
+        finally:
+            transport.close()
+
+    for user in ("work", "root"):
+        with pytest.raises(paramiko.BadAuthenticationType) as exc:
+            attempt(user, "password")
+        assert exc.value.allowed_types == ["publickey"]
+    with pytest.raises(paramiko.AuthenticationException):
+        attempt("root", "publickey")
+    attempt("work", "publickey")  # and the session key does work for the user
+
+
+def test_a_restarted_sub_rejoins_the_mesh(mesh):
+    mesh.containers["sub2"].restart(timeout=2)
+    wait_ready(Running(mesh.plan, mesh.keys, mesh.bundles, {"sub2": mesh.containers["sub2"]}),
+               timeout=60, count=2)
+    out = mesh.ok("sub2", "for p in main1 sub1 sub2 sub3; do ssh -o BatchMode=yes $p "
+                          "hostname; done")
+    assert out.split() == mesh.hosts
+    assert mesh.ok("main1", "ssh -o BatchMode=yes sub2 'echo $MASTER_ADDR $PET_NODE_RANK'"
+                   ).split() == ["main1", "2"]
+    assert command_env(mesh, "sub2")["QUOTES"] == HOSTILE["QUOTES"].encode()
+
+
+# --- other shapes -----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def solo(session_factory) -> Running:
+    """One container, without an init: the command itself is PID 1."""
+    return session_factory(session_def(unique("solo"), 1, env=HOSTILE), init=False)
+
+
+def test_a_single_container_session_has_none_of_the_distributed_variables(solo):
+    pid1 = env_of(solo.run("main1", "cat /proc/1/environ")[1])
+    assert pid1["BACKENDAI_CLUSTER_SIZE"] == b"1"
+    assert not set(DERIVED) & set(pid1)
+    out = solo.ok("main1", "ssh -o BatchMode=yes main1 'env'")
+    assert "BACKENDAI_CLUSTER_SIZE=1" in out.splitlines()
+    assert not [line for line in out.splitlines() if line.split("=")[0] in DERIVED]
+
+
+def test_the_command_is_exec_d_as_pid_1_with_the_env_unchanged(solo):
+    assert solo.ok("main1", "tr '\\0' ' ' < /proc/1/cmdline").strip() == "sleep infinity"
+    pid1 = env_of(solo.run("main1", "cat /proc/1/environ")[1])
+    for name, value in HOSTILE.items():
+        assert pid1[name] == value.encode(), name
+    assert b"without an init" in solo.logs("main1")
+
+
+@pytest.fixture(scope="module")
+def pair_with_master_port(session_factory) -> Running:
+    return session_factory(session_def(unique("pair"), 2, env={"MASTER_PORT": "23456"},
+                                       distributed={"master_port": 29400}))
+
+
+def test_a_user_set_master_port_wins(pair_with_master_port):
+    running = pair_with_master_port
+    env = command_env(running, "sub1")
+    assert env["MASTER_PORT"] == env["PET_MASTER_PORT"] == b"23456"
+    assert json.loads(env["TF_CONFIG"])["cluster"]["worker"] == ["main1:23456", "sub1:23457"]
+    out = running.ok("sub1", "ssh -o BatchMode=yes main1 'echo $MASTER_PORT $PET_MASTER_PORT'")
+    assert out.split() == ["23456", "23456"]
+
+
+def test_peers_that_never_come_fail_the_wait_naming_them(docker_client, image, tmp_path):
+    session = session_def(unique("lonely"), 3, readiness={"timeout": 2})
+    running = start(docker_client, image, session, tmp_path, only=["main1"], wait=False)
+    try:
+        result = running.containers["main1"].wait(timeout=60)
+        logs = running.logs("main1").decode()
+        assert result["StatusCode"] == 75, logs
+        assert re.search(r"peers not ready after 2s.*sub1 \(does not resolve\).*sub2", logs)
+    finally:
+        remove(docker_client, running)
+
+
+def test_an_image_without_sshd_fails_with_a_clear_message(docker_client, image, tmp_path):
+    from docker.types import Mount
+
+    session = session_def(unique("nosshd"), 1, image=image)
+    plan, _ = render_to(tmp_path, session)
+    # The test image minus sshd: remove it just before the entrypoint looks for it.
+    container = docker_client.containers.run(
+        image, ["-c", 'rm -f /usr/sbin/sshd && exec /bin/sh "$0" "$@"',
+                f"{BUNDLE_DIR}/entrypoint.sh", "sleep", "infinity"],
+        entrypoint=["/bin/sh"], name=plan.containers[0].container_name, detach=True,
+        environment=dict(plan.containers[0].env),
+        mounts=[Mount(BUNDLE_DIR, str(tmp_path / "main1"), type="bind", read_only=True)])
+    try:
+        result = container.wait(timeout=60)
+        logs = container.logs().decode()
+        assert result["StatusCode"] == 69, logs
+        assert "this image has no sshd: install the OpenSSH server" in logs
+    finally:
+        container.remove(force=True)
+
+
+# --- a real client: torch.distributed over the session's variables ---------------------------
+
+ALLREDUCE = """\
+import os, socket
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+value = torch.tensor([float(rank + 1)])
+dist.all_reduce(value)
+assert value.item() == world * (world + 1) / 2, value
+assert rank == int(os.environ["BACKENDAI_CLUSTER_LOCAL_RANK"]), (rank, os.environ)
+print(f"allreduce ok host={socket.gethostname()} rank={rank} world={world} "
+      f"sum={value.item():g}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_torchrun_all_reduce_across_the_containers_with_no_rendezvous_flags(
+        session_factory, tmp_path_factory):
+    from cluster_sessions.lab.torchdir import ensure_torch_dir
+
+    torch_dir = ensure_torch_dir()
+    scripts = tmp_path_factory.mktemp("torch-script")
+    (scripts / "allreduce.py").write_text(ALLREDUCE)
+    (scripts / "allreduce.py").chmod(0o644)
+    scripts.chmod(0o755)
+    session = session_def(
+        unique("torch"), 4,
+        resources={"cpu": 1, "mem": "2g", "shmem": "256m"},
+        env={"PYTHONPATH": "/opt/torch", "OMP_NUM_THREADS": "1"},
+        mounts=[{"source": str(torch_dir), "target": "/opt/torch", "read_only": True},
+                {"source": str(scripts), "target": "/opt/test", "read_only": True}],
+        command=["python3", "-m", "torch.distributed.run", "--nproc-per-node=1",
+                 "/opt/test/allreduce.py"],
+    )
+    running = session_factory(session, wait=False)
+    results = {h: c.wait(timeout=300) for h, c in running.containers.items()}
+    logs = {h: running.logs(h).decode(errors="replace") for h in running.hosts}
+    for host in running.hosts:
+        assert results[host]["StatusCode"] == 0, f"{host}:\n{logs[host]}"
+    ranks = {}
+    for host, text in logs.items():
+        match = re.search(r"allreduce ok host=(\S+) rank=(\d+) world=4 sum=10", text)
+        assert match, f"{host}:\n{text}"
+        ranks[match[1]] = int(match[2])
+    assert ranks == {"main1": 0, "sub1": 1, "sub2": 2, "sub3": 3}
