@@ -14,8 +14,11 @@ missing engine is a failure, never a skip.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+import posixpath
 import re
+import tarfile
 import threading
 import time
 import uuid
@@ -105,11 +108,25 @@ def render_to(directory: Path, session: Session) -> tuple[ClusterPlan, SessionKe
     return plan, keys
 
 
+def upload_archive(directory: Path) -> bytes:
+    """The bundle as the Pulumi docker provider uploads it: one entry per file, owned by root,
+    mode 0744 if executable else 0644 (private keys included), directories made on the way."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+            data = path.read_bytes()
+            info = tarfile.TarInfo(posixpath.join(BUNDLE_DIR, *path.relative_to(directory).parts))
+            info.size = len(data)
+            info.mode = 0o744 if path.stat().st_mode & 0o111 else 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
 def start(client, image: str, session: Session, directory: Path, *, init: bool = True,
-          only: list[str] | None = None, wait: bool = True) -> Running:
+          only: list[str] | None = None, upload: bool = False, wait: bool = True) -> Running:
     """Create the network and containers of ``session`` from its rendered files (``only``
     some of them, if given), start them all at once as Pulumi would, and wait for every
-    entrypoint's ``ready:`` line."""
+    entrypoint's ``ready:`` line. The bundle is bind-mounted read-only, or ``upload``ed."""
     from docker.types import Mount
 
     session = session.model_copy(update={"image": image})
@@ -121,7 +138,8 @@ def start(client, image: str, session: Session, directory: Path, *, init: bool =
     for c in plan.containers:
         if only is not None and c.host not in only:
             continue
-        mounts = [Mount(BUNDLE_DIR, str(directory / c.host), type="bind", read_only=True)]
+        mounts = [] if upload else [
+            Mount(BUNDLE_DIR, str(directory / c.host), type="bind", read_only=True)]
         mounts += [Mount(m.target, m.source, type="bind", read_only=m.read_only)
                    for m in plan.mounts]
         networking = client.api.create_networking_config({
@@ -135,6 +153,8 @@ def start(client, image: str, session: Session, directory: Path, *, init: bool =
                 nano_cpus=int(res.cpu * 1e9)),
         )
         running.containers[c.host] = client.containers.get(created["Id"])
+        if upload:
+            client.api.put_archive(created["Id"], "/", upload_archive(directory / c.host))
     started = time.monotonic()
     threads = [threading.Thread(target=c.start) for c in running.containers.values()]
     for t in threads:
@@ -396,6 +416,17 @@ def test_a_restarted_sub_rejoins_the_mesh(mesh):
     assert mesh.ok("main1", "ssh -o BatchMode=yes sub2 'echo $MASTER_ADDR $PET_NODE_RANK'"
                    ).split() == ["main1", "2"]
     assert command_env(mesh, "sub2")["QUOTES"] == HOSTILE["QUOTES"].encode()
+    # adjusted in place, not added again
+    assert mesh.ok("sub2", "grep -c ^work: /etc/passwd /etc/group /etc/shadow", user="root"
+                   ).split() == ["/etc/passwd:1", "/etc/group:1", "/etc/shadow:1"]
+
+
+def test_an_uploaded_bundle_works_and_its_private_keys_are_locked_up(session_factory):
+    running = session_factory(session_def(unique("upload"), 2), upload=True)
+    assert running.ok("sub1", "ssh -o BatchMode=yes main1 hostname").strip() == "main1"
+    for name in ("id_cluster", "ssh_host_ed25519_key"):
+        code, _, _ = running.run("main1", f"cat {BUNDLE_DIR}/ssh/{name}")
+        assert code != 0, f"{name} is readable by the user"
 
 
 # --- other shapes -----------------------------------------------------------------------------
@@ -423,19 +454,55 @@ def test_the_command_is_exec_d_as_pid_1_with_the_env_unchanged(solo):
     assert b"without an init" in solo.logs("main1")
 
 
+def test_without_a_command_the_default_command_runs(docker_client, solo):
+    from docker.types import Mount
+
+    container = docker_client.containers.run(
+        solo.containers["main1"].image.id, ["-c", f"exec /bin/sh {BUNDLE_DIR}/entrypoint.sh"],
+        entrypoint=["/bin/sh"], name=f"{solo.plan.name}-nocmd", detach=True, init=True,
+        environment=dict(solo.plan.containers[0].env),
+        mounts=[Mount(BUNDLE_DIR, str(solo.bundles / "main1"), type="bind", read_only=True)])
+    try:
+        wait_ready(Running(solo.plan, solo.keys, solo.bundles, {"main1": container}), 60)
+        result = container.exec_run(["ps", "-o", "user=,args=", "-C", "sleep"])
+        assert result.output.decode().split() == ["work", "sleep", "infinity"]
+    finally:
+        container.remove(force=True)
+
+
 @pytest.fixture(scope="module")
-def pair_with_master_port(session_factory) -> Running:
-    return session_factory(session_def(unique("pair"), 2, env={"MASTER_PORT": "23456"},
-                                       distributed={"master_port": 29400}))
+def pair_with_master_port(session_factory, tmp_path_factory) -> Running:
+    """Two containers; the user's own MASTER_PORT; another user; a mount inside its home."""
+    data = tmp_path_factory.mktemp("data")
+    (data / "hello.txt").write_text("hello\n")
+    data.chmod(0o755)  # pytest makes it 0700
+    return session_factory(session_def(
+        unique("pair"), 2, env={"MASTER_PORT": "23456"}, distributed={"master_port": 29400},
+        user={"name": "alice", "uid": 1234, "gid": 2345},
+        mounts=[{"source": str(data), "target": "/home/alice/data", "read_only": True}]))
 
 
 def test_a_user_set_master_port_wins(pair_with_master_port):
     running = pair_with_master_port
-    env = command_env(running, "sub1")
+    code, out, err = running.run("sub1", "cat /proc/$(pgrep -o -x sleep)/environ", user="alice")
+    assert code == 0, err
+    env = env_of(out)
     assert env["MASTER_PORT"] == env["PET_MASTER_PORT"] == b"23456"
     assert json.loads(env["TF_CONFIG"])["cluster"]["worker"] == ["main1:23456", "sub1:23457"]
-    out = running.ok("sub1", "ssh -o BatchMode=yes main1 'echo $MASTER_PORT $PET_MASTER_PORT'")
+    out = running.ok("sub1", "ssh -o BatchMode=yes main1 'echo $MASTER_PORT $PET_MASTER_PORT'",
+                     user="alice")
     assert out.split() == ["23456", "23456"]
+
+
+def test_the_user_comes_from_the_definition_and_owns_a_home_that_a_mount_created(
+        pair_with_master_port):
+    running = pair_with_master_port
+    out = running.ok("main1", "ssh -o BatchMode=yes sub1 'id; stat -c %U:%a $HOME; "
+                              "cat ~/data/hello.txt'", user="alice")
+    assert out.splitlines() == ["uid=1234(alice) gid=2345(alice) groups=2345(alice)",
+                                "alice:755", "hello"]
+    # no password, but not locked either (sshd without PAM refuses a locked "!" account)
+    assert running.ok("sub1", "grep ^alice: /etc/shadow | cut -d: -f2", user="root") == "*\n"
 
 
 def test_peers_that_never_come_fail_the_wait_naming_them(docker_client, image, tmp_path):
