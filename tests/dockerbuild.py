@@ -138,9 +138,15 @@ class DockerBuilder:
         through the engine it was created on."""
         import docker.errors
 
-        for client, cid in reversed(self.containers):
+        def remove(item: tuple) -> None:
+            client, cid = item
             with contextlib.suppress(docker.errors.NotFound):
                 client.api.remove_container(cid, force=True)
+
+        # in parallel, as the engine deletes independent resources (leaving an overlay takes
+        # a worker a second or two)
+        with ThreadPoolExecutor(max_workers=8) as ex:
+            list(ex.map(remove, reversed(self.containers)))
         for client, nid in self.networks:
             with contextlib.suppress(docker.errors.NotFound):
                 client.api.remove_network(nid)

@@ -1,0 +1,532 @@
+"""Multi-node sessions on several real Docker Engines: a 3-agent netns lab.
+
+One lab for the module (prefix ``cslm``, 10.251.102.0/24, so a developer's ``sessionctl lab
+up`` and the lab's own tests are never touched), always torn down. The test pool declares
+small capacities (agent1 cpu 2, agent2 and agent3 cpu 1) so that a 4-container session of
+cpu 1 each must span all three agents: main1 and sub1 on agent1, sub2 on agent2, sub3 on
+agent3 (a manager-worker and a worker-worker path).
+
+What runs for real: the agents module over SSH with strict host keys (pool check, probes,
+preflight), the swarm resources (through the pool program under the mock engine, and called
+directly), the session program under the mock engine with :class:`tests.dockerbuild.
+DockerBuilder` creating what it declares on each agent's engine, and the containers' own
+entrypoints, sshd and ssh. Order matters: the last tests take the swarm down and stop agents.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cluster_sessions.agents import capacity as C
+from cluster_sessions.agents import cleanup as K
+from cluster_sessions.agents import facts as F
+from cluster_sessions.agents import swarm as S
+from cluster_sessions.agents.connectors import agent_props, connector_for
+from cluster_sessions.driver import cli
+from cluster_sessions.lab import netns
+from cluster_sessions.lab.image import ensure_images
+from cluster_sessions.lab.netns import LabError
+from cluster_sessions.loader import load_file, load_session
+from cluster_sessions.plan import LABEL_PREFIX, build_plan
+from tests.conftest import PROJECT, skip_or_fail
+
+from .dockerbuild import DockerBuilder, run_in, ssh_mesh, wait_until_ready
+from .mockengine import Engine, run_program
+
+pytestmark = [pytest.mark.lab, pytest.mark.docker, pytest.mark.slow]
+
+PREFIX, SUBNET = "cslm", "10.251.102.0/24"
+CAPACITY = {"agent1": 2, "agent2": 1, "agent3": 1}  # CPUs declared per agent
+STRICT = "-o BatchMode=yes -o StrictHostKeyChecking=yes"
+
+
+# --- the lab ------------------------------------------------------------------------------------
+
+
+def _require_lab() -> None:
+    if os.geteuid() != 0:
+        skip_or_fail("the multi-node tests need root (the netns lab)")
+    tools = ["ip", "iptables", "nsenter", "unshare", "dockerd", "containerd", "ssh-keygen"]
+    missing = [t for t in tools if not shutil.which(t)]
+    if not os.access(netns.SSHD, os.X_OK):
+        missing.append(netns.SSHD)
+    if missing:
+        skip_or_fail(f"the multi-node tests need {', '.join(missing)}")
+
+
+def _clear_stale() -> None:
+    """Tear down a lab with our prefix left by an earlier (killed) run."""
+    rec = netns._read_json(netns.RUN_BASE / PREFIX / "lab.json")
+    if rec is None:
+        return
+    pid = rec.get("creator_pid")
+    if pid and pid != os.getpid() and netns._alive(pid):
+        skip_or_fail(f"another test run (pid {pid}) uses the {PREFIX!r} lab right now")
+    netns.lab_down(Path(rec["state_dir"]))
+
+
+@dataclass
+class Lab:
+    info: netns.LabInfo
+    pool_file: Path
+    image: str
+    clients: dict = field(default_factory=dict)
+
+    @property
+    def pool(self):
+        return load_file(self.pool_file, expect="AgentPool")
+
+    def client(self, agent: str):
+        return self.clients[agent]
+
+    def write_session(self, directory: Path, name: str, size: int, **extra) -> Path:
+        definition = {
+            "kind": "ClusterSession", "name": name, "pool": str(self.pool_file),
+            "image": self.image, "cluster": {"mode": "multi-node", "size": size},
+            "resources": {"cpu": 1, "mem": "512m", "shmem": "64m"},
+            "env": {"EXPERIMENT": "multi node"}, **extra,
+        }
+        path = directory / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(definition, sort_keys=False))
+        return path
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    import docker
+
+    _require_lab()
+    _clear_stale()
+    state = tmp_path_factory.mktemp("mn")
+    try:
+        info = netns.lab_up(3, state, state / "lab.yaml", prefix=PREFIX, subnet=SUBNET)
+    except LabError as exc:  # lab_up removes what it created
+        pytest.fail(f"lab_up failed: {exc}")
+    clients = {}
+    try:
+        doc = yaml.safe_load(info.pool_file.read_text())
+        doc["name"] = "mnlab"
+        for a in doc["agents"]:
+            a["capacity"] = {"cpu": CAPACITY[a["name"]], "mem": "4g", "gpus": []}
+        pool_file = state / "mnlab.yaml"
+        pool_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+        clients = {a.name: docker.DockerClient(base_url=a.docker_host, timeout=120)
+                   for a in info.agents}
+        image = ensure_images(list(clients.values()), progress=lambda _m: None)
+        yield Lab(info, pool_file, image, clients)
+    finally:
+        for c in clients.values():
+            c.close()
+        netns.lab_down(state)
+
+
+def _nodes(lab: Lab) -> list[F.SwarmNode]:
+    with connector_for(lab.pool.agent("agent1")) as conn:
+        return list(F.gather(conn, F.SwarmNodes()))
+
+
+def _swarm_states(lab: Lab) -> dict[str, str]:
+    out = {}
+    for a in lab.pool.agents:
+        with connector_for(a) as conn:
+            out[a.name] = F.gather(conn, F.SwarmInfo()).role
+    return out
+
+
+@pytest.fixture(scope="module")
+def swarm(lab):
+    """The pool's swarm, built by the pool program (``sessionctl pool up``) under the mock
+    engine: its dynamic resources run for real against the lab."""
+    from cluster_sessions import pool_program
+
+    engine = Engine()
+    config = {"cluster-sessions:pool-definition": str(lab.pool_file)}
+    outputs = run_program(engine, "pool-mnlab", config,
+                          program=lambda: pool_program.run(PROJECT))
+    try:
+        yield engine, outputs, config
+    finally:
+        _leave_all(lab, engine)
+
+
+def _leave_all(lab: Lab, engine: Engine) -> None:
+    """What ``pool destroy`` does: workers first, then the manager (each only if it is ours)."""
+    def leave(item: tuple[str, dict]) -> None:
+        with contextlib.suppress(Exception):
+            S.SwarmWorkerProvider().delete(*item)
+
+    workers = [state for urn, state in engine.state.items() if ":SwarmWorker::" in urn]
+    with ThreadPoolExecutor(max_workers=4) as ex:  # the engine deletes them in parallel too
+        list(ex.map(leave, workers))
+    for urn, (id_, outs) in list(engine.state.items()):
+        if ":SwarmManager::" in urn:
+            with contextlib.suppress(Exception):
+                S.SwarmManagerProvider().delete(id_, outs)
+
+
+# --- pool check -----------------------------------------------------------------------------------
+
+
+def test_pool_check_reports_every_agent_of_the_lab(lab, capsys):
+    code = cli.main(["pool", "check", str(lab.pool_file)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[1:4]}
+    assert list(rows) == ["agent1", "agent2", "agent3"]
+    for name, row in rows.items():
+        assert row[1] == "yes" and row[2].startswith("20.10"), row  # reachable, engine version
+        assert row[4] == f"{CAPACITY[name]}/{CAPACITY[name]}"  # cpu free/total
+    assert "overcommitted" not in err
+
+    code = cli.main(["pool", "check", str(lab.pool_file), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["ok"]
+    ids = {a["engine_id"] for a in doc["agents"]}
+    assert len(ids) == 3  # three engines, not one seen three times
+    assert {a["via"] for a in doc["agents"]} == {
+        f"ssh root@{a.address}:22" for a in lab.info.agents}
+
+
+def test_pool_check_names_the_agent_and_the_cause_of_each_failure(lab, tmp_path, capsys):
+    doc = yaml.safe_load(lab.pool_file.read_text())
+    a1, a2, a3 = doc["agents"]
+    other_key = tmp_path / "id_other"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other_key)],
+                   check=True, capture_output=True)
+    empty = tmp_path / "known_hosts_empty"
+    empty.write_text("")
+    a1["ssh"]["known_hosts"] = str(empty)
+    a2["ssh"]["key_file"] = str(other_key)
+    a3["docker_host"] = "unix:///nonexistent/docker.sock"
+    doc["agents"].append({**a1, "name": "agent9", "address": "10.251.102.99",
+                          "ssh": {**a1["ssh"], "host": "10.251.102.99",
+                                  "known_hosts": str(lab.info.known_hosts)}})
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(yaml.safe_dump(json.loads(json.dumps(doc))))  # no shared nodes: no aliases
+    code = cli.main(["pool", "check", str(broken), "--timeout", "2"])
+    _out, err = capsys.readouterr()
+    assert code == 1, err
+    lines = [line for line in err.splitlines() if line.startswith("agent ")]
+    assert any(line.startswith("agent agent1: host key unknown: ") for line in lines), err
+    assert any(line.startswith("agent agent2: auth failed: ") for line in lines), err
+    assert any(line.startswith("agent agent3: docker not answering: ") for line in lines), err
+    assert any(line.startswith("agent agent9: unreachable: ") for line in lines), err
+    assert "4 of 4 agent(s) failed" in err
+
+
+# --- swarm ----------------------------------------------------------------------------------------
+
+
+def test_the_pool_program_forms_the_swarm(lab, swarm):
+    engine, outputs, _ = swarm
+    nodes = _nodes(lab)
+    assert sorted((n.hostname, n.ready, n.manager_status) for n in nodes) == [
+        ("agent1", True, "Leader"), ("agent2", True, ""), ("agent3", True, "")]
+    info, secret = outputs["swarm"]
+    assert info["manager"] == "agent1" and info["manager_addr"] == "10.251.102.11:2377"
+    assert set(info["nodes"]) == {"agent1", "agent2", "agent3"}
+    assert {n.node_id for n in nodes} == set(info["nodes"].values())
+    assert "worker_token" not in json.dumps(outputs)
+    (manager,) = [r for r in engine.registrations if r.type.endswith("SwarmManager")]
+    assert manager.additional_secret_outputs == ["worker_token"]
+    assert _swarm_states(lab) == {"agent1": "manager", "agent2": "worker", "agent3": "worker"}
+
+
+def test_swarm_resources_are_idempotent(lab, swarm):
+    engine, _outputs, config = swarm
+    from cluster_sessions import pool_program
+
+    # a second `pool up`: the engine diffs, nothing changes
+    before = len(engine.dynamic_calls)
+    run_program(engine, "pool-mnlab", config, program=lambda: pool_program.run(PROJECT))
+    again = engine.dynamic_calls[before:]
+    assert len(again) == 3 and all(c.endswith("changes=False") for c in again), again
+    # create called again on agents that are already in place adopts them as they are
+    pool = lab.pool
+    mgr = S.SwarmManagerProvider().create(
+        {"agent": agent_props(pool.agent("agent1")), "advertise_addr": "10.251.102.11"})
+    (urn,) = [u for u in engine.state if u.endswith("SwarmManager::mnlab-swarm-agent1")]
+    assert mgr.id == engine.state[urn][0] and mgr.outs["initialized"] is False
+    worker = S.SwarmWorkerProvider().create({
+        "agent": agent_props(pool.agent("agent2")), "manager": agent_props(pool.agent("agent1")),
+        "manager_addr": mgr.outs["manager_addr"], "join_token": mgr.outs["worker_token"],
+        "advertise_addr": "10.251.102.12"})
+    assert worker.outs["joined"] is False
+    assert len(_nodes(lab)) == 3
+
+
+def test_encrypted_overlays_are_refused_where_the_kernel_cannot_carry_them(lab, swarm,
+                                                                         tmp_path, capsys):
+    doc = yaml.safe_load(lab.pool_file.read_text())
+    doc["network"]["encrypted"] = True
+    pool_file = tmp_path / "encrypted.yaml"
+    pool_file.write_text(yaml.safe_dump(doc))
+    pool = load_file(pool_file, expect="AgentPool")
+    with connector_for(pool.agent("agent1")) as conn:
+        support = F.gather(conn, F.EncryptedOverlaySupport())
+    if support.supported:  # a kernel with ESP and GCM: nothing to refuse
+        C.preflight(pool, ["agent1", "agent2", "agent3"])
+        return
+    with pytest.raises(C.PreflightError) as caught:
+        C.preflight(pool, ["agent1", "agent2", "agent3"])
+    lines = str(caught.value).splitlines()[1:]
+    assert len(lines) == 3 and all(
+        "encrypted overlay networks cannot carry traffic between agents here" in line
+        and "network.encrypted: false" in line for line in lines), lines
+    # a session that fits one agent builds a bridge and is not refused
+    assert C.preflight(pool, ["agent1"])[0].ok
+    assert cli.main(["pool", "check", str(pool_file)]) == 1
+    assert "asks for encrypted overlays" in capsys.readouterr().err
+
+
+# --- a session across agents ----------------------------------------------------------------------
+
+
+@dataclass
+class Live:
+    name: str
+    plan: object
+    engine: Engine
+    builder: DockerBuilder
+    outputs: dict
+    containers: dict
+
+
+def _build(lab: Lab, path: Path) -> Live:
+    loaded = load_session(path)
+    plan = build_plan(loaded.session, loaded.pool)
+    C.preflight(loaded.pool, plan.agents)  # what the engine verbs do before anything
+    builder = DockerBuilder()
+    engine = Engine(on_create=builder)
+    live = Live(plan.name, plan, engine, builder, {}, {})
+    try:
+        live.outputs = run_program(engine, plan.name, {"cluster-sessions:definition": str(path)})
+        live.containers = {c.host: lab.client(c.agent).containers.get(c.container_name)
+                           for c in plan.containers}
+        wait_until_ready(live.containers)
+    except BaseException:
+        _destroy(lab, live)
+        raise
+    return live
+
+
+def _destroy(lab: Lab, live: Live) -> None:
+    """Teardown: tolerant of engines the last test stopped (the lab goes down anyway)."""
+    with contextlib.suppress(Exception):
+        live.builder.remove_all()
+    live.builder.close()
+    K.sweep(lab.pool, live.name, wait=5)
+
+
+@pytest.fixture(scope="module")
+def spread(lab, swarm, tmp_path_factory):
+    name = f"mn-{uuid.uuid4().hex[:6]}"
+    path = lab.write_session(tmp_path_factory.mktemp("spread"), name, 4)
+    live = _build(lab, path)
+    try:
+        yield live
+    finally:
+        _destroy(lab, live)
+
+
+def test_resources_force_the_session_across_three_agents(lab, spread):
+    plan = spread.plan
+    assert plan.network.driver == "overlay" and plan.network.agent == "agent1"
+    assert [(c.host, c.agent) for c in plan.containers] == [
+        ("main1", "agent1"), ("sub1", "agent1"), ("sub2", "agent2"), ("sub3", "agent3")]
+    for c in plan.containers:
+        assert spread.builder.placed[c.container_name] == lab.pool.agent(c.agent).docker_host
+        on_engine = lab.client(c.agent).containers.get(c.container_name)
+        assert on_engine.labels[f"{LABEL_PREFIX}.host"] == c.host
+    net = lab.client("agent1").networks.get(plan.network.name)
+    assert net.attrs["Driver"] == "overlay" and net.attrs["Attachable"]
+    assert net.attrs["Scope"] == "swarm"
+    assert net.attrs["Options"].get("com.docker.network.driver.mtu") == "1450"
+
+
+def test_overlay_dns_resolves_every_host_from_every_agent(spread):
+    addresses = {}
+    for host, c in spread.containers.items():
+        for peer in spread.containers:
+            code, out = run_in(c, f"getent hosts {peer}")
+            assert code == 0, f"{host} cannot resolve {peer}: {out}"
+            addresses.setdefault(peer, set()).add(out.split()[0])
+    assert all(len(seen) == 1 for seen in addresses.values()), addresses  # one address each
+    assert len({next(iter(a)) for a in addresses.values()}) == 4
+
+
+def test_full_ssh_mesh_with_strict_host_keys_across_agents(spread):
+    results = ssh_mesh(spread.containers, "hostname", STRICT)
+    assert len(results) == 12
+    bad = {pair: r for pair, r in results.items() if r != (0, pair[1])}
+    assert not bad, bad
+    # the host keys really are pinned: a key the session did not make is refused
+    main1 = spread.containers["main1"]
+    code, out = run_in(main1, "cp ~/.ssh/known_hosts /tmp/kh && sed -i '/^.sub2.:2200 /d' /tmp/kh "
+                       f"&& ssh {STRICT} -o UserKnownHostsFile=/tmp/kh sub2 hostname")
+    assert code != 0 and "Host key verification failed" in out
+
+
+def test_cluster_variables_as_specified_on_every_agent(spread):
+    main1 = spread.containers["main1"]
+    hosts = ["main1", "sub1", "sub2", "sub3"]
+    for rank, host in enumerate(hosts):
+        code, out = run_in(main1, f"ssh {STRICT} {host} 'printf \"%s|\" \"$MASTER_ADDR\" "
+                           "\"$MASTER_PORT\" \"$BACKENDAI_CLUSTER_HOST\" "
+                           "\"$BACKENDAI_CLUSTER_ROLE\" "
+                           "\"$BACKENDAI_CLUSTER_IDX\" \"$BACKENDAI_CLUSTER_LOCAL_RANK\" "
+                           "\"$BACKENDAI_CLUSTER_HOSTS\" \"$BACKENDAI_CLUSTER_SIZE\" "
+                           "\"$BACKENDAI_CLUSTER_MODE\" \"$PET_NNODES\" \"$PET_NODE_RANK\" "
+                           "\"${WORLD_SIZE-unset}\" \"$EXPERIMENT\"; echo \"$TF_CONFIG\"'")
+        assert code == 0, out
+        fields, tf = out.rsplit("|", 1)
+        role, idx = ("main", "1") if host == "main1" else ("sub", host[3:])
+        assert fields.split("|") == [
+            "main1", "29500", host, role, idx, str(rank), ",".join(hosts), "4", "multi-node",
+            "4", str(rank), "unset", "multi node"], host
+        assert json.loads(tf) == {
+            "cluster": {"worker": [f"{h}:{29500 + i}" for i, h in enumerate(hosts)]},
+            "task": {"type": "worker", "index": rank}}
+
+
+def test_live_capacity_counts_the_running_session(lab, spread, tmp_path):
+    free = {f.name: f for f in C.probe_free(lab.pool)}
+    assert {n: f.millicpu for n, f in free.items()} == {"agent1": 0, "agent2": 0, "agent3": 0}
+    mine = {f.name: f.millicpu for f in C.probe_free(lab.pool, exclude_session=spread.name)}
+    assert mine == {n: c * 1000 for n, c in CAPACITY.items()}
+    # another session planned against live capacity is pending, with the reason
+    other = load_session(lab.write_session(tmp_path, "mn-other", 2))
+    plan = build_plan(other.session, other.pool, C.probe_free(lab.pool))
+    assert plan.pending and "short of cpu" in plan.reason
+    reports = C.probe_pool(lab.pool)
+    assert all(r.sessions == [spread.name] for r in reports)
+
+
+def test_destroy_leaves_no_container_or_network_on_any_agent(lab, spread):
+    found, errors = K.find_leftovers(lab.pool, spread.name)
+    assert not errors
+    kinds = sorted((i.agent, i.kind) for i in found)
+    assert kinds.count(("agent1", "container")) == 2
+    assert ("agent1", "network") in kinds  # the overlay, on the manager
+    assert {("agent2", "container"), ("agent3", "container")} <= set(kinds)
+    spread.builder.remove_all()  # what `pulumi destroy` deletes, through the same engines
+    report = K.sweep(lab.pool, spread.name)
+    assert report.clean, report.summary()
+    assert K.find_leftovers(lab.pool, spread.name) == ([], [])
+    for name, client in lab.clients.items():
+        label = f"{LABEL_PREFIX}.session={spread.name}"
+        assert client.containers.list(all=True, filters={"label": label}) == [], name
+        assert client.networks.list(filters={"label": label}) == [], name
+        assert spread.plan.network.name not in [n.name for n in client.networks.list()], name
+
+
+def test_sweep_removes_a_leaked_overlay_and_containers(lab, swarm):
+    name = f"leak-{uuid.uuid4().hex[:6]}"
+    labels = {f"{LABEL_PREFIX}.session": name, f"{LABEL_PREFIX}.session-id": "x"}
+    lab.client("agent1").networks.create(f"{name}-net", driver="overlay", attachable=True,
+                                         labels=labels)
+    lab.client("agent3").containers.run(lab.image, ["sleep", "infinity"], detach=True,
+                                        name=f"{name}-sub1", network=f"{name}-net",
+                                        labels=labels)
+    found, _ = K.find_leftovers(lab.pool, name)
+    assert {(i.agent, i.kind) for i in found} == {
+        ("agent1", "network"), ("agent3", "container"), ("agent3", "network")}
+    report = K.sweep(lab.pool, name)
+    assert report.clean, report.summary()
+    assert K.find_leftovers(lab.pool, name) == ([], [])
+
+
+@pytest.fixture
+def packed(lab, swarm, tmp_path):
+    name = f"mn1-{uuid.uuid4().hex[:6]}"
+    live = _build(lab, lab.write_session(tmp_path, name, 2))
+    try:
+        yield live
+    finally:
+        _destroy(lab, live)
+
+
+def test_multi_node_session_that_fits_one_agent_lands_there_on_a_bridge(lab, packed):
+    plan = packed.plan
+    assert plan.mode == "multi-node"
+    assert plan.network.driver == "bridge" and plan.network.agent == "agent1"
+    assert {c.agent for c in plan.containers} == {"agent1"}
+    net = lab.client("agent1").networks.get(plan.network.name)
+    assert net.attrs["Driver"] == "bridge" and net.attrs["Scope"] == "local"
+    for other in ("agent2", "agent3"):
+        label = f"{LABEL_PREFIX}.session={packed.name}"
+        assert lab.client(other).containers.list(all=True, filters={"label": label}) == []
+        assert lab.client(other).networks.list(filters={"label": label}) == []
+    results = ssh_mesh(packed.containers, "hostname", STRICT)
+    assert all(r == (0, peer) for (_h, peer), r in results.items()), results
+    code, out = run_in(packed.containers["main1"], f"ssh {STRICT} sub1 'echo $MASTER_ADDR "
+                       "$BACKENDAI_CLUSTER_MODE'")
+    assert (code, out) == (0, "main1 multi-node")
+    packed.builder.remove_all()
+    assert K.sweep(lab.pool, packed.name).clean
+    assert K.find_leftovers(lab.pool, packed.name) == ([], [])
+
+
+# --- taking it down ---------------------------------------------------------------------------
+
+
+def test_swarm_delete_leaves_and_preflight_then_refuses_a_spread(lab, swarm, tmp_path):
+    engine, _outputs, _config = swarm
+    _leave_all(lab, engine)
+    assert _swarm_states(lab) == {"agent1": "inactive", "agent2": "inactive",
+                                  "agent3": "inactive"}
+    path = lab.write_session(tmp_path, "mn-noswarm", 4)
+    loaded = load_session(path)
+    plan = build_plan(loaded.session, loaded.pool)
+    with pytest.raises(C.PreflightError) as caught:
+        C.preflight(loaded.pool, plan.agents)
+    assert "agent agent1: swarm not ready: is the pool's swarm manager but its swarm state is " \
+           "inactive; run `sessionctl pool up mnlab`" in str(caught.value)
+
+
+def _stop(lab: Lab, agent: str, daemon: str) -> None:
+    rec = json.loads((lab.info.state_dir / "lab.json").read_text())
+    pid = rec["pids"][agent][daemon]
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    while netns._alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not netns._alive(pid), f"{daemon} of {agent} did not stop"
+
+
+def test_an_agent_stopped_mid_plan_is_named_and_nothing_is_created(lab, tmp_path, capsys):
+    path = lab.write_session(tmp_path, "mn-stopped", 4)
+    loaded = load_session(path)
+    plan = build_plan(loaded.session, loaded.pool)  # planned while every agent is up
+    assert plan.agents == ("agent1", "agent2", "agent3")
+    _stop(lab, "agent2", "sshd")
+    _stop(lab, "agent3", "dockerd")
+    with pytest.raises(C.PreflightError) as caught:
+        # overlay=False: the swarm is gone (previous test); only the stopped agents are asked about
+        C.preflight(loaded.pool, plan.agents, overlay=False)
+    lines = str(caught.value).splitlines()
+    assert lines[0] == "pool mnlab: 2 of 3 agent(s) cannot be used; nothing was created:"
+    assert lines[1].startswith("  agent agent2: unreachable: ssh root@10.251.102.12:22: ")
+    assert lines[2].startswith("  agent agent3: docker not answering: ssh root@10.251.102.13:22")
+    assert caught.value.code == 4
+    # the same through the CLI: plan --probe names both agents, exit 4
+    code = cli.main(["plan", str(path), "--probe"])
+    err = capsys.readouterr().err
+    assert code == 4 and "agent agent2: unreachable" in err and "agent agent3: docker" in err
+    # nothing of the session anywhere that can still be asked
+    for name in ("agent1", "agent2"):
+        label = f"{LABEL_PREFIX}.session=mn-stopped"
+        assert lab.client(name).containers.list(all=True, filters={"label": label}) == []
