@@ -292,11 +292,13 @@ def preflight(pool: Pool, agent_names: Iterable[str], *, overlay: bool | None = 
 
 
 def check_swarm(pool: Pool, reports: Sequence[AgentReport], names: Sequence[str],
-                nodes: Sequence[F.SwarmNode] | None = None) -> list[AgentError]:
+                nodes: Sequence[F.SwarmNode] | None = None,
+                pool_ref: str | None = None) -> list[AgentError]:
     """Swarm problems of the named agents: the manager manages, the others are ready nodes of
-    its swarm. Needs the manager's report among ``reports``; returns one error per problem."""
+    its swarm. Needs the manager's report among ``reports``; returns one error per problem.
+    ``pool_ref``: how the hint names the pool (default its name)."""
     by_name = {r.name: r for r in reports}
-    hint = f"run `sessionctl pool up {pool.name}`"
+    hint = f"run `sessionctl pool up {pool_ref or pool.name}`"
     if pool.swarm is None:
         first = names[0] if names else pool.name
         return [AgentError(first, NOT_SWARM_READY, f"pool {pool.name!r} has no swarm manager "

@@ -149,10 +149,11 @@ def cmd_pool_check(args: argparse.Namespace) -> int:
             r.warnings.append(f"encrypted overlay support unknown: {enc.detail}")
     notes = []
     if pool.swarm is not None and len(pool.agents) > 1:
-        swarm_problems = check_swarm(pool, reports, [a.name for a in pool.agents])
+        swarm_problems = check_swarm(pool, reports, [a.name for a in pool.agents],
+                                     pool_ref=args.pool)
         if swarm_problems:
             notes.append(f"swarm of {pool.swarm.manager} not formed or incomplete; multi-agent "
-                         f"sessions need `sessionctl pool up {pool.name}`:")
+                         f"sessions need `sessionctl pool up {args.pool}`:")
             notes += [f"  {p}" for p in swarm_problems]
         elif all(r.engine for r in reports):
             notes.append(f"swarm: {len(pool.agents)} nodes, manager {pool.swarm.manager}")
