@@ -161,6 +161,7 @@ class SSHConnector(Connector):
     ``key_file``: use that key only (like ``IdentitiesOnly``); else the ssh-agent and the
     default keys (``~/.ssh/id_*``). ``known_hosts``: the file that pins the agent's host key,
     default ``~/.ssh/known_hosts``. ``env`` is exported before each command (DOCKER_HOST).
+    Commands are POSIX sh, run by ``/bin/sh`` whatever the user's login shell is.
     """
 
     def __init__(self, agent: str, host: str, port: int = 22, user: str | None = None,
@@ -294,7 +295,11 @@ class SSHConnector(Connector):
             raise self._fail(UNREACHABLE, f"the connection broke: {exc}") from None
         try:
             chan.settimeout(1.0)
-            chan.exec_command(_env_prefix(self.env) + cmd)
+            # The script goes to /bin/sh on stdin, not through the user's login shell (which may
+            # be csh or fish); the command itself reads /dev/null, never the rest of the script.
+            chan.exec_command("/bin/sh -s")
+            chan.sendall(f"{_env_prefix(self.env)}{{\n{cmd}\n}} </dev/null\n".encode())
+            chan.shutdown_write()
             out, err = bytearray(), bytearray()
             deadline = time.monotonic() + limit
             while True:
