@@ -14,6 +14,10 @@ MODULES = PROJECT / "modules"
 if (MODULES / "cluster_sessions").is_dir() and str(MODULES) not in sys.path:
     sys.path.insert(0, str(MODULES))
 
+from cluster_sessions.pool_program import is_pool_stack  # noqa: E402
+from cluster_sessions.pool_program import run as run_pool  # noqa: E402
 from cluster_sessions.program import run  # noqa: E402
 
-run(PROJECT)
+# A pool stack (cluster-sessions:pool-definition) builds the pool's swarm; every other stack
+# is one session.
+(run_pool if is_pool_stack() else run)(PROJECT)

@@ -494,3 +494,31 @@ def test_engine_verbs_are_registered():
     for verb in engine.VERBS:
         args = parser.parse_args([verb, "x.yaml", "--json"])
         assert args.func is engine.cmd_engine
+
+
+def test_an_unreachable_agent_stops_up_before_the_engine_is_opened(tmp_path, monkeypatch,
+                                                                    capsys):
+    """Preflight runs after the prerequisites and before any stack is opened: nothing made."""
+    import socket
+
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    marker = tmp_path / "pulumi-was-run"
+    cli = bin_dir / "pulumi"
+    cli.write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
+    cli.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a stack was opened")
+
+    monkeypatch.setattr(engine, "open_stack", forbidden)
+    session = write_session(tmp_path, docker_host=f"ssh://root@127.0.0.1:{port}")
+    code = main(["up", str(session), "--yes"])
+    err = capsys.readouterr().err
+    assert code == Exit.MISSING
+    assert "agent1" in err and "nothing was created" in err
+    assert not marker.exists()

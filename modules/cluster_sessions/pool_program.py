@@ -20,6 +20,7 @@ import pulumi
 from .agents.swarm import PoolSwarm
 from .loader import load_file
 from .problems import DefinitionError
+from .program import resolve
 from .spec import Pool
 
 CONFIG_NAMESPACE = "cluster-sessions"
@@ -34,11 +35,6 @@ class InvalidPool(pulumi.RunError):
 def is_pool_stack(config: pulumi.Config | None = None) -> bool:
     """Whether this stack is a pool stack (``cluster-sessions:pool-definition`` is set)."""
     return bool((config or pulumi.Config(CONFIG_NAMESPACE)).get(CONFIG_KEY))
-
-
-def resolve(value: str, stacks: Path) -> Path:
-    path = Path(value).expanduser()
-    return path if path.is_absolute() else stacks / path
 
 
 def load(project_dir: Path, config: pulumi.Config | None = None) -> tuple[Pool, Path]:

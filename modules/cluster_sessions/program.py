@@ -39,7 +39,12 @@ def load(project_dir: Path, config: pulumi.Config | None = None) -> Loaded:
     """The session and pool this stack's configuration names."""
     config = config or pulumi.Config(CONFIG_NAMESPACE)
     stacks = project_dir / STACKS_DIR
-    definition = resolve(config.require("definition"), stacks)
+    value = config.get("definition")
+    if not value:
+        raise InvalidDefinition(f"stack config {CONFIG_NAMESPACE}:definition is not set: name "
+                                "the session definition, e.g. `pulumi config set "
+                                f"{CONFIG_NAMESPACE}:definition sessions/train-demo.yaml`")
+    definition = resolve(value, stacks)
     pool = config.get("pool")
     try:
         return load_session(definition, resolve(pool, stacks) if pool else None)

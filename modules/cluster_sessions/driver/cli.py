@@ -30,7 +30,7 @@ def _plan_for(args: argparse.Namespace) -> ClusterPlan:
     if getattr(args, "probe", False):
         from ..agents.capacity import probe_free
 
-        free = probe_free(loaded.pool)
+        free = probe_free(loaded.pool, exclude_session=loaded.session.name)
     return build_plan(loaded.session, loaded.pool, free)
 
 

@@ -55,6 +55,8 @@ from typing import Any
 
 import yaml
 
+from ..agents.capacity import preflight
+from ..agents.cleanup import sweep
 from ..loader import Loaded, load_session
 from ..plan import ClusterPlan, build_plan
 from .errors import CommandError, Exit
@@ -169,6 +171,10 @@ def engine_settings(environ: Mapping[str, str], project: Path,
         "PULUMI_SKIP_UPDATE_CHECK": "true",
         # The program runs with this interpreter, so it sees the packages sessionctl sees.
         "PULUMI_PYTHON_CMD": environ.get("PULUMI_PYTHON_CMD", python),
+        # The dynamic providers (session keys, swarm) run in a process of their own, which
+        # must import cluster_sessions even where the package is not installed.
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(project.resolve() / "modules"), environ.get("PYTHONPATH")) if p),
     }
     has_own = "PULUMI_CONFIG_PASSPHRASE" in environ or "PULUMI_CONFIG_PASSPHRASE_FILE" in environ
     default_passphrase = not has_own and url.startswith(DIY_SCHEMES)
@@ -521,6 +527,10 @@ def cmd_engine(args: argparse.Namespace) -> int:
         report("missing-prerequisite", backend=settings.backend_url, error="\n".join(missing))
         raise CommandError("\n".join(missing), Exit.MISSING)
 
+    if verb in ("preview", "up") and not plan.pending:
+        # Every agent the plan uses answers, and is what the plan assumes (swarm membership,
+        # encryption support) before anything is created: no half-made session.
+        preflight(loaded.pool, plan.agents, exclude_session=plan.name)
     if settings.state_dir is not None:
         settings.state_dir.mkdir(parents=True, exist_ok=True)
     warn_passphrase_once(settings)
@@ -575,6 +585,12 @@ def cmd_engine(args: argparse.Namespace) -> int:
         report("failed", backend=settings.backend_url, steps=events.steps, error=text)
         raise CommandError(f"the engine failed on stack {stack_name}:\n{text}",
                            Exit.ENGINE) from None
+    if verb == "destroy":
+        swept = sweep(loaded.pool, plan.name)  # what state forgot must not outlive it
+        if not swept.clean:
+            report("failed", backend=settings.backend_url, steps=events.steps,
+                   error=swept.summary())
+            raise CommandError(swept.summary(), Exit.ENGINE)
     report("succeeded", backend=settings.backend_url, changes=changes,
            outputs=masked_outputs(outputs), steps=events.steps)
     if not args.json:
