@@ -26,6 +26,8 @@ from cluster_sessions.render import (
 )
 from cluster_sessions.spec import SSH_PORT, Pool, Session
 
+from .conftest import skip_or_fail
+
 POOL = Pool.model_validate({"kind": "AgentPool", "name": "p", "agents": [
     {"name": "a1", "docker_host": "unix:///x", "capacity": {"cpu": 64, "mem": "256g"}}]})
 REQUIRED = {"entrypoint.sh", "cluster-env.sh", "static-env.sh", "save-env.sh", "ssh-session.sh",
@@ -228,7 +230,7 @@ def test_every_interpolated_value_goes_through_a_quoting_filter(template):
 def test_every_rendered_script_parses_as_posix_sh(shell, tmp_path):
     found = shutil.which(shell)
     if found is None:
-        pytest.skip(f"{shell} is not installed")
+        skip_or_fail(f"{shell} is not installed (apt-get install {shell})")
     _, _, bundles = render(env={"X": "a\n'b'\n$(c)"})
     for f in bundles["sub1"]:
         if f.path.endswith(".sh"):

@@ -123,10 +123,13 @@ def upload_archive(directory: Path) -> bytes:
 
 
 def start(client, image: str, session: Session, directory: Path, *, init: bool = True,
-          only: list[str] | None = None, upload: bool = False, wait: bool = True) -> Running:
+          only: list[str] | None = None, upload: bool = False, wait: bool = True,
+          before: str | None = None) -> Running:
     """Create the network and containers of ``session`` from its rendered files (``only``
     some of them, if given), start them all at once as Pulumi would, and wait for every
-    entrypoint's ``ready:`` line. The bundle is bind-mounted read-only, or ``upload``ed."""
+    entrypoint's ``ready:`` line. The bundle is bind-mounted read-only, or ``upload``ed.
+    ``before``: a shell command run as root just before the entrypoint (to take things out of
+    the image)."""
     from docker.types import Mount
 
     session = session.model_copy(update={"image": image})
@@ -146,7 +149,9 @@ def start(client, image: str, session: Session, directory: Path, *, init: bool =
             plan.network.name: client.api.create_endpoint_config(aliases=[c.host])})
         created = client.api.create_container(
             image, command=list(session.command), name=c.container_name, hostname=c.host,
-            entrypoint=entrypoint_argv(), environment=[f"{k}={v}" for k, v in c.env.items()],
+            entrypoint=entrypoint_argv() if before is None else [
+                "/bin/sh", "-c", f'{before} && exec /bin/sh "$0" "$@"', entrypoint_argv()[1]],
+            environment=[f"{k}={v}" for k, v in c.env.items()],
             labels=container_labels(plan, c), networking_config=networking,
             host_config=client.api.create_host_config(
                 init=init, mounts=mounts, mem_limit=res.mem, shm_size=res.shmem,
@@ -427,6 +432,19 @@ def test_an_uploaded_bundle_works_and_its_private_keys_are_locked_up(session_fac
     for name in ("id_cluster", "ssh_host_ed25519_key"):
         code, _, _ = running.run("main1", f"cat {BUNDLE_DIR}/ssh/{name}")
         assert code != 0, f"{name} is readable by the user"
+
+
+@pytest.mark.parametrize("probe, before", [
+    ("busybox nc", "ln -s /bin/busybox /usr/local/bin/nc"),
+    ("ssh-keyscan", ":"),
+])
+def test_images_without_bash_wait_for_their_peers_with_nc_or_ssh_keyscan(
+        session_factory, probe, before):
+    running = session_factory(session_def(unique("nobash"), 3),
+                              before=f"rm -f /bin/bash /usr/bin/bash && {before}")
+    assert running.ok("sub2", "ssh -o BatchMode=yes main1 'echo $0 $MASTER_ADDR'"
+                      ).split() == ["/bin/sh", "main1"]
+    assert running.timings["last_start_to_all_ready_s"] < 10, running.timings
 
 
 # --- other shapes -----------------------------------------------------------------------------
