@@ -100,6 +100,7 @@ class DockerBuilder:
             shm_size=int(inputs["shmSize"]) * MIB,
             nano_cpus=round(float(inputs["cpus"]) * 1e9),
             restart_policy={"Name": inputs["restart"]},
+            init=inputs.get("init", False),
             port_bindings=bindings or None,
         )
         (network,) = inputs["networksAdvanced"]

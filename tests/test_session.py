@@ -230,6 +230,7 @@ def test_container_identity_env_and_command_come_from_the_plan(run: Run):
         assert inputs["command"] == list(session.command), reg.urn
         assert inputs["restart"] == session.restart, reg.urn
         assert inputs["mustRun"] is True, reg.urn
+        assert inputs["init"] is True, reg.urn  # docker-init reaps sshd's leftovers
 
 
 def test_container_resources_are_per_container_in_docker_units(run: Run):

@@ -299,6 +299,9 @@ class Session(pulumi.ComponentResource):
                     for k, v in container_labels(plan, c).items()],
             restart=session.restart,
             must_run=True,
+            # docker-init as PID 1: it reaps what sshd sessions leave behind and passes signals
+            # on to the command (the entrypoint execs it, so it would otherwise be PID 1).
+            init=True,
             # No healthcheck wait: ``wait`` needs a HEALTHCHECK in the user's image. The
             # entrypoint itself waits for the peers' sshd (readiness.timeout).
             wait=False,
