@@ -218,3 +218,14 @@ def test_every_problem_of_every_file_is_reported(tree):
     b = tree(SESSION.replace("mem: 4g", "mem: x"), "b.yaml")
     found = validate_files([a, b])
     assert {p.file for p in found} == {str(a), str(b)}
+
+
+def test_an_empty_command_is_refused_rather_than_silently_defaulted(tree):
+    found = problems_of(tree(SESSION + "command: []\n"))
+    assert any(p.startswith("command: ") and "at least 1" in p for p in found), found
+
+
+def test_mount_sources_are_absolute_paths_or_volume_names(tree):
+    found = problems_of(tree(SESSION + "mounts: [{source: rel/path, target: /x},"
+                             " {source: data-vol, target: /y}]\n"))
+    assert found == ["mounts.0.source: must be an absolute host path or a volume name"]

@@ -113,7 +113,8 @@ def _message(error: dict, model: type[BaseModel]) -> str:
     msg = error["msg"]
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
-    return msg.replace("Input should be", "must be")
+    return (msg.replace("Input should be", "must be").replace("Value should", "must")
+            .replace(" after validation", ""))
 
 
 def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str]:

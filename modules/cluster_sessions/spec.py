@@ -103,7 +103,9 @@ class Session(_Model):
     env: dict[str, str] = {}
     distributed: Distributed | None = None
     user: User = User()
-    command: Annotated[tuple[NonEmpty, ...], BeforeValidator(_listed)] = ("sleep", "infinity")
+    command: Annotated[
+        tuple[NonEmpty, ...], BeforeValidator(_listed), Field(min_length=1)
+    ] = ("sleep", "infinity")
     ports: Annotated[tuple[PublishedPort, ...], BeforeValidator(_listed)] = ()
     readiness: Readiness = Readiness()
     restart: Literal["no", "on-failure", "always", "unless-stopped"] = "unless-stopped"
