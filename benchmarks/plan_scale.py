@@ -1,13 +1,25 @@
-"""Planning at scale: time and peak memory of validate + plan, 10 ... 10,000 containers.
+"""Planning at scale: validate + plan, render, and the Pulumi program's registration.
 
 Each case is a multi-node session spread over a pool whose agents hold 4 containers each, so
-placement has to choose and fill many agents. The definition goes through the same path as
-``sessionctl plan``: YAML text -> strict load -> validation -> plan.
+placement has to choose and fill many agents. Three tables:
 
-    python benchmarks/plan_scale.py            # the table
-    python benchmarks/plan_scale.py --repeat 7
+1. validate + plan, 10 ... 10,000 containers: the same path as ``sessionctl plan`` (YAML text
+   -> strict load -> validation -> plan); time and peak memory.
+2. keys + render, 16 ... 1,024 containers: the session keys made once (``generate_session_keys``,
+   one user key and one host key per container, timed on their own), then ``render_session``
+   for every container. Each container's ``known_hosts`` and ``ssh/config`` list every host, so
+   the rendered bytes grow as N^2; the table shows them.
+3. Pulumi registration under mocks, 16, 64, 256 containers: the real ``__main__.py`` run by
+   ``tests/mockengine.py`` (``pulumi.runtime.set_mocks``, as the tests do) on a definition and
+   pool generated in a temporary directory: load, plan, the keys resource, render, one
+   ``docker.Provider`` per agent, the overlay network and one ``docker.Container`` per host,
+   until every output has resolved.
 
-Target (issue 2): 1,000 containers over 250 agents in under 0.2 s, growth close to linear.
+    python3 benchmarks/plan_scale.py                 # all three tables
+    python3 benchmarks/plan_scale.py --repeat 7 --skip-pulumi
+
+Targets: (issue 2) 1,000 containers over 250 agents planned in under 0.2 s; (issue 6) 256
+containers registered in under 5 s; growth close to linear in all.
 """
 
 from __future__ import annotations
@@ -15,13 +27,27 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
+import sys
+import tempfile
 import time
 import tracemalloc
+from pathlib import Path
 
-from cluster_sessions.loader import parse_yaml, to_model
-from cluster_sessions.plan import build_plan
+PROJECT = Path(__file__).resolve().parent.parent
+for _path in (PROJECT / "modules", PROJECT):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from quiet import busy_fraction, describe, machine_cpu, settle  # noqa: E402
+
+from cluster_sessions.keys import generate_session_keys  # noqa: E402
+from cluster_sessions.loader import parse_yaml, to_model  # noqa: E402
+from cluster_sessions.plan import build_plan  # noqa: E402
 
 CASES = [(10, 3), (100, 25), (1_000, 250), (10_000, 2_500)]
+RENDER_SIZES = [16, 64, 256, 1_024]
+PULUMI_SIZES = [16, 64, 256]
+PER_AGENT = 4  # containers per agent in every case
 
 
 def pool_yaml(agents: int) -> str:
@@ -33,9 +59,9 @@ def pool_yaml(agents: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def session_yaml(size: int) -> str:
+def session_yaml(size: int, name: str = "bench-session", pool: str = "bench") -> str:
     return (
-        "kind: ClusterSession\nname: bench-session\npool: bench\nimage: img:1\n"
+        f"kind: ClusterSession\nname: {name}\npool: {pool}\nimage: img:1\n"
         f"cluster: {{mode: multi-node, size: {size}}}\n"
         "resources: {cpu: 4, mem: 16g, shmem: 1g, gpu: 1}\n"
         "env: {FOO: bar, OMP_NUM_THREADS: '4'}\n"
@@ -66,24 +92,189 @@ def measure(size: int, agents: int, repeat: int) -> tuple[float, float, float]:
     return statistics.median(times), min(times), peak / 2**20
 
 
+def agents_for(size: int) -> int:
+    return -(-size // PER_AGENT)
+
+
+def measure_render(size: int, repeat: int) -> tuple[float, float, float, float]:
+    """(keys s, render s, rendered MiB, peak MiB) for one session of ``size`` containers."""
+    from cluster_sessions.render import render_session
+
+    plan = validate_and_plan(session_yaml(size), pool_yaml(agents_for(size)))
+    assert not plan.pending and len(plan.containers) == size
+    keys_t, render_t = [], []
+    keys = generate_session_keys(plan.hosts)
+    files = render_session(plan, keys)
+    rendered = sum(len(f.content) for bundle in files.values() for f in bundle) / 2**20
+    del files
+    for _ in range(repeat):
+        gc.collect()
+        start = time.perf_counter()
+        keys = generate_session_keys(plan.hosts)
+        keys_t.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        render_session(plan, keys)
+        render_t.append(time.perf_counter() - start)
+    tracemalloc.start()
+    render_session(plan, keys)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return statistics.median(keys_t), statistics.median(render_t), rendered, peak / 2**20
+
+
+def declare_two_uploads() -> None:
+    """Experiment: each container declared with two uploads instead of one per file.
+
+    Replaces ``Session._build_uploads`` (this process only) with one that renders the same
+    files and declares the public ones joined into one upload and the private keys into another
+    (secret): the registration cost of the proposal in docs/benchmarks.md. The joined contents
+    are not a working bundle; nothing runs them here.
+    """
+    import pulumi
+    import pulumi_docker as docker
+
+    from cluster_sessions import session as session_module
+
+    if not hasattr(session_module.Session, "_build_uploads"):
+        raise SystemExit("--two-uploads: Session has no _build_uploads any more; update it")
+
+    def build_uploads(self, c, material, layout):
+        plan = self.plan
+        rendered = material.apply(lambda k: session_module.check_rendered(
+            session_module.render_container(plan, c, k), layout, k, c.host))
+        secret = {f.path for f in layout if f.secret}
+
+        def joined(private: bool):
+            return rendered.apply(lambda files: "".join(
+                v for p, v in files.items() if (p in secret) == private))
+
+        return [
+            docker.ContainerUploadArgs(file=f"{session_module.BUNDLE_DIR}/bundle",
+                                       content=pulumi.Output.unsecret(joined(False)),
+                                       executable=False, permissions="0644"),
+            docker.ContainerUploadArgs(file=f"{session_module.BUNDLE_DIR}/keys",
+                                       content=pulumi.Output.secret(joined(True)),
+                                       executable=False, permissions="0600"),
+        ]
+
+    session_module.Session._build_uploads = build_uploads
+
+
+def measure_pulumi(size: int, repeat: int, directory: Path
+                   ) -> tuple[float, float, float, int, float]:
+    """(median s, min s, median CPU s, registrations, machine busy) of __main__.py under mocks.
+
+    CPU s is this process's CPU time (all threads): less sensitive than wall time to other
+    work on the machine. Each run starts after the machine has settled (``quiet.settle``).
+    """
+    from tests.mockengine import Engine, run_program
+
+    name = f"bench-{size}"
+    pool = directory / f"pool-{size}.yaml"
+    pool.write_text(pool_yaml(agents_for(size)))
+    definition = directory / f"{name}.yaml"
+    definition.write_text(session_yaml(size, name=name, pool=str(pool)))
+    config = {"cluster-sessions:definition": str(definition)}
+    times, cpu, busy, count = [], [], [], 0
+    for _ in range(repeat):
+        engine = Engine()  # a fresh stack each time: every resource is a create
+        gc.collect()
+        settle(20)
+        before = machine_cpu()
+        start, cpu_start = time.perf_counter(), time.process_time()
+        outputs = run_program(engine, name, config)
+        times.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - cpu_start)
+        busy.append(busy_fraction(before, machine_cpu()))
+        count = len(engine.registrations)
+        containers = engine.of_type("docker:index/container:Container")
+        assert len(containers) == size and len(outputs["hosts"][0]) == size
+    return (statistics.median(times), min(times), statistics.median(cpu), count,
+            statistics.median(busy))
+
+
+def growth(rows: list[tuple[int, float]]) -> str:
+    (small, t_small), (big, t_big) = rows[0], rows[-1]
+    return (f"growth {small} -> {big} containers: x{t_big / t_small:.1f} time for "
+            f"x{big / small:.0f} size (linear would be x{big / small:.0f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--pulumi-repeat", type=int, default=3,
+                        help="runs of the Pulumi program per size (3)")
+    parser.add_argument("--skip-render", action="store_true")
+    parser.add_argument("--skip-pulumi", action="store_true",
+                        help="leave out the Pulumi registration table")
+    parser.add_argument("--skip-plan", action="store_true",
+                        help="leave out the validate + plan table")
+    parser.add_argument("--two-uploads", action="store_true",
+                        help="experiment: register each container with two uploads (public, "
+                             "secret) instead of one per file")
     args = parser.parse_args()
+    t_script = time.perf_counter()
+    print(f"# {describe()}\n")
+    if args.two_uploads:
+        declare_two_uploads()
+        print("# EXPERIMENT: each container registered with two uploads instead of one per "
+              "file\n")
+    if not args.skip_plan:
+        plan_table(args.repeat)
+    if not args.skip_render:
+        render_table(args.repeat)
+    if not args.skip_pulumi:
+        pulumi_table(args.pulumi_repeat)
+    print(f"\n# script time {time.perf_counter() - t_script:.0f} s")
+
+
+def plan_table(repeat: int) -> None:
+    print("## validate + plan\n")
     print(f"{'containers':>10} {'agents':>7} {'median s':>9} {'min s':>8} {'peak MiB':>9} "
           f"{'us/container':>13}")
     rows = []
     for size, agents in CASES:
-        median, fastest, peak = measure(size, agents, args.repeat)
+        median, fastest, peak = measure(size, agents, repeat)
         rows.append((size, median))
         print(f"{size:>10} {agents:>7} {median:>9.4f} {fastest:>8.4f} {peak:>9.1f} "
               f"{median / size * 1e6:>13.1f}")
-    (small, t_small), (big, t_big) = rows[1], rows[-1]
-    print(f"\ngrowth {small} -> {big} containers: x{t_big / t_small:.1f} time for "
-          f"x{big / small:.0f} size (linear would be x{big / small:.0f})")
+    print(f"\n{growth(rows[1:])}")
     t_1000 = dict(rows)[1_000]
     verdict = "meets" if t_1000 < 0.2 else "MISSES"
     print(f"1,000 containers over 250 agents: {t_1000:.3f} s ({verdict} the 0.2 s target)")
+
+
+def render_table(repeat: int) -> None:
+    print("\n## keys (made once) + render_session (every container)\n")
+    print(f"{'containers':>10} {'keys s':>8} {'render s':>9} {'ms/container':>13} "
+          f"{'rendered MiB':>13} {'peak MiB':>9}")
+    rows = []
+    for size in RENDER_SIZES:
+        keys_t, render_t, rendered, peak = measure_render(size, max(1, min(repeat, 3))
+                                                          if size > 256 else repeat)
+        rows.append((size, render_t))
+        print(f"{size:>10} {keys_t:>8.4f} {render_t:>9.4f} {render_t / size * 1e3:>13.3f} "
+              f"{rendered:>13.1f} {peak:>9.1f}")
+    print(f"\nrender {growth(rows)}; each container's known_hosts and ssh config list every "
+          "host, so the rendered bytes (and the time) grow as N^2 at large N")
+
+
+def pulumi_table(repeat: int) -> None:
+    print("\n## Pulumi program under mocks: __main__.py, every resource registered and every "
+          "output resolved\n")
+    print(f"{'containers':>10} {'agents':>7} {'resources':>10} {'median s':>9} {'min s':>8} "
+          f"{'CPU s':>8} {'ms/container':>13} {'machine busy':>13}")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="plan-scale-") as tmp:
+        for size in PULUMI_SIZES:
+            median, fastest, cpu, count, busy = measure_pulumi(size, repeat, Path(tmp))
+            rows.append((size, median))
+            print(f"{size:>10} {agents_for(size):>7} {count:>10} {median:>9.3f} "
+                  f"{fastest:>8.3f} {cpu:>8.3f} {median / size * 1e3:>13.1f} {busy:>13.0%}")
+    print(f"\n{growth(rows)}")
+    t_256 = dict(rows)[256]
+    verdict = "meets" if t_256 < 5 else "MISSES"
+    print(f"256 containers registered: {t_256:.2f} s ({verdict} the 5 s target)")
 
 
 if __name__ == "__main__":

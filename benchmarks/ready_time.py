@@ -1,0 +1,887 @@
+"""Time to a ready cluster on the local Docker Engine, against the physical floor.
+
+For each size N (default 2, 4, 8) and each run (default 5), two measurements, interleaved:
+
+(a) floor: a fresh bridge network, then N plain containers of the session image
+    (``sleep infinity``) created and started in parallel, one thread each (what ``docker run -d``
+    does), until every start call has returned (the container is running);
+(b) session: the real ``__main__.py`` runs under the mock engine of ``tests/mockengine.py`` with
+    a generated N-container definition; then the declared network and containers are created the
+    way the end-to-end test builds them (``tests/dockerbuild.py: DockerBuilder``: create on the
+    network with the declared env, labels, limits, mounts and ports, one ``put_archive`` per
+    declared upload, start), the containers in parallel as the Pulumi engine would (its default
+    parallelism is unbounded, and they depend only on the network); the clock runs from the
+    network's creation until every container has logged its entrypoint's ``ready:`` line and one
+    all-pairs ``ssh -o BatchMode=yes PEER true`` round from main1 (as the session user) succeeds.
+
+The program's own time (keys, render, registration under mocks) is reported beside (b), not in
+it: a real ``pulumi up`` spends it before the engine creates anything, plus the CLI's and the
+provider plugin's start-up, which cannot be measured here (no CLI).
+
+Where the session's time goes comes from host-side timestamps of each Docker API call, the
+containers' ``State.StartedAt`` and Docker's own timestamps on the entrypoint's log lines (sshd's
+``Server listening`` line, the entrypoint's ``ready:`` line). ``--trace`` adds one more session
+per size whose entrypoint runs under ``sh -x``: every traced command gets a Docker timestamp,
+which splits the container's set-up into env, user creation, key copies, sshd start and the
+peer wait (tracing costs time itself; that run is not in the medians).
+
+    python3 benchmarks/ready_time.py                       # N = 2, 4, 8; 5 runs each
+    python3 benchmarks/ready_time.py --sizes 8 --runs 3 --trace
+
+Targets (issue 6): session/floor <= 1.5 at N = 8; the readiness wait adds under 1 s once the
+last container is running. Everything created has a unique ``rtb-<hex>`` prefix and is removed
+afterwards, also on errors and Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import re
+import statistics
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parent.parent
+for _path in (PROJECT / "modules", PROJECT):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+import yaml  # noqa: E402
+from quiet import busy_fraction, machine_cpu, settle  # noqa: E402
+
+from cluster_sessions.keys import generate_session_keys  # noqa: E402
+from cluster_sessions.loader import load_session  # noqa: E402
+from cluster_sessions.plan import LABEL_PREFIX, build_plan  # noqa: E402
+from cluster_sessions.render import render_session  # noqa: E402
+
+CONTAINER = "docker:index/container:Container"
+NETWORK = "docker:index/network:Network"
+PREFIX = "rtb-"  # every network and container this script creates starts with it
+READY = re.compile(r"cluster-session\[[^]]*\]: ready:")
+FAILED = re.compile(r"cluster-session\[[^]]*\]: error:")
+SSHD_UP = re.compile(r"Server listening on ")
+RUN_TIMEOUT = 150.0  # s per session run: the entrypoint itself gives up after 120 s
+SSH_ROUND = (
+    'rc=0; pids=; for p in "$@"; do ssh -o BatchMode=yes -o ConnectTimeout=5 "$p" true & '
+    'pids="$pids $!"; done; for pid in $pids; do wait "$pid" || rc=1; done; exit $rc'
+)
+
+
+# --- time -------------------------------------------------------------------------------------
+
+def docker_time(stamp: str) -> float:
+    """Epoch seconds of a Docker RFC 3339 time with up to nanoseconds (``...45.123456789Z``)."""
+    stamp = stamp.strip()
+    base, _, rest = stamp.partition(".")
+    if rest:
+        digits = re.match(r"\d*", rest).group(0)
+        frac = float("0." + digits) if digits else 0.0
+    else:
+        base, frac = stamp.rstrip("Z"), 0.0
+    whole = datetime.strptime(base.rstrip("Z"), "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
+    return whole.timestamp() + frac
+
+
+def summary(values: Sequence[float]) -> tuple[float, float, float]:
+    return statistics.median(values), min(values), max(values)
+
+
+# --- CPU ----------------------------------------------------------------------------------------
+
+def cgroup_cpu(cid: str) -> tuple[float, float] | None:
+    """(CPU seconds used, seconds throttled by the CPU limit) of a container, if readable."""
+    v1 = Path("/sys/fs/cgroup/cpuacct/docker") / cid / "cpuacct.usage"
+    try:
+        if v1.exists():
+            used = int(v1.read_text()) / 1e9
+            stat = (Path("/sys/fs/cgroup/cpu/docker") / cid / "cpu.stat").read_text()
+            throttled = int(re.search(r"throttled_time (\d+)", stat).group(1)) / 1e9
+            return used, throttled
+        for v2 in (Path(f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cpu.stat"),
+                   Path("/sys/fs/cgroup/docker") / cid / "cpu.stat"):
+            if v2.exists():
+                stat = dict(line.split() for line in v2.read_text().splitlines())
+                return int(stat["usage_usec"]) / 1e6, int(stat.get("throttled_usec", 0)) / 1e6
+    except (OSError, AttributeError, ValueError):
+        pass
+    return None
+
+
+# --- the docker API, timed --------------------------------------------------------------------
+
+TIMED = ("create_container", "put_archive", "start", "inspect_container", "create_network")
+
+
+@dataclass
+class Call:
+    host: str
+    method: str
+    start: float
+    end: float
+
+
+class TimedAPI:
+    """``client.api`` with a wall-clock record of the calls that build a session."""
+
+    def __init__(self, api, calls: list[Call], local: threading.local,
+                 on_start: Callable[[str, str], None] | None = None) -> None:
+        self._api, self._calls, self._local, self._on_start = api, calls, local, on_start
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._api, name)
+        if name not in TIMED:
+            return attr
+
+        def timed(*args, **kwargs):
+            bundles = getattr(self._local, "bundles", None)
+            if name == "start" and bundles:  # --bundle one|two: the files in 1 or 2 tars
+                self._local.bundles = None
+                for tar in bundles:
+                    self.put_archive(args[0], "/", tar)
+            start = time.time()
+            host = getattr(self._local, "host", "-")
+            try:
+                result = attr(*args, **kwargs)
+            finally:
+                self._calls.append(Call(host, name, start, time.time()))
+            if name == "start" and self._on_start:
+                self._on_start(host, args[0])
+            return result
+        return timed
+
+
+class TimedClient:
+    """What ``DockerBuilder`` needs of a client (``api``, ``networks``), with the API timed."""
+
+    def __init__(self, client, calls: list[Call], local: threading.local,
+                 on_start: Callable[[str, str], None] | None = None) -> None:
+        self.api = TimedAPI(client.api, calls, local, on_start)
+        self.networks = client.networks
+
+
+# --- log following ----------------------------------------------------------------------------
+
+@dataclass
+class LogWatch:
+    """Follows one container's log with Docker's timestamps; notes the lines that matter."""
+
+    api: object
+    host: str
+    cid: str | None = None
+    lines: list[tuple[float, str]] = field(default_factory=list)
+    ready: threading.Event = field(default_factory=threading.Event)
+    ready_at: float | None = None  # Docker's timestamp of the ready line
+    seen_at: float | None = None  # when this process read it
+    error: str | None = None
+    cpu_sshd: tuple[float, float] | None = None  # cgroup CPU when sshd's line was read
+    cpu_ready: tuple[float, float] | None = None  # ... and when the ready line was read
+
+    def start(self, cid: str) -> None:
+        self.cid = cid
+        self._stream = self.api.logs(self.cid, stdout=True, stderr=True, stream=True,
+                                     follow=True, timestamps=True)
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        buf = b""
+        try:
+            for chunk in self._stream:
+                buf += chunk
+                *complete, buf = buf.split(b"\n")
+                for raw in complete:
+                    self._line(raw.decode(errors="replace"))
+        except Exception:  # the stream ends when the container is removed
+            pass
+        finally:
+            if buf:
+                self._line(buf.decode(errors="replace"))
+            self.ready.set()  # wake the waiter; it checks ready_at/error
+
+    def _line(self, text: str) -> None:
+        stamp, _, message = text.partition(" ")
+        try:
+            when = docker_time(stamp)
+        except ValueError:
+            when, message = time.time(), text
+        self.lines.append((when, message))
+        if self.cpu_sshd is None and SSHD_UP.search(message):
+            self.cpu_sshd = cgroup_cpu(self.cid)
+        if self.ready_at is None and READY.search(message):
+            self.ready_at, self.seen_at = when, time.time()
+            self.cpu_ready = cgroup_cpu(self.cid)
+            self.ready.set()
+        elif FAILED.search(message):
+            self.error = message
+            self.ready.set()
+
+    def first(self, pattern: re.Pattern) -> float | None:
+        return next((t for t, m in self.lines if pattern.search(m)), None)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._stream.close()
+
+
+def run_as_user(api, cid: str, cmd: list[str], user: str = "work") -> tuple[int, str]:
+    exec_id = api.exec_create(cid, cmd, user=user)["Id"]
+    out = api.exec_start(exec_id)
+    return api.exec_inspect(exec_id)["ExitCode"], out.decode(errors="replace")
+
+
+# --- definitions ------------------------------------------------------------------------------
+
+def write_definition(directory: Path, name: str, size: int, image: str, cpu: float) -> Path:
+    """The train-demo example at size N under a unique name, on a pool that can hold it."""
+    pool = directory / "pool.yaml"
+    if not pool.exists():
+        pool.write_text(yaml.safe_dump({
+            "kind": "AgentPool", "name": "bench-local",
+            "agents": [{"name": "local", "docker_host": "unix:///var/run/docker.sock",
+                        "capacity": {"cpu": 256, "mem": "1024g", "gpus": []}}],
+        }, sort_keys=False))
+    definition = yaml.safe_load((PROJECT / "stacks/sessions/train-demo.yaml").read_text())
+    definition.update(name=name, image=image, pool=str(pool))
+    definition["cluster"] = {"mode": "single-node", "size": size}
+    definition["resources"] = {**definition["resources"], "cpu": cpu}
+    path = directory / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(definition, sort_keys=False))
+    return path
+
+
+# --- one floor run ----------------------------------------------------------------------------
+
+@dataclass
+class FloorResult:
+    total: float
+    network: float
+    last_running: float
+    create: float  # median create call
+    start: float  # median start call
+    busy: float = 0.0  # fraction of the machine's CPU busy during the run
+    settle_busy: float = 0.0
+
+
+def floor_run(client, image: str, size: int, tag: str) -> FloorResult:
+    api = client.api
+    net_name = f"{tag}-net"
+    created: list[str] = []
+    network_id = None
+    try:
+        cpu0 = machine_cpu()
+        t0 = time.time()
+        network_id = api.create_network(net_name, driver="bridge")["Id"]
+        t_net = time.time()
+
+        def one(i: int) -> tuple[float, float, float]:
+            c0 = time.time()
+            c = api.create_container(
+                image, command=["sleep", "infinity"], name=f"{tag}-c{i}",
+                host_config=api.create_host_config(),
+                networking_config=api.create_networking_config(
+                    {net_name: api.create_endpoint_config()}),
+            )
+            created.append(c["Id"])
+            s0 = time.time()
+            api.start(c["Id"])
+            s1 = time.time()
+            return s1, s0 - c0, s1 - s0
+
+        with ThreadPoolExecutor(max_workers=size) as pool:
+            done = list(pool.map(one, range(size)))
+        t_end = max(d[0] for d in done)
+        busy = busy_fraction(cpu0, machine_cpu())
+        for cid in created:
+            state = api.inspect_container(cid)["State"]
+            assert state["Running"], f"floor container exited: {state}"
+        return FloorResult(t_end - t0, t_net - t0, t_end - t_net,
+                           statistics.median(d[1] for d in done),
+                           statistics.median(d[2] for d in done), busy)
+    finally:
+        remove(client, created, [network_id] if network_id else [])
+
+
+# --- one session run --------------------------------------------------------------------------
+
+@dataclass
+class SessionResult:
+    total: float  # network creation start -> ready everywhere + one ssh round
+    program: float  # __main__.py under mocks (keys, render, registration)
+    network: float
+    create: float  # median create_container call
+    uploads: float  # median sum of put_archive calls per container
+    upload_calls: int
+    start: float  # median start call
+    all_running: float  # t0 -> last container running (max StartedAt)
+    setup: float  # median StartedAt -> sshd listening, in-container
+    setup_max: float
+    last_sshd: float  # t0 -> last sshd listening
+    ready_all: float  # t0 -> last ready line (Docker timestamp)
+    wait_after_running: float  # last container running -> last ready line
+    wait_after_sshd: float  # last sshd listening -> last ready line
+    ssh_round: float  # last ready line seen -> ssh round done
+    ssh_attempts: int
+    exec_cost: float  # one `docker exec true` as the user, after the run
+    busy: float  # fraction of the machine's CPU busy from t0 to the end
+    cpu_setup: float | None  # median container: CPU s from its start to sshd listening
+    cpu_wait: float | None  # median container: CPU s from sshd listening to ready
+    throttled: float | None  # median container: s throttled by its CPU limit, until ready
+    engine_done: float  # t0 -> every create call returned (the provider's view of "created")
+    settle_busy: float = 0.0  # the machine's busy fraction just before the run
+    trace: dict[str, float] | None = None
+
+
+def session_run(client, engine_cls, run_program, builder_cls, directory: Path, image: str,
+                size: int, tag: str, cpu: float, traced: bool = False,
+                experiment: Experiment | None = None) -> SessionResult:
+    definition = write_definition(directory, tag, size, image, cpu)
+    engine = engine_cls()
+    p0 = time.perf_counter()
+    run_program(engine, tag, {"cluster-sessions:definition": str(definition)})
+    program = time.perf_counter() - p0
+    (network,) = [(r, r.plain_inputs) for r in engine.of_type(NETWORK)]
+    containers = [(r, r.plain_inputs) for r in engine.of_type(CONTAINER)]
+    assert len(containers) == size
+    hosts = [c["hostname"] for _, c in containers]
+    if traced:
+        for _, c in containers:
+            c["entrypoints"] = [c["entrypoints"][0], "-x", *c["entrypoints"][1:]]
+    if experiment:
+        for _, c in containers:
+            c["uploads"] = [experiment.edit(u) for u in c["uploads"]]
+
+    calls: list[Call] = []
+    local = threading.local()
+    api = client.api
+    watches = {h: LogWatch(api, h) for h in hosts}
+    futures: list = []
+    # Each container's log is followed from the moment its start call returns, so readiness is
+    # seen when it happens, not when the builder's own must-run check is over.
+    builder = builder_cls(TimedClient(client, calls, local,
+                                      on_start=lambda host, cid: watches[host].start(cid)))
+    try:
+        cpu0 = machine_cpu()
+        t0 = time.time()
+        builder.network(*network)
+        t_net = time.time()
+
+        def one(declared: tuple) -> float:
+            reg, inputs = declared
+            local.host = inputs["hostname"]
+            local.bundles = None
+            if experiment and experiment.bundle != "per-file":
+                # the files go in one or two tars just before the start (see TimedAPI)
+                local.bundles = experiment.tars(inputs["uploads"])
+                inputs = {**inputs, "uploads": []}
+            builder.container(reg, inputs)
+            return time.time()
+
+        pool = ThreadPoolExecutor(max_workers=size)
+        futures = [pool.submit(one, declared) for declared in containers]
+        pool.shutdown(wait=False)
+        deadline = time.monotonic() + RUN_TIMEOUT
+        for host, watch in watches.items():
+            while not watch.ready.wait(0.2):
+                failed = [f for f in futures if f.done() and f.exception()]
+                if failed:
+                    raise failed[0].exception()
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{tag}: {host} not ready after {RUN_TIMEOUT:.0f} s\n"
+                                       + tail(watch))
+            if watch.ready_at is None:
+                raise RuntimeError(f"{tag}: {host} failed: {watch.error or 'log ended'}\n"
+                                   + tail(watch))
+        seen = max(w.seen_at for w in watches.values())
+        ids = {h: w.cid for h, w in watches.items()}
+        attempts = 0
+        while True:
+            attempts += 1
+            code, out = run_as_user(api, ids["main1"], ["/bin/sh", "-c", SSH_ROUND, "ssh-round",
+                                                        *hosts[1:]])
+            if code == 0:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{tag}: ssh round fails: {out}")
+            time.sleep(0.1)
+        t_end = time.time()
+        busy = busy_fraction(cpu0, machine_cpu())
+        engine_done = max(f.result() for f in futures)  # every create call has returned
+        e0 = time.time()
+        run_as_user(api, ids["main1"], ["true"])
+        exec_cost = time.time() - e0
+
+        started = {h: docker_time(api.inspect_container(cid)["State"]["StartedAt"])
+                   for h, cid in ids.items()}
+        sshd = {h: w.first(SSHD_UP) for h, w in watches.items()}
+        if any(v is None for v in sshd.values()):
+            sshd = {h: v or started[h] for h, v in sshd.items()}
+        ready = {h: w.ready_at for h, w in watches.items()}
+        per_host: dict[str, dict[str, float]] = {}
+        for call in calls:
+            per = per_host.setdefault(call.host, {})
+            per[call.method] = per.get(call.method, 0.0) + call.end - call.start
+            if call.method == "put_archive":
+                per["n"] = per.get("n", 0) + 1
+        hosts_calls = [per_host[h] for h in hosts]
+        last_running, last_sshd, last_ready = (max(started.values()), max(sshd.values()),
+                                               max(ready.values()))
+        setups = [sshd[h] - started[h] for h in hosts]
+        return SessionResult(
+            total=t_end - t0,
+            program=program,
+            network=t_net - t0,
+            create=statistics.median(p.get("create_container", 0.0) for p in hosts_calls),
+            uploads=statistics.median(p.get("put_archive", 0.0) for p in hosts_calls),
+            upload_calls=int(statistics.median(p.get("n", 0) for p in hosts_calls)),
+            start=statistics.median(p.get("start", 0.0) for p in hosts_calls),
+            all_running=last_running - t0,
+            setup=statistics.median(setups),
+            setup_max=max(setups),
+            last_sshd=last_sshd - t0,
+            ready_all=last_ready - t0,
+            wait_after_running=last_ready - last_running,
+            wait_after_sshd=last_ready - last_sshd,
+            ssh_round=t_end - seen,
+            ssh_attempts=attempts,
+            exec_cost=exec_cost,
+            busy=busy,
+            cpu_setup=median_or_none(w.cpu_sshd[0] if w.cpu_sshd else None
+                                     for w in watches.values()),
+            cpu_wait=median_or_none(w.cpu_ready[0] - w.cpu_sshd[0]
+                                    if w.cpu_ready and w.cpu_sshd else None
+                                    for w in watches.values()),
+            throttled=median_or_none(w.cpu_ready[1] if w.cpu_ready else None
+                                     for w in watches.values()),
+            engine_done=engine_done - t0,
+            trace=trace_phases(watches, started) if traced else None,
+        )
+    finally:
+        for watch in watches.values():
+            watch.close()
+        with contextlib.suppress(Exception):
+            for f in futures:  # let running creates finish before removing
+                f.exception(timeout=RUN_TIMEOUT)
+        builder.remove_all()
+        builder.close()
+        sweep(client, tag)
+
+
+def median_or_none(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def tar_of(uploads: list[dict]) -> bytes:
+    """Uploads as the entries of one tar, each with its declared mode."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for upload in uploads:
+            data = upload["content"].encode()
+            info = tarfile.TarInfo(upload["file"])
+            info.size, info.mode = len(data), int(upload["permissions"], 8)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+# Proposed entrypoint changes, applied to the rendered text for a measurement only (the
+# templates are not this script's to change): (exact old text, new text) pairs.
+ENTRYPOINT_EDITS: dict[str, tuple[tuple[str, str], ...]] = {
+    # the bash peer wait looks at its probes' marks again 20 ms after starting them, and ends
+    # at once if every peer has answered, instead of after the full tick (0.1 s)
+    "recheck": ((
+        '    read -r -t "$((ticks / 10)).$((ticks % 10))" -u 9 _ || :\n',
+        '    read -r -t 0.02 -u 9 _ || :\n'
+        '    all=1\n'
+        '    for peer in "${missing[@]}"; do [[ -e $marks/$peer ]] || { all=; break; }; done\n'
+        '    [[ -z $all ]] || exit 0\n'
+        '    read -r -t "$((ticks / 10)).$((ticks % 10))" -u 9 _ || :\n',
+    ),),
+    # one `install` per file instead of rm + cp + chown + chmod
+    "put": ((
+        '        rm -f "$2"\n        cp "$1" "$2"\n'
+        '        chown "$4" "$2"\n        chmod "$3" "$2"\n',
+        '        install -m "$3" -o "${4%%:*}" -g "${4#*:}" "$1" "$2"\n',
+    ),),
+    # append the group and passwd lines (the entrypoint's own fallback) instead of
+    # groupadd/useradd, which lock, back up and rewrite the files and copy /etc/skel
+    "user": (
+        ('groupadd -g "$gid" "$name"', 'echo "$name:x:$gid:" >> /etc/group'),
+        ('useradd -o -u "$uid" -g "$gid" -m -s "$shell" "$name"',
+         'echo "$name:x:$uid:$gid::/home/$name:$shell" >> /etc/passwd'),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """Changes to what is created, to measure a proposal without changing the product.
+
+    bundle: ``per-file`` (what the provider does: one ``put_archive`` per declared upload),
+        ``two`` (public files in one tar, the 0600 private keys in another), ``one``.
+    kex: prepended as ``KexAlgorithms`` to the rendered ``~/.ssh/config`` host block.
+    edits: names from :data:`ENTRYPOINT_EDITS`, applied to the rendered ``entrypoint.sh``.
+    """
+
+    bundle: str = "per-file"
+    kex: str | None = None
+    edits: tuple[str, ...] = ()
+
+    def tars(self, uploads: list[dict]) -> list[bytes]:
+        if self.bundle == "one":
+            return [tar_of(uploads)]
+        secret = [u for u in uploads if u.get("permissions") == "0600"]
+        public = [u for u in uploads if u.get("permissions") != "0600"]
+        return [tar_of(public), tar_of(secret)]
+
+    def edit(self, upload: dict) -> dict:
+        if self.edits and upload["file"].endswith("/entrypoint.sh"):
+            text = upload["content"]
+            for name in self.edits:
+                for old, new in ENTRYPOINT_EDITS[name]:
+                    if old not in text:
+                        raise SystemExit(f"--entrypoint-edit {name}: the rendered entrypoint "
+                                         f"no longer contains {old!r}; update the experiment")
+                    text = text.replace(old, new)
+            return {**upload, "content": text}
+        if self.kex and upload["file"].endswith("/ssh/config"):
+            lines = upload["content"].splitlines(keepends=True)
+            at = next(i for i, line in enumerate(lines) if line.startswith("Host"))
+            lines.insert(at + 1, f"    KexAlgorithms {self.kex}\n")
+            return {**upload, "content": "".join(lines)}
+        return upload
+
+    def describe(self) -> str:
+        parts = []
+        if self.bundle != "per-file":
+            parts.append(f"uploads bundled: {self.bundle} put_archive per container")
+        if self.kex:
+            parts.append(f"ssh KexAlgorithms {self.kex}")
+        if self.edits:
+            parts.append(f"entrypoint edits {','.join(self.edits)}")
+        return "; ".join(parts)
+
+
+def tail(watch: LogWatch, lines: int = 15) -> str:
+    return "\n".join(f"  {watch.host}: {m}" for _, m in watch.lines[-lines:])
+
+
+# Where a traced (sh -x) entrypoint is, by the first trace line that matches, in order.
+PHASES: tuple[tuple[str, re.Pattern], ...] = (
+    ("env (static, derived, save)", re.compile(r"^\+ \. .*static-env\.sh")),
+    ("checks (root, sshd)", re.compile(r"^\+ id -u")),
+    ("user (group, passwd, shadow)", re.compile(r"^\+ grep -q \^\[\^:\]\*:\[\^:\]\*:")),
+    ("home, skel, ~/.ssh copies", re.compile(r"^\+ stat -c %u /")),
+    ("run dir, host key, sshd files", re.compile(r"^\+ chown 0:0 /run/")),
+    ("sshd -t", re.compile(r"^\+ \S*sshd -t ")),
+    ("sshd started (in the background)", re.compile(r"^\+ \S*sshd -D ")),
+    ("peer wait (own sshd starting meanwhile)", re.compile(r"^\+ _cs_wait_peers ")),
+    ("(ready)", READY),
+)
+
+
+def trace_phases(watches: dict[str, LogWatch], started: dict[str, float]) -> dict[str, float]:
+    """Median seconds per phase over the containers of a traced run."""
+    per_phase: dict[str, list[float]] = {name: [] for name, _ in PHASES[:-1]}
+    per_phase["start -> first line"] = []
+    for host, watch in watches.items():
+        # in the declared order: sshd may print "Server listening" after the last container
+        # has already found all its peers, so times need not increase; a phase never counts
+        # less than nothing
+        marks = [(name, watch.first(pattern)) for name, pattern in PHASES]
+        marks = [(name, when) for name, when in marks if when is not None]
+        if marks:
+            per_phase["start -> first line"].append(marks[0][1] - started[host])
+        for (name, when), (_, nxt) in zip(marks, marks[1:], strict=False):
+            per_phase[name].append(max(0.0, nxt - when))
+    return {name: statistics.median(v) for name, v in per_phase.items() if v}
+
+
+# --- clean-up ---------------------------------------------------------------------------------
+
+def remove(client, containers: Iterable[str], networks: Iterable[str]) -> None:
+    import docker.errors
+
+    for cid in containers:
+        with contextlib.suppress(docker.errors.NotFound):
+            client.api.remove_container(cid, force=True)
+    for nid in networks:
+        with contextlib.suppress(docker.errors.NotFound):
+            client.api.remove_network(nid)
+
+
+def sweep(client, tag: str) -> None:
+    """Remove anything of ``tag`` still there (by session label and by name prefix)."""
+    label = f"{LABEL_PREFIX}.session={tag}"
+    found = {c.id for c in client.containers.list(all=True, filters={"label": label})}
+    found |= {c.id for c in client.containers.list(all=True, filters={"name": tag})
+              if c.name.startswith(tag)}
+    nets = {n.id for n in client.networks.list(filters={"label": label})}
+    nets |= {n.id for n in client.networks.list(names=[f"{tag}-net"])
+             if n.name == f"{tag}-net"}
+    remove(client, found, nets)
+
+
+def sweep_prefix(client, prefix: str) -> None:
+    for c in client.containers.list(all=True, filters={"name": prefix}):
+        if c.name.startswith(prefix):
+            with contextlib.suppress(Exception):
+                c.remove(force=True)
+    for n in client.networks.list():
+        if n.name.startswith(prefix):
+            with contextlib.suppress(Exception):
+                n.remove()
+
+
+# --- offline costs: keys and render -----------------------------------------------------------
+
+def offline_costs(directory: Path, image: str, size: int, cpu: float,
+                  repeat: int = 20) -> tuple[float, float]:
+    path = write_definition(directory, f"{PREFIX}offline-{size}", size, image, cpu)
+    loaded = load_session(path)
+    plan = build_plan(loaded.session, loaded.pool)
+    keys_t, render_t = [], []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        keys = generate_session_keys(plan.hosts)
+        keys_t.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        render_session(plan, keys)
+        render_t.append(time.perf_counter() - t)
+    return statistics.median(keys_t), statistics.median(render_t)
+
+
+# --- main -------------------------------------------------------------------------------------
+
+def fmt(values: Sequence[float]) -> str:
+    med, lo, hi = summary(values)
+    return f"{med:6.2f} [{lo:.2f}-{hi:.2f}]"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="2,4,8", help="comma list of N (default 2,4,8)")
+    parser.add_argument("--runs", type=int, default=5, help="runs per size and kind (5)")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="unmeasured runs of each kind before the first size (1)")
+    parser.add_argument("--cpu", type=float, default=0.5,
+                        help="the session's per-container cpu limit (train-demo: 0.5)")
+    parser.add_argument("--trace", action="store_true",
+                        help="one more session per size under sh -x, for the set-up breakdown")
+    parser.add_argument("--bundle", choices=("per-file", "two", "one"), default="per-file",
+                        help="experiment: each container's files in two tars (public, "
+                             "secret) or one, instead of one put_archive per file")
+    parser.add_argument("--ssh-kex", metavar="ALGOS",
+                        help="experiment: KexAlgorithms for the session's ssh client config, "
+                             "e.g. curve25519-sha256")
+    parser.add_argument("--entrypoint-edit", action="append", default=[],
+                        choices=sorted(ENTRYPOINT_EDITS),
+                        help="experiment: apply a proposed change to the rendered entrypoint "
+                             "(repeatable)")
+    parser.add_argument("--settle", type=float, default=20.0,
+                        help="before each run, wait up to this many seconds for the machine "
+                             "to be under 25%% busy (other work would land in the figures)")
+    parser.add_argument("--json", type=Path, help="also write every run's figures here")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    if args.runs < 1 or not sizes or min(sizes) < 2:
+        parser.error("need --runs >= 1 and sizes >= 2")
+
+    import docker
+
+    from cluster_sessions.lab.image import ensure_image
+    from tests.dockerbuild import DockerBuilder
+    from tests.mockengine import Engine, run_program
+
+    client = docker.from_env(timeout=300)
+    client.ping()
+    image = ensure_image(client)
+    experiment = Experiment(args.bundle, args.ssh_kex, tuple(args.entrypoint_edit))
+    run_id = uuid.uuid4().hex[:6]
+    prefix = f"{PREFIX}{run_id}"
+    t_script = time.perf_counter()
+    info = client.info()
+    print(f"# checkout {checkout()}")
+    print(f"# engine {info.get('ServerVersion')}, {info.get('NCPU')} CPUs, "
+          f"{info.get('MemTotal', 0) / 2**30:.1f} GiB; image {image}; load average "
+          f"{os.getloadavg()[0]:.2f}; other running containers: {info.get('ContainersRunning')}")
+    print(f"# session: train-demo at size N, cpu limit {args.cpu:g} per container"
+          + (f"; EXPERIMENT: {experiment.describe()}" if experiment.describe() else ""))
+    results: dict[int, dict[str, list]] = {}
+    counter = iter(range(10**6))
+
+    def tag() -> str:
+        return f"{prefix}-{next(counter)}"
+
+    def floor(size: int) -> FloorResult:
+        before = settle(args.settle)
+        result = floor_run(client, image, size, tag())
+        result.settle_busy = before
+        return result
+
+    def session(directory: Path, size: int, traced: bool = False) -> SessionResult:
+        before = settle(args.settle)
+        result = session_run(client, Engine, run_program, DockerBuilder, directory, image, size,
+                             tag(), args.cpu, traced=traced, experiment=experiment)
+        result.settle_busy = before
+        return result
+    try:
+        with tempfile.TemporaryDirectory(prefix="ready-time-") as tmp:
+            directory = Path(tmp)
+            for _ in range(args.warmup):
+                floor(sizes[0])
+                session(directory, sizes[0])
+            for size in sizes:
+                floors: list[FloorResult] = []
+                sessions: list[SessionResult] = []
+                for run in range(args.runs):
+                    floors.append(floor(size))
+                    sessions.append(session(directory, size))
+                    f, b = floors[-1], sessions[-1]
+                    print(f"  N={size} run {run + 1}: floor {f.total:.2f} s, session "
+                          f"{b.total:.2f} s (machine busy before {f.settle_busy:.0%}/"
+                          f"{b.settle_busy:.0%}, during {f.busy:.0%}/{b.busy:.0%})",
+                          file=sys.stderr, flush=True)
+                traced = session(directory, size, traced=True) if args.trace else None
+                keys_t, render_t = offline_costs(directory, image, size, args.cpu)
+                results[size] = {"floor": floors, "session": sessions, "traced": traced,
+                                 "keys": keys_t, "render": render_t}
+    except KeyboardInterrupt:
+        print("interrupted; cleaning up", file=sys.stderr)
+        return 130
+    finally:
+        sweep_prefix(client, prefix)
+        client.close()
+
+    report(results, args.runs)
+    print(f"\n# script time {time.perf_counter() - t_script:.0f} s")
+    if args.json:
+        args.json.write_text(json.dumps({
+            str(n): {"floor": [f.__dict__ for f in r["floor"]],
+                     "session": [s.__dict__ for s in r["session"]],
+                     "traced": r["traced"].__dict__ if r["traced"] else None,
+                     "keys": r["keys"], "render": r["render"]}
+            for n, r in results.items()}, indent=1))
+    return 0
+
+
+def checkout() -> str:
+    """The commit measured, and whether the runtime's files differ from it."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(PROJECT), *args], capture_output=True,
+                              text=True, check=False)
+        return done.stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = git("status", "--porcelain", "--", "templates", "modules/cluster_sessions",
+                "tests/dockerbuild.py", "tests/mockengine.py")
+    return f"{head}" + (" with uncommitted changes to the runtime/program" if dirty else "")
+
+
+def report(results: dict[int, dict], runs: int) -> None:
+    print(f"\n## Time to ready, seconds: median [min-max] of {runs} runs\n")
+    busy = [x.settle_busy for r in results.values() for x in (*r["floor"], *r["session"])]
+    print(f"Machine busy (others) just before the runs: median {med(busy):.0%}, "
+          f"max {max(busy):.0%}\n")
+    print("| N | floor (a) | session (b) | b/a | readiness wait after last running |")
+    print("|---|---|---|---|---|")
+    for n, r in results.items():
+        a = [f.total for f in r["floor"]]
+        b = [s.total for s in r["session"]]
+        ratio = statistics.median(b) / statistics.median(a)
+        wait = [s.wait_after_running for s in r["session"]]
+        print(f"| {n} | {fmt(a)} | {fmt(b)} | {ratio:.2f} | {fmt(wait)} |")
+
+    print("\n## Where the session's time goes, seconds (medians of the runs)\n")
+    cols = list(results)
+    rows: list[tuple[str, Callable[[dict], str]]] = [
+        ("program under mocks (keys, render, registration) - not in (b)",
+         lambda r: f"{med(s.program for s in r['session']):.3f}"),
+        ("  key generation (N+1 ed25519 keys) - offline", lambda r: f"{r['keys']:.4f}"),
+        ("  render_session (all containers) - offline", lambda r: f"{r['render']:.4f}"),
+        ("floor: network create", lambda r: f"{med(f.network for f in r['floor']):.3f}"),
+        ("floor: network -> last container running",
+         lambda r: f"{med(f.last_running for f in r['floor']):.3f}"),
+        ("floor: create call / start call (per container)",
+         lambda r: f"{med(f.create for f in r['floor']):.3f} / "
+                   f"{med(f.start for f in r['floor']):.3f}"),
+        ("session: network create", lambda r: f"{med(s.network for s in r['session']):.3f}"),
+        ("create_container call (per container)",
+         lambda r: f"{med(s.create for s in r['session']):.3f}"),
+        ("uploads: put_archive calls (per container, sum)",
+         lambda r: f"{med(s.uploads for s in r['session']):.3f} "
+                   f"({r['session'][0].upload_calls})"),
+        ("start call (per container)", lambda r: f"{med(s.start for s in r['session']):.3f}"),
+        ("t0 -> last container running (StartedAt)",
+         lambda r: f"{med(s.all_running for s in r['session']):.3f}"),
+        ("entrypoint set-up: StartedAt -> sshd listening (median container)",
+         lambda r: f"{med(s.setup for s in r['session']):.3f}"),
+        ("entrypoint set-up, slowest container",
+         lambda r: f"{med(s.setup_max for s in r['session']):.3f}"),
+        ("t0 -> last sshd listening", lambda r: f"{med(s.last_sshd for s in r['session']):.3f}"),
+        ("t0 -> last ready line", lambda r: f"{med(s.ready_all for s in r['session']):.3f}"),
+        ("readiness: last running -> last ready",
+         lambda r: f"{med(s.wait_after_running for s in r['session']):.3f}"),
+        ("readiness: last sshd listening -> last ready",
+         lambda r: f"{med(s.wait_after_sshd for s in r['session']):.3f}"),
+        ("CPU s used by a container's entrypoint until sshd listens (median)",
+         lambda r: opt(med_opt(s.cpu_setup for s in r["session"]))),
+        ("CPU s used by a container's peer wait (median)",
+         lambda r: opt(med_opt(s.cpu_wait for s in r["session"]))),
+        ("s a container was throttled by its cpu limit until ready (median)",
+         lambda r: opt(med_opt(s.throttled for s in r["session"]))),
+        ("machine CPU busy during (a) / (b)",
+         lambda r: f"{med(f.busy for f in r['floor']):.0%} / "
+                   f"{med(s.busy for s in r['session']):.0%}"),
+        ("ssh round from main1 (docker exec + N-1 ssh in parallel)",
+         lambda r: f"{med(s.ssh_round for s in r['session']):.3f}"),
+        ("  of which docker exec itself (exec of `true`, measured after)",
+         lambda r: f"{med(s.exec_cost for s in r['session']):.3f}"),
+        ("t0 -> every create call returned (incl. the builder's 0.2 s must-run check)",
+         lambda r: f"{med(s.engine_done for s in r['session']):.3f}"),
+    ]
+    print("| step | " + " | ".join(f"N={n}" for n in cols) + " |")
+    print("|---|" + "---|" * len(cols))
+    for label, get in rows:
+        print(f"| {label} | " + " | ".join(get(results[n]) for n in cols) + " |")
+
+    traced = {n: r["traced"] for n, r in results.items() if r["traced"]}
+    if traced:
+        print("\n## Inside the entrypoint (one run under sh -x; median container), seconds\n")
+        names = ["start -> first line", *(name for name, _ in PHASES[:-1])]
+        print("| phase | " + " | ".join(f"N={n}" for n in traced) + " |")
+        print("|---|" + "---|" * len(traced))
+        for name in names:
+            print(f"| {name} | " + " | ".join(
+                f"{t.trace.get(name, float('nan')):.3f}" for t in traced.values()) + " |")
+        print("| (traced session total) | " + " | ".join(
+            f"{t.total:.2f}" for t in traced.values()) + " |")
+
+
+def med(values: Iterable[float]) -> float:
+    return statistics.median(list(values))
+
+
+def med_opt(values: Iterable[float | None]) -> float | None:
+    return median_or_none(values)
+
+
+def opt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
