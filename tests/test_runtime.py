@@ -312,6 +312,12 @@ def test_every_container_reaches_every_peer_by_name_with_strict_host_keys(mesh):
         assert output.split() == mesh.hosts, f"from {host}: {output}"
 
 
+def test_connections_inside_the_session_use_the_cheap_key_exchange(mesh):
+    code, _, err = mesh.run("main1", "ssh -v -o BatchMode=yes sub1 true")
+    assert code == 0, err
+    assert b"kex: algorithm: curve25519-sha256" in err, err
+
+
 def test_an_unknown_host_key_is_refused(mesh):
     code, _, err = mesh.run("main1", "ssh -o BatchMode=yes -o UserKnownHostsFile=/dev/null "
                                      "sub1 true")
