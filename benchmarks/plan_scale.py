@@ -122,44 +122,6 @@ def measure_render(size: int, repeat: int) -> tuple[float, float, float, float]:
     return statistics.median(keys_t), statistics.median(render_t), rendered, peak / 2**20
 
 
-def declare_two_uploads() -> None:
-    """Experiment: each container declared with two uploads instead of one per file.
-
-    Replaces ``Session._build_uploads`` (this process only) with one that renders the same
-    files and declares the public ones joined into one upload and the private keys into another
-    (secret): the registration cost of the proposal in docs/benchmarks.md. The joined contents
-    are not a working bundle; nothing runs them here.
-    """
-    import pulumi
-    import pulumi_docker as docker
-
-    from cluster_sessions import session as session_module
-
-    if not hasattr(session_module.Session, "_build_uploads"):
-        raise SystemExit("--two-uploads: Session has no _build_uploads any more; update it")
-
-    def build_uploads(self, c, material, layout):
-        plan = self.plan
-        rendered = material.apply(lambda k: session_module.check_rendered(
-            session_module.render_container(plan, c, k), layout, k, c.host))
-        secret = {f.path for f in layout if f.secret}
-
-        def joined(private: bool):
-            return rendered.apply(lambda files: "".join(
-                v for p, v in files.items() if (p in secret) == private))
-
-        return [
-            docker.ContainerUploadArgs(file=f"{session_module.BUNDLE_DIR}/bundle",
-                                       content=pulumi.Output.unsecret(joined(False)),
-                                       executable=False, permissions="0644"),
-            docker.ContainerUploadArgs(file=f"{session_module.BUNDLE_DIR}/keys",
-                                       content=pulumi.Output.secret(joined(True)),
-                                       executable=False, permissions="0600"),
-        ]
-
-    session_module.Session._build_uploads = build_uploads
-
-
 def measure_pulumi(size: int, repeat: int, directory: Path
                    ) -> tuple[float, float, float, int, float]:
     """(median s, min s, median CPU s, registrations, machine busy) of __main__.py under mocks.
@@ -209,16 +171,9 @@ def main() -> None:
                         help="leave out the Pulumi registration table")
     parser.add_argument("--skip-plan", action="store_true",
                         help="leave out the validate + plan table")
-    parser.add_argument("--two-uploads", action="store_true",
-                        help="experiment: register each container with two uploads (public, "
-                             "secret) instead of one per file")
     args = parser.parse_args()
     t_script = time.perf_counter()
     print(f"# {describe()}\n")
-    if args.two_uploads:
-        declare_two_uploads()
-        print("# EXPERIMENT: each container registered with two uploads instead of one per "
-              "file\n")
     if not args.skip_plan:
         plan_table(args.repeat)
     if not args.skip_render:

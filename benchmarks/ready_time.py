@@ -65,7 +65,12 @@ from quiet import busy_fraction, machine_cpu, settle  # noqa: E402
 from cluster_sessions.keys import generate_session_keys  # noqa: E402
 from cluster_sessions.loader import load_session  # noqa: E402
 from cluster_sessions.plan import LABEL_PREFIX, build_plan  # noqa: E402
-from cluster_sessions.render import render_session  # noqa: E402
+from cluster_sessions.render import (  # noqa: E402
+    BUNDLE_DIR,
+    RenderedFile,
+    pack,
+    render_session,
+)
 
 CONTAINER = "docker:index/container:Container"
 NETWORK = "docker:index/network:Network"
@@ -357,7 +362,15 @@ def session_run(client, engine_cls, run_program, builder_cls, directory: Path, i
     hosts = [c["hostname"] for _, c in containers]
     if traced:
         for _, c in containers:
-            c["entrypoints"] = [c["entrypoints"][0], "-x", *c["entrypoints"][1:]]
+            argv = list(c["entrypoints"])
+            if argv[1] == "-c":  # the pack entrypoint: trace entrypoint.sh, not the unpacking
+                exec_line = f"exec /bin/sh {BUNDLE_DIR}/entrypoint.sh"
+                if exec_line not in argv[2]:
+                    raise SystemExit("--trace: the entrypoint no longer execs entrypoint.sh")
+                argv[2] = argv[2].replace(exec_line, f"exec /bin/sh -x {BUNDLE_DIR}/entrypoint.sh")
+                c["entrypoints"] = argv
+            else:
+                c["entrypoints"] = [argv[0], "-x", *argv[1:]]
     if experiment:
         for _, c in containers:
             c["uploads"] = [experiment.edit(u) for u in c["uploads"]]
@@ -546,6 +559,11 @@ class Experiment:
         return [tar_of(public), tar_of(secret)]
 
     def edit(self, upload: dict) -> dict:
+        if (self.edits or self.kex) and upload["file"].endswith("/public.pack"):
+            # the Session uploads the public files packed (render.pack): edit them unpacked
+            return {**upload, "content": pack([
+                RenderedFile(f.path, self.edit({"file": f"/{f.path}", "content": f.content})
+                             ["content"], f.mode) for f in unpacked(upload["content"])])}
         if self.edits and upload["file"].endswith("/entrypoint.sh"):
             text = upload["content"]
             for name in self.edits:
@@ -571,6 +589,19 @@ class Experiment:
         if self.edits:
             parts.append(f"entrypoint edits {','.join(self.edits)}")
         return "; ".join(parts)
+
+
+def unpacked(script: str) -> list[RenderedFile]:
+    """The files a pack (``render.pack``) writes, in its order, by running it into a temp dir."""
+    import subprocess
+
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "pack").write_text(script)
+        subprocess.run(["/bin/sh", f"{tmp}/pack", f"{tmp}/out"], check=True)
+        order = re.findall(r'^mv -f -- \S+ "\$1"/(\S+)$', script, re.MULTILINE)
+        return [RenderedFile(path, (Path(tmp) / "out" / path).read_text(),
+                             (Path(tmp) / "out" / path).stat().st_mode & 0o7777)
+                for path in order]
 
 
 def tail(watch: LogWatch, lines: int = 15) -> str:

@@ -6,13 +6,17 @@ containers in tests/test_runtime.py.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cluster_sessions.keys import generate_session_keys, new_keypair
 from cluster_sessions.plan import build_plan
@@ -21,6 +25,8 @@ from cluster_sessions.render import (
     TEMPLATES,
     RenderedFile,
     entrypoint_argv,
+    pack,
+    pack_entrypoint_argv,
     render_container,
     render_session,
 )
@@ -250,3 +256,133 @@ def test_render_imports_no_pulumi_and_touches_nothing():
                             check=True, env={"PYTHONPATH": str(Path(__file__).parents[1]
                                                                / "modules")})
     assert result.stdout.strip() == "[]"
+
+
+# --- pack: the bundle as one sh script (what the Pulumi Session uploads) ------------------------
+
+SHELLS = {"dash": ["dash"], "busybox": ["busybox", "sh"]}
+# any text but NUL (a shell word cannot hold it, and no rendered file does), surrogates excluded
+TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+               max_size=300)
+AWKWARD = ["", "no newline at the end", "it's \"$(rm -rf /)\" `id` $HOME ${x} \\n %s %%",
+           "\n\n\r\n\t trailing blanks \n\n", "unicode: \u00e9\u4e2d\U0001f600\n",
+           "'", "''\n'", "-n", "--", "\\"]
+NAMES = ["entrypoint.sh", "cluster-env.sh", "sshd_config", "ssh/config", "ssh/id_cluster",
+         "ssh/known_hosts", "a/b/c", "-dash", "sp ace"]
+MODES = [0o600, 0o644, 0o755, 0o700, 0o640]
+
+
+def shell_command(shell: str) -> list[str]:
+    found = shutil.which(SHELLS[shell][0])
+    if found is None:
+        skip_or_fail(f"{shell} is not installed (apt-get install {shell})")
+    return [found, *SHELLS[shell][1:]]
+
+
+def unpack(command: list[str], script: str, directory: Path,
+           check: bool = True) -> subprocess.CompletedProcess:
+    path = directory.parent / f"{directory.name}.pack"
+    path.write_text(script, encoding="utf-8")
+    return subprocess.run([*command, str(path), str(directory)], capture_output=True,
+                          check=check, env={"PATH": os.environ["PATH"]})
+
+
+def assert_unpacked(directory: Path, files: list[RenderedFile]) -> None:
+    found = sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
+    assert found == sorted(f.path for f in files)
+    for f in files:
+        path = directory / f.path
+        assert path.read_bytes() == f.content.encode("utf-8"), f.path
+        assert path.stat().st_mode & 0o7777 == f.mode, f.path
+
+
+@st.composite
+def bundles(draw) -> list[RenderedFile]:
+    names = draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=5, unique=True))
+    return [RenderedFile(name, draw(st.one_of(st.sampled_from(AWKWARD), TEXT)),
+                         draw(st.sampled_from(MODES)), secret=name.startswith("ssh/id"))
+            for name in names]
+
+
+@pytest.mark.parametrize("shell", sorted(SHELLS))
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(files=bundles())
+def test_a_pack_recreates_every_file_byte_for_byte_with_its_mode(shell, files):
+    command = shell_command(shell)
+    with tempfile.TemporaryDirectory() as tmp:
+        target = Path(tmp) / "bundle"
+        unpack(command, pack(files), target)
+        assert_unpacked(target, files)
+        unpack(command, pack(files), target)  # again, over the first (docker restart)
+        assert_unpacked(target, files)
+
+
+@pytest.mark.parametrize("shell", sorted(SHELLS))
+def test_a_rendered_bundle_unpacks_exactly_and_keeps_private_keys_private(shell, tmp_path):
+    command = shell_command(shell)
+    _, _, bundles_by_host = render(env={"X": "a\n'b'\n$(c)", "Y": "\u00e9`d`"})
+    files = bundles_by_host["sub1"]
+    target = tmp_path / "bundle"
+    unpack(command, pack([f for f in files if not f.secret]), target)
+    unpack(command, pack([f for f in files if f.secret]), target)
+    assert_unpacked(target, files)
+    assert (target / "ssh").stat().st_mode & 0o777 == 0o700  # holds the private keys
+    assert target.stat().st_mode & 0o777 == 0o755
+    assert not [p for p in target.rglob(".*")], "temporary files left behind"
+
+
+def test_a_pack_is_deterministic_and_refuses_paths_outside_the_bundle():
+    files = [RenderedFile("a", "x", 0o644), RenderedFile("ssh/k", "k", 0o600, secret=True)]
+    assert pack(files) == pack(list(files))
+    for bad in ("/etc/passwd", "../x", "a/../../x", "./a", ""):
+        with pytest.raises(ValueError, match="outside the bundle"):
+            pack([RenderedFile(bad, "x", 0o644)])
+
+
+def test_a_pack_that_cannot_write_fails(tmp_path):
+    command = shell_command("dash")
+    blocker = tmp_path / "bundle"
+    blocker.write_text("a file where the directory should be")
+    result = unpack(command, pack([RenderedFile("a", "x", 0o644)]), blocker, check=False)
+    assert result.returncode != 0
+
+
+def pack_entrypoint(directory: Path) -> list[str]:
+    """pack_entrypoint_argv with BUNDLE_DIR moved to ``directory`` (for running it here)."""
+    argv = pack_entrypoint_argv()
+    assert argv[2].count(BUNDLE_DIR) >= 3
+    return [*argv[:2], argv[2].replace(BUNDLE_DIR, str(directory)), *argv[3:]]
+
+
+def test_pack_entrypoint_argv_unpacks_then_execs_the_entrypoint_with_the_command(tmp_path):
+    argv = pack_entrypoint_argv()
+    assert argv[:2] == ["/bin/sh", "-c"] and argv[3] == "entrypoint"
+    assert f'exec /bin/sh {BUNDLE_DIR}/entrypoint.sh "$@"' in argv[2]
+    assert entrypoint_argv() == ["/bin/sh", f"{BUNDLE_DIR}/entrypoint.sh"]  # for mounts
+    if os.geteuid() != 0:
+        pytest.skip("the pack entrypoint insists on root, as the entrypoint does")
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    entry = RenderedFile("entrypoint.sh", 'printf "%s|" "$0" "$@"; printf "%s" "${pack-unset}"'
+                         ' "${found-unset}"; cat "${0%/*}/ssh/k"\n', 0o755)
+    (bundle / "public.pack").write_text(pack([entry]))
+    (bundle / "secret.pack").write_text(pack([RenderedFile("ssh/k", "K", 0o600, secret=True)]))
+    # the command as docker appends it; the environment reaches the entrypoint untouched
+    out = subprocess.run([*pack_entrypoint(bundle), "sleep", "a b", "$x"], capture_output=True,
+                         text=True, check=False, env={"PATH": os.environ["PATH"], "pack": "P"})
+    assert (out.returncode, out.stdout) == (0, f"{bundle}/entrypoint.sh|sleep|a b|$x|Punset"
+                                               "K"), out.stderr
+    assert (bundle / "ssh" / "k").stat().st_mode & 0o777 == 0o600
+
+    (bundle / "secret.pack").write_text("exit 3\n")
+    out = subprocess.run([*pack_entrypoint(bundle), "true"], capture_output=True, text=True,
+                         check=False)
+    assert out.returncode == 70
+    assert "cannot unpack" in out.stderr and "secret.pack" in out.stderr
+
+    for p in bundle.glob("*.pack"):
+        p.unlink()
+    out = subprocess.run([*pack_entrypoint(bundle), "true"], capture_output=True, text=True,
+                         check=False)
+    assert out.returncode == 70 and "no *.pack" in out.stderr

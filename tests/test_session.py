@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,7 @@ from cluster_sessions import keystore
 from cluster_sessions.loader import load_session
 from cluster_sessions.plan import ClusterPlan, build_plan, container_labels, network_labels
 from cluster_sessions.program import InvalidDefinition
-from cluster_sessions.render import BUNDLE_DIR, entrypoint_argv, render_container
+from cluster_sessions.render import BUNDLE_DIR, pack, pack_entrypoint_argv, render_container
 from cluster_sessions.session import TYPE_TOKEN, SessionArgs, SessionPending
 
 from .mockengine import STACKS, Engine, Registration, example_stacks, is_secret, run_program
@@ -226,7 +228,7 @@ def test_container_identity_env_and_command_come_from_the_plan(run: Run):
         assert inputs["networksAdvanced"] == [{"name": plan.network.name,
                                                "aliases": [c.host]}], reg.urn
         assert inputs["envs"] == [f"{k}={v}" for k, v in c.env.items()], reg.urn
-        assert inputs["entrypoints"] == entrypoint_argv(), reg.urn
+        assert inputs["entrypoints"] == pack_entrypoint_argv(), reg.urn
         assert inputs["command"] == list(session.command), reg.urn
         assert inputs["restart"] == session.restart, reg.urn
         assert inputs["mustRun"] is True, reg.urn
@@ -290,26 +292,51 @@ def test_network_is_a_bridge_or_an_attachable_overlay_with_the_pools_options(run
     assert ("encrypted" in options) == net.encrypted
 
 
-def test_uploads_are_the_rendered_files_and_only_private_keys_are_secret(run: Run):
+def test_uploads_are_two_packs_and_only_the_private_keys_pack_is_secret(run: Run, tmp_path):
     _id, state = run.engine.state[run.keys.urn]
     material = keystore.from_state(state)
     for c in run.plan.containers:
         reg = run.container(c.host)
         uploads = reg.inputs["uploads"]
         assert not is_secret(uploads), f"{reg.urn}: the whole upload list is secret"
+        assert [u["file"] for u in uploads] == [f"{BUNDLE_DIR}/public.pack",
+                                                f"{BUNDLE_DIR}/secret.pack"], reg.urn
+        public, secret = uploads
         files = render_container(run.plan, c, material)
-        assert [u["file"] for u in uploads] == [f"{BUNDLE_DIR}/{f.path}" for f in files]
-        for upload, f in zip(uploads, files, strict=True):
-            content = upload["content"]
-            assert is_secret(content) == f.secret, f"{reg.urn}: {f.path} secret={f.secret}"
-            value = content["value"] if is_secret(content) else content
-            same = _digest(value) == _digest(f.content)  # never print key material
-            assert same, f"{reg.urn}: {f.path} is not what render_container gives"
-            assert upload["permissions"] == f"0{f.mode:o}", f"{reg.urn}: {f.path} mode"
-            if f.secret:
-                assert upload["permissions"] == "0600", f"{reg.urn}: {f.path} is readable"
-            if f.path.endswith(".sh"):
-                assert upload["executable"] is True, f"{reg.urn}: {f.path} not executable"
+
+        # public: not secret (a preview shows entrypoint changes), readable, no private key
+        assert not is_secret(public["content"]), f"{reg.urn}: the public pack is secret"
+        assert public["permissions"] == "0644", reg.urn
+        assert public["executable"] is False, reg.urn
+        same = _digest(public["content"]) == _digest(pack([f for f in files if not f.secret]))
+        assert same, f"{reg.urn}: the public pack is not pack() of the public files"
+        entrypoint = next(f for f in files if f.path == "entrypoint.sh")
+        assert shlex.quote(entrypoint.content) in public["content"], reg.urn
+
+        # secret: a secret, 0600 from the start, and the only place the private keys are
+        assert is_secret(secret["content"]), f"{reg.urn}: the private keys' pack is not secret"
+        assert secret["permissions"] == "0600", f"{reg.urn}: the private keys are readable"
+        secret_text = secret["content"]["value"]
+        same = _digest(secret_text) == _digest(pack([f for f in files if f.secret]))
+        assert same, f"{reg.urn}: the secret pack is not pack() of the private keys"
+        for key in (material.user, material.hosts[c.host]):
+            body = key.private_openssh.strip()
+            # (booleans only: never print key material)
+            assert (body in secret_text) is True, f"{reg.urn}: a private key is not packed"
+            assert (body in public["content"]) is False, f"{reg.urn}: a private key is public"
+
+        # unpacked as the entrypoint does, they are exactly the rendered bundle
+        out = tmp_path / c.host
+        for upload, text in ((public, public["content"]), (secret, secret_text)):
+            script = tmp_path / upload["file"].rsplit("/", 1)[1]
+            script.write_text(text)
+            subprocess.run(["/bin/sh", str(script), str(out)], check=True)
+        unpacked = {str(p.relative_to(out)): p for p in out.rglob("*") if p.is_file()}
+        assert sorted(unpacked) == sorted(f.path for f in files), reg.urn
+        for f in files:
+            same = _digest(unpacked[f.path].read_text()) == _digest(f.content)
+            assert same, f"{reg.urn}: {f.path} unpacks differently"
+            assert unpacked[f.path].stat().st_mode & 0o7777 == f.mode, f"{reg.urn}: {f.path}"
 
 
 def test_keys_are_one_resource_with_secret_private_outputs(run: Run):

@@ -15,9 +15,10 @@ interpolates a value without one of these filters.
 
 from __future__ import annotations
 
+import posixpath
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,6 +133,84 @@ _ENV = _environment()
 def entrypoint_argv() -> list[str]:
     """The container's entrypoint; the session command is the container's command (CMD)."""
     return ["/bin/sh", f"{BUNDLE_DIR}/entrypoint.sh"]
+
+
+def pack(files: Sequence[RenderedFile]) -> str:
+    """A POSIX sh script that, run as ``/bin/sh PACK DIR``, writes ``files`` under ``DIR``.
+
+    Each file gets its exact text (``printf '%s'`` of a single-quoted word: quotes, ``$(...)``,
+    backticks, newlines and a missing final newline survive byte for byte; the text holds no
+    NUL) and its mode. It is written to a temporary name created 0600 (umask 077), given its
+    mode and renamed into place, so a private key is never readable by others, not even for a
+    moment, and a reader never sees half a file. A directory created for a file is 0755, one
+    holding a secret file 0700 (as ``sessionctl render`` makes them). Deterministic: the same
+    files give the same script. Exits non-zero at the first step that fails.
+
+    Used where the files cannot be mounted: the Pulumi ``Session`` uploads one pack of the
+    public files and one of the private keys, and :func:`pack_entrypoint_argv` unpacks them.
+    """
+    lines = [
+        "# cluster-session pack, written by cluster_sessions.render.pack: /bin/sh PACK DIR",
+        "set -eu",
+        '[ "$#" -eq 1 ] && [ -n "$1" ] || { echo "usage: /bin/sh PACK DIR" >&2; exit 64; }',
+        "umask 077",
+        '[ -d "$1" ] || (umask 022 && mkdir -p -- "$1")',
+    ]
+    private_dirs = {posixpath.dirname(f.path) for f in files if f.secret} - {""}
+    made: set[str] = set()
+    for f in files:
+        path = posixpath.normpath(f.path)
+        if path.startswith(("/", "../")) or path in (".", "..") or path != f.path:
+            raise ValueError(f"refusing to pack a path outside the bundle: {f.path!r}")
+        parts = path.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            parent = "/".join(parts[:depth])
+            if parent in made:
+                continue
+            made.add(parent)
+            where = '"$1"/' + shlex.quote(parent)
+            if parent in private_dirs:
+                lines.append(f"mkdir -p -- {where} && chmod 700 {where}")
+            else:
+                lines.append(f"[ -d {where} ] || {{ mkdir -- {where} && chmod 755 {where}; }}")
+        head, name = posixpath.split(path)
+        target = '"$1"/' + shlex.quote(path)
+        temporary = '"$1"/' + shlex.quote(posixpath.join(head, f".{name}.unpack"))
+        lines += [
+            f"printf '%s' {shlex.quote(f.content)} > {temporary}",
+            f"chmod {f.mode & 0o7777:o} {temporary}",
+            f"mv -f -- {temporary} {target}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def pack_entrypoint_argv() -> list[str]:
+    """The container's entrypoint when the bundle arrives as packs (``BUNDLE_DIR/*.pack``).
+
+    Unpacks every pack into :data:`BUNDLE_DIR` (exit 70 with a message if one fails, 64 if not
+    run as root, as the entrypoint itself), then execs the bundled entrypoint with the
+    container's command (docker appends CMD after the ``sh -c`` script's ``$0``). The work is
+    done in a subshell, so the entrypoint sees the environment exactly as the container got it.
+    Unpacking again at every start (docker restart) rewrites the same files.
+    """
+    bundle = shlex.quote(BUNDLE_DIR)
+    script = "\n".join([
+        "(",
+        '  [ "$(id -u)" = 0 ] || { echo "cluster-session: error: must run as root (it creates '
+        'the user and starts sshd); do not set the container\'s user" >&2; exit 64; }',
+        "  found=",
+        f"  for pack in {bundle}/*.pack; do",
+        '    [ -f "$pack" ] || continue',
+        "    found=1",
+        f'    /bin/sh "$pack" {bundle} || {{ echo "cluster-session: error: cannot unpack'
+        f' $pack into {BUNDLE_DIR}" >&2; exit 70; }}',
+        "  done",
+        f'  [ -n "$found" ] || {{ echo "cluster-session: error: no *.pack in {BUNDLE_DIR}" >&2;'
+        " exit 70; }",
+        ") || exit",
+        f'exec /bin/sh {bundle}/entrypoint.sh "$@"',
+    ])
+    return ["/bin/sh", "-c", script, "entrypoint"]
 
 
 def _private(key: KeyPair) -> str:

@@ -9,9 +9,13 @@ It maps the plan onto Docker resources and decides nothing the plan already deci
   attaches, so their containers refer to it by name);
 - the SSH key material (:class:`~cluster_sessions.keystore.SessionKeys`), made once and kept;
 - one ``docker.Container`` per plan entry, named ``<session>-<host>``, with the static env, the
-  rendered files uploaded under :data:`~cluster_sessions.render.BUNDLE_DIR` (private keys as
-  secrets), the rendered entrypoint, resources, mounts, labels and restart policy. Only main1
-  publishes ports.
+  rendered files as two uploads under :data:`~cluster_sessions.render.BUNDLE_DIR` (the public
+  files packed into ``public.pack``, the private keys into ``secret.pack``, a secret, 0600;
+  the entrypoint unpacks them: :func:`~cluster_sessions.render.pack_entrypoint_argv`),
+  resources, mounts, labels and restart policy. Only main1 publishes ports.
+
+  Two uploads, not one per file: the provider copies each upload into the container with its
+  own request, 60-270 ms apiece (docs/benchmarks.md).
 
 A pending plan raises :class:`SessionPending` before anything is registered.
 """
@@ -29,7 +33,7 @@ import pulumi_docker as docker
 from . import keys
 from .keystore import SessionKeys
 from .plan import ClusterPlan, ContainerPlan, container_labels, network_labels
-from .render import BUNDLE_DIR, RenderedFile, entrypoint_argv, render_container
+from .render import BUNDLE_DIR, RenderedFile, pack, pack_entrypoint_argv, render_container
 from .spec import SSH_PORT, Agent, Pool
 
 TYPE_TOKEN = "cluster-sessions:index:Session"
@@ -113,32 +117,28 @@ def memory_mb(size: int) -> int:
     return -(-size // MIB)
 
 
-def upload_path(file: RenderedFile) -> str:
-    return posixpath.join(BUNDLE_DIR, file.path)
+PUBLIC_PACK = posixpath.join(BUNDLE_DIR, "public.pack")
+SECRET_PACK = posixpath.join(BUNDLE_DIR, "secret.pack")
+# Spelled as the provider reads them back ("0" + octal), so they never show as a diff.
+PUBLIC_PACK_PERMISSIONS = "0644"
+SECRET_PACK_PERMISSIONS = "0600"
 
 
-def upload_permissions(file: RenderedFile) -> str:
-    return "0" + format(file.mode & 0o7777, "o")
-
-
-def check_rendered(files: Sequence[RenderedFile], layout: Sequence[RenderedFile],
-                   material: keys.SessionKeys, host: str) -> dict[str, str]:
-    """The rendered contents of ``host``'s bundle by path, checked against the layout.
-
-    The layout (which files, which of them secret) was fixed before the keys existed; the real
-    render must agree with it, and a file rendered as not secret must not hold a private key
-    (the user key or this host's key: the only private keys a container receives).
+def check_rendered(files: Sequence[RenderedFile], material: keys.SessionKeys,
+                   host: str) -> list[RenderedFile]:
+    """``host``'s rendered bundle, checked: a file rendered as not secret must not hold a
+    private key (the user key or this host's key: the only private keys a container receives).
     """
-    shape = [(f.path, f.secret) for f in files]
-    expected = [(f.path, f.secret) for f in layout]
-    if shape != expected:
-        raise RuntimeError(f"render_container gave {shape} with the session keys but "
-                           f"{expected} without them; the file set must not depend on keys")
     private = [material.user.private_openssh, material.hosts[host].private_openssh]
     for f in files:
         if not f.secret and any(p.strip() and p.strip() in f.content for p in private):
             raise RuntimeError(f"{f.path} holds a private key but is not marked secret")
-    return {f.path: f.content for f in files}
+    return list(files)
+
+
+def packs(files: Sequence[RenderedFile]) -> tuple[str, str]:
+    """(public pack, secret pack) of one container's bundle: see :func:`render.pack`."""
+    return pack([f for f in files if not f.secret]), pack([f for f in files if f.secret])
 
 
 class Session(pulumi.ComponentResource):
@@ -174,10 +174,8 @@ class Session(pulumi.ComponentResource):
                                 opts=pulumi.ResourceOptions(parent=self))
         self.docker_network = self._build_network()
         material = self.keys.material()
-        probe = keys.generate_session_keys(plan.hosts)  # throwaway: only fixes the file set
         self.containers: dict[str, docker.Container] = {
-            c.host: self._build_container(c, material, render_container(plan, c, probe))
-            for c in plan.containers
+            c.host: self._build_container(c, material) for c in plan.containers
         }
 
         self.hosts = pulumi.Output.from_input(list(plan.hosts))
@@ -236,29 +234,25 @@ class Session(pulumi.ComponentResource):
             ),
         )
 
-    def _build_uploads(self, c: ContainerPlan, material: pulumi.Output[keys.SessionKeys],
-                 layout: list[RenderedFile]) -> list[docker.ContainerUploadArgs]:
+    def _build_uploads(self, c: ContainerPlan, material: pulumi.Output[keys.SessionKeys]
+                       ) -> list[docker.ContainerUploadArgs]:
         plan = self.plan
-        rendered = material.apply(
-            lambda k: check_rendered(render_container(plan, c, k), layout, k, c.host))
-        uploads = []
-        for f in layout:
-            content = rendered.apply(lambda files, path=f.path: files[path])
-            # The keys resource is secret as a whole; only private keys stay secret here, so
-            # that a preview shows changes to the entrypoint and the public files.
-            content = pulumi.Output.secret(content) if f.secret else pulumi.Output.unsecret(content)
-            uploads.append(docker.ContainerUploadArgs(
-                file=upload_path(f),
-                content=content,
-                executable=f.path.endswith(".sh") or bool(f.mode & 0o111),
-                # The rendered mode (0600 for private keys) from the first byte on; spelled
-                # as the provider reads it back ("0" + octal), so it never shows as a diff.
-                permissions=upload_permissions(f),
-            ))
-        return uploads
+        packed = material.apply(
+            lambda k: packs(check_rendered(render_container(plan, c, k), k, c.host)))
+        # The keys resource is secret as a whole; only the private keys' pack stays secret, so
+        # that a preview shows changes to the entrypoint and the public files.
+        public = pulumi.Output.unsecret(packed.apply(lambda p: p[0]))
+        secret = pulumi.Output.secret(packed.apply(lambda p: p[1]))
+        return [
+            docker.ContainerUploadArgs(file=PUBLIC_PACK, content=public, executable=False,
+                                       permissions=PUBLIC_PACK_PERMISSIONS),
+            # 0600 from the first byte on: it holds the private keys
+            docker.ContainerUploadArgs(file=SECRET_PACK, content=secret, executable=False,
+                                       permissions=SECRET_PACK_PERMISSIONS),
+        ]
 
-    def _build_container(self, c: ContainerPlan, material: pulumi.Output[keys.SessionKeys],
-                   layout: list[RenderedFile]) -> docker.Container:
+    def _build_container(self, c: ContainerPlan,
+                         material: pulumi.Output[keys.SessionKeys]) -> docker.Container:
         plan = self.plan
         session = plan.session
         res = plan.resources
@@ -287,8 +281,9 @@ class Session(pulumi.ComponentResource):
                 aliases=[c.host],
             )],
             envs=[f"{k}={v}" for k, v in c.env.items()],
-            uploads=self._build_uploads(c, material, layout),
-            entrypoints=entrypoint_argv(),
+            uploads=self._build_uploads(c, material),
+            # unpacks the two uploads into BUNDLE_DIR, then execs the bundled entrypoint.sh
+            entrypoints=pack_entrypoint_argv(),
             command=list(session.command),
             cpus=f"{res.cpu:g}",
             memory=memory_mb(res.mem),
