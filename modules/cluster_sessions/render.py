@@ -228,7 +228,8 @@ def _host_keys(plan: ClusterPlan, keys: SessionKeys) -> Mapping[str, KeyPair]:
 def render_container(plan: ClusterPlan, container: ContainerPlan,
                      keys: SessionKeys) -> list[RenderedFile]:
     """The bundle of one container, in a fixed order that does not depend on the keys."""
-    if container not in plan.containers:
+    rank = container.local_rank
+    if not (0 <= rank < len(plan.containers) and plan.containers[rank] == container):
         raise ValueError(f"{container.host} is not a container of session {plan.name!r}")
     host_keys = _host_keys(plan, keys)
     session = plan.session
