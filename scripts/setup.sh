@@ -4,16 +4,21 @@
 #   2. Python packages: requirements.txt (and requirements-dev.txt with --dev), sessionctl on PATH
 #   3. a running Docker engine (scripts/ensure-docker.sh)
 #   4. the demo image cluster-sessions/debian-sshd:latest, built from Debian packages
-#   5. the Pulumi CLI: checked; it cannot come from a package registry, see below
+#   5. the Pulumi CLI: checked; with --install-pulumi (or CLUSTER_SESSIONS_INSTALL_PULUMI=1)
+#      installed with Pulumi's official installer where the network allows it. It is opt-in
+#      because that installer downloads from Pulumi's own servers, not a package registry.
 # Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 dev=0
+install_pulumi=${CLUSTER_SESSIONS_INSTALL_PULUMI:-0}
 for arg in "$@"; do
     case "$arg" in
         --dev) dev=1 ;;
-        -h|--help) sed -n '2,9p' "$0"; echo "usage: scripts/setup.sh [--dev]"; exit 0 ;;
+        --install-pulumi) install_pulumi=1 ;;
+        -h|--help) sed -n '2,10p' "$0"
+                   echo "usage: scripts/setup.sh [--dev] [--install-pulumi]"; exit 0 ;;
         *) echo "setup: unknown option $arg" >&2; exit 2 ;;
     esac
 done
@@ -47,6 +52,17 @@ tag=$(python3 -m cluster_sessions.lab.image)
 docker tag "$tag" cluster-sessions/debian-sshd:latest
 say "image $tag, tagged cluster-sessions/debian-sshd:latest"
 
+version=$(python3 -c 'from importlib.metadata import version; print(version("pulumi"))')
+if ! command -v pulumi >/dev/null 2>&1 && [ "$install_pulumi" = 1 ]; then
+    say "installing the pulumi CLI $version with the official installer"
+    if command -v curl >/dev/null 2>&1 &&
+        curl -fsSL --max-time 60 https://get.pulumi.com | sh -s -- --version "$version" >&2; then
+        export PATH="$HOME/.pulumi/bin:$PATH"
+        say "installed into ~/.pulumi/bin (add it to PATH)"
+    else
+        say "could not download the pulumi CLI (no network to get.pulumi.com?)"
+    fi
+fi
 if command -v pulumi >/dev/null 2>&1; then
     say "pulumi CLI: $(pulumi version)"
 else
