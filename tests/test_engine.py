@@ -464,7 +464,9 @@ def test_invalid_definition_exits_2_before_any_engine_call(tmp_path, no_engine, 
 
 
 @pytest.mark.parametrize("verb", ["up", "destroy"])
-def test_apply_without_a_terminal_needs_yes(tmp_path, no_engine, no_tty, capsys, verb):
+def test_apply_without_a_terminal_needs_yes(tmp_path, no_engine, no_tty, capsys, verb,
+                                            monkeypatch):
+    monkeypatch.setattr(engine, "find_pulumi", lambda env: Path("/usr/bin/true"))
     session = write_session(tmp_path)
     assert main([verb, str(session)]) == Exit.INVALID
     assert "--yes" in capsys.readouterr().err
@@ -476,6 +478,7 @@ def test_json_apply_needs_yes_even_on_a_terminal(tmp_path, no_engine, monkeypatc
             return True
 
     monkeypatch.setattr(sys, "stdin", Tty(""))
+    monkeypatch.setattr(engine, "find_pulumi", lambda env: Path("/usr/bin/true"))
     session = write_session(tmp_path)
     assert main(["up", str(session), "--json"]) == Exit.INVALID
     assert "--yes" in capsys.readouterr().err
@@ -522,3 +525,11 @@ def test_an_unreachable_agent_stops_up_before_the_engine_is_opened(tmp_path, mon
     assert code == Exit.MISSING
     assert "agent1" in err and "nothing was created" in err
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("argv", [["up"], ["up", "--json"], ["destroy", "--json"]])
+def test_a_missing_cli_is_exit_4_even_without_yes(tmp_path, without_pulumi_cli, no_tty,
+                                                  capsys, argv):
+    session = write_session(tmp_path)
+    assert main([argv[0], str(session), *argv[1:]]) == Exit.MISSING
+    assert "pulumi CLI is missing" in capsys.readouterr().err

@@ -118,8 +118,8 @@ def test_bad_env_is_named(tree, env, path, words):
     assert any(p.startswith(f"{path}: ") and words in p for p in found), found
 
 
-def test_multi_node_needs_a_swarm_manager_in_the_pool(tree):
-    path = tree(SESSION.replace("single-node", "multi-node"))
+def test_multi_node_across_agents_needs_a_swarm_manager_in_the_pool(tree):
+    path = tree(SESSION.replace("single-node", "multi-node").replace("size: 2", "size: 5"))
     [problem] = problems_of(path)
     assert problem.startswith("cluster.mode: multi-node needs a swarm manager")
 
@@ -229,3 +229,48 @@ def test_mount_sources_are_absolute_paths_or_volume_names(tree):
     found = problems_of(tree(SESSION + "mounts: [{source: rel/path, target: /x},"
                              " {source: data-vol, target: /y}]\n"))
     assert found == ["mounts.0.source: must be an absolute host path or a volume name"]
+
+
+def test_multi_node_that_fits_one_agent_needs_no_swarm(tree):
+    path = tree(SESSION.replace("single-node", "multi-node"))  # 2 x 2 cpu on an 8-cpu agent
+    assert problems_of(path) == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "path", "words"),
+    [
+        ("mounts: [{source: /a, target: /opt/cluster-session}]", "mounts.0.target",
+         "hide the session's own files"),
+        ("mounts: [{source: /a, target: /run}]", "mounts.0.target", "hide the session's own"),
+        ("mounts: [{source: /a, target: /data}, {source: /b, target: /data/}]",
+         "mounts.1.target", "mounted twice"),
+        ("mounts: [{source: /a, target: '/c:ro'}]", "mounts.0.target", "':'"),
+        ("ports: [{container: 22, host: 8080}, {container: 23, host: 8080}]", "ports.1.host",
+         "used twice"),
+        ("ports: [{container: 80, host_ip: 'not an ip'}]", "ports.0.host_ip",
+         "not an IP address"),
+        ("", "name", "start with a letter or digit"),
+    ],
+)
+def test_definitions_docker_would_refuse_are_caught_early(tree, extra, path, words):
+    text = SESSION + extra + "\n"
+    if not extra:
+        text = text.replace("name: train-demo", "name: _train")
+    found = problems_of(tree(text))
+    assert any(p.startswith(f"{path}: ") and words in p for p in found), found
+
+
+@pytest.mark.parametrize("cpu", [".inf", ".nan", "1.0e+400"])
+def test_pool_capacity_must_be_a_finite_number(tree, cpu):
+    pool = POOL.replace("cpu: 8", f"cpu: {cpu}")
+    found = problems_of(tree(pool, "p.yaml", "pools"))
+    assert any(p.startswith("agents.0.capacity.cpu: ") for p in found), found
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path):
+    import os
+
+    fifo = tmp_path / "f.yaml"
+    os.mkfifo(fifo)
+    [problem] = validate_files([fifo])
+    assert problem.message == "not a regular file"

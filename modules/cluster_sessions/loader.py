@@ -15,6 +15,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from .placement import place
+from .plan import pool_capacity, request_of
 from .problems import DefinitionError, Problem, dotted
 from .spec import KINDS, Pool, Session, pool_problems, session_problems
 
@@ -82,6 +84,8 @@ def parse_yaml(text: str, file: str) -> object:
 def read_text(path: Path) -> str:
     file = str(path)
     try:
+        if path.exists() and not path.is_dir() and not path.is_file():
+            raise DefinitionError([Problem(file, "(top)", "not a regular file")])
         if path.stat().st_size > MAX_FILE_BYTES:
             raise DefinitionError([Problem(file, "(top)", "file is larger than 1 MiB")])
         return path.read_text(encoding="utf-8")
@@ -209,11 +213,20 @@ def with_pool(session: Session, session_file: Path, pool_file: Path | None = Non
                                            f"(looked for {looked})")])
     pool = load_file(pool_file, expect="AgentPool")
     assert isinstance(pool, Pool)
-    if session.cluster.mode == "multi-node" and session.cluster.size > 1 and pool.swarm is None:
+    if (session.cluster.mode == "multi-node" and pool.swarm is None
+            and not _fits_one_agent(session, pool)):
         raise DefinitionError([Problem(file, "cluster.mode", f"multi-node needs a swarm "
                                        f"manager, but pool {pool.name!r} ({pool_file}) has no "
-                                       "swarm.manager")])
+                                       "swarm.manager, and no one agent holds the whole "
+                                       "session")])
     return Loaded(session, session_file, pool, pool_file)
+
+
+def _fits_one_agent(session: Session, pool: Pool) -> bool:
+    """A multi-node session that one agent holds gets a bridge and needs no swarm."""
+    size = session.cluster.size
+    return not place("single-node", size, request_of(session.resources),
+                     pool_capacity(pool)).pending
 
 
 def validate_files(paths: list[Path]) -> list[Problem]:

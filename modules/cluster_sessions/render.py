@@ -26,16 +26,10 @@ import jinja2
 
 from .keys import KeyPair, SessionKeys
 from .plan import ClusterPlan, ContainerPlan
-from .spec import SSH_PORT
+from .spec import BUNDLE_DIR, RUN_DIR, SSH_PORT
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 
-BUNDLE_DIR = "/opt/cluster-session"
-"""Where one container's rendered files are mounted or uploaded (possibly read-only)."""
-
-RUN_DIR = "/run/cluster-session"
-"""Where the entrypoint puts what sshd and ssh sessions read: sshd_config, the host key, the
-saved environment, the ForceCommand wrapper. Root-owned; rewritten at every start."""
 
 DEFAULT_MASTER_PORT = 29500  # PyTorch's convention; Kubeflow uses it too
 DEFAULT_COMMAND = ("sleep", "infinity")  # when neither the definition nor the image gives one

@@ -7,6 +7,8 @@ mem, the swarm manager being one of the agents, ...) live in :func:`session_prob
 
 from __future__ import annotations
 
+import ipaddress
+import posixpath
 import re
 from typing import Annotated, Literal
 
@@ -23,6 +25,12 @@ DOCKER_HOST = re.compile(r"(unix|tcp|ssh|npipe)://\S+")
 MAX_CLUSTER_SIZE = 10_000
 RESERVED_ENV_PREFIX = "BACKENDAI_"
 SSH_PORT = 2200
+BUNDLE_DIR = "/opt/cluster-session"
+"""Where one container's rendered files are mounted or uploaded (possibly read-only)."""
+RUN_DIR = "/run/cluster-session"
+"""Where the entrypoint puts what sshd and ssh sessions read: sshd_config, the host key, the
+saved environment, the ForceCommand wrapper. Root-owned; rewritten at every start."""
+RESERVED_DIRS = (BUNDLE_DIR, RUN_DIR)  # no user mount may cover the session's own files
 
 
 def _size(value: object) -> int:
@@ -51,7 +59,7 @@ class ClusterShape(_Model):
 class Resources(_Model):
     """Per container, never per session (Backend.AI semantics)."""
 
-    cpu: Annotated[float, Field(ge=0.001, le=4096)] = 1
+    cpu: Annotated[float, Field(ge=0.001, le=4096, allow_inf_nan=False)] = 1
     mem: Size = parse_size("1g")
     shmem: Size = parse_size("64m")
     gpu: Annotated[int, Field(ge=0, le=64)] = 0
@@ -112,7 +120,7 @@ class Session(_Model):
 
 
 class Capacity(_Model):
-    cpu: Annotated[float, Field(gt=0)]
+    cpu: Annotated[float, Field(gt=0, le=1_000_000, allow_inf_nan=False)]
     mem: Size
     gpus: Annotated[tuple[Annotated[int, Field(ge=0)], ...], BeforeValidator(_listed)] = ()
 
@@ -168,6 +176,9 @@ def session_problems(session: Session) -> list[tuple[str, str]]:
     if not SESSION_NAME.fullmatch(session.name):
         found.append(("name", "must be 4-64 characters of letters, digits, '_', '.' or '-', "
                       "starting and ending with a letter, digit or '_'"))
+    elif not session.name[0].isalnum():
+        found.append(("name", "must start with a letter or digit: it begins the Docker "
+                      "container and network names, which allow nothing else there"))
     if any(c.isspace() for c in session.image):
         found.append(("image", "must not contain whitespace"))
     res = session.resources
@@ -185,11 +196,18 @@ def session_problems(session: Session) -> list[tuple[str, str]]:
             found.append((path, "must not contain a NUL byte"))
     targets: set[str] = set()
     for i, mount in enumerate(session.mounts):
+        target = posixpath.normpath(mount.target)
         if not mount.target.startswith("/"):
             found.append((f"mounts.{i}.target", "must be an absolute path in the container"))
-        if mount.target in targets:
+        elif any(target == d or target.startswith(d + "/") or d.startswith(target + "/")
+                 for d in RESERVED_DIRS):
+            found.append((f"mounts.{i}.target", f"{mount.target} would hide the session's own "
+                          f"files ({', '.join(RESERVED_DIRS)})"))
+        if ":" in mount.target:
+            found.append((f"mounts.{i}.target", "must not contain ':'"))
+        if target in targets:
             found.append((f"mounts.{i}.target", f"{mount.target} is mounted twice"))
-        targets.add(mount.target)
+        targets.add(target)
         if not (mount.source.startswith("/") or VOLUME_NAME.fullmatch(mount.source)):
             found.append((f"mounts.{i}.source", "must be an absolute host path or a volume name"))
         if "," in mount.source or "," in mount.target:
@@ -197,11 +215,22 @@ def session_problems(session: Session) -> list[tuple[str, str]]:
     if not USER_NAME.fullmatch(session.user.name) or session.user.name == "root":
         found.append(("user.name", "must be a lower-case user name other than root"))
     seen_ports: set[tuple[int, str]] = set()
+    seen_host: set[tuple[str, int, str]] = set()
     for i, port in enumerate(session.ports):
         if (port.container, port.protocol) in seen_ports:
             found.append((f"ports.{i}.container", f"{port.container}/{port.protocol} "
                           "is published twice"))
         seen_ports.add((port.container, port.protocol))
+        try:
+            ipaddress.ip_address(port.host_ip)
+        except ValueError:
+            found.append((f"ports.{i}.host_ip", f"{port.host_ip!r} is not an IP address"))
+        if port.host is not None:
+            key = (port.host_ip, port.host, port.protocol)
+            if key in seen_host:
+                found.append((f"ports.{i}.host", f"host port {port.host}/{port.protocol} on "
+                              f"{port.host_ip} is used twice"))
+            seen_host.add(key)
     return found
 
 

@@ -510,7 +510,6 @@ def cmd_engine(args: argparse.Namespace) -> int:
                                "engine", Exit.PENDING)
         print(f"sessionctl {verb}: note: {definition} is pending now ({plan.reason}); "
               f"{verb} works on the stack's recorded state", file=sys.stderr)
-    ask_first = confirmation(verb, args.yes, args.json, sys.stdin.isatty())
 
     project = find_project(project_starts(definition))
     if project is None:
@@ -526,6 +525,8 @@ def cmd_engine(args: argparse.Namespace) -> int:
     if missing:
         report("missing-prerequisite", backend=settings.backend_url, error="\n".join(missing))
         raise CommandError("\n".join(missing), Exit.MISSING)
+    # After the prerequisites: a missing CLI is exit 4 whether or not --yes was given.
+    ask_first = confirmation(verb, args.yes, args.json, sys.stdin.isatty())
 
     if verb in ("preview", "up") and not plan.pending:
         # Every agent the plan uses answers, and is what the plan assumes (swarm membership,
