@@ -9,6 +9,7 @@ never pass by skipping the real-engine tests.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -49,3 +50,33 @@ def project_dir() -> Path:
 @pytest.fixture
 def stacks_dir() -> Path:
     return STACKS
+
+
+LAB_TOOLS = ("ip", "iptables", "nsenter", "unshare", "dockerd", "containerd", "ssh",
+             "ssh-keygen", "docker")
+
+
+def require_lab() -> None:
+    """Root and the programs the netns lab runs, or skip (fail in CI)."""
+    from cluster_sessions.lab import netns
+
+    if os.geteuid() != 0:
+        skip_or_fail("the netns lab needs root")
+    missing = [t for t in LAB_TOOLS if not shutil.which(t)]
+    if not os.access(netns.SSHD, os.X_OK):
+        missing.append(str(netns.SSHD))
+    if missing:
+        skip_or_fail(f"the netns lab needs {', '.join(missing)}")
+
+
+def clear_stale_lab(prefix: str) -> None:
+    """Tear down a lab with ``prefix`` left by an earlier (killed) test run."""
+    from cluster_sessions.lab import netns
+
+    rec = netns._read_json(netns.RUN_BASE / prefix / "lab.json")
+    if rec is None:
+        return
+    pid = rec.get("creator_pid")
+    if pid and pid != os.getpid() and netns._alive(pid):
+        skip_or_fail(f"another test run (pid {pid}) uses the {prefix!r} lab right now")
+    netns.lab_down(Path(rec["state_dir"]))

@@ -23,7 +23,7 @@ import pytest
 
 from cluster_sessions.lab import netns
 from cluster_sessions.lab.netns import LabError
-from tests.conftest import skip_or_fail
+from tests.conftest import clear_stale_lab, require_lab
 
 PREFIX, SUBNET = "cslt", "10.251.100.0/24"  # the module's 2-agent lab
 PREFIX2, SUBNET2 = "cslu", "10.251.101.0/24"  # short-lived labs of single tests
@@ -32,29 +32,6 @@ LAB = [pytest.mark.lab, pytest.mark.docker]
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _require_lab() -> None:
-    if os.geteuid() != 0:
-        skip_or_fail("the netns lab needs root")
-    tools = ["ip", "iptables", "nsenter", "unshare", "dockerd", "containerd", "ssh",
-             "ssh-keygen", "docker"]
-    missing = [t for t in tools if not shutil.which(t)]
-    if not os.access(netns.SSHD, os.X_OK):
-        missing.append(netns.SSHD)
-    if missing:
-        skip_or_fail(f"the netns lab needs {', '.join(missing)}")
-
-
-def _clear_stale(prefix: str) -> None:
-    """Tear down a lab with ``prefix`` left by an earlier (killed) test run."""
-    rec = netns._read_json(netns.RUN_BASE / prefix / "lab.json")
-    if rec is None:
-        return
-    pid = rec.get("creator_pid")
-    if pid and pid != os.getpid() and netns._alive(pid):
-        skip_or_fail(f"another test run (pid {pid}) uses the {prefix!r} lab right now")
-    netns.lab_down(Path(rec["state_dir"]))
 
 
 def _ssh(info: netns.LabInfo, agent: netns.LabAgent, *cmd: str, known_hosts: Path | None = None,
@@ -115,8 +92,8 @@ def _mini_image_tar(*binaries: str) -> bytes:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    _require_lab()
-    _clear_stale(PREFIX)
+    require_lab()
+    clear_stale_lab(PREFIX)
     state = tmp_path_factory.mktemp("lab")
     t0 = time.monotonic()
     try:
@@ -288,8 +265,8 @@ def test_lab_down_leaves_nothing_behind(tmp_path):
     """Down with a running container and a swarm: no namespace, link, process, rule, mount."""
     import docker
 
-    _require_lab()
-    _clear_stale(PREFIX2)
+    require_lab()
+    clear_stale_lab(PREFIX2)
     state = tmp_path / "lab"
     try:
         t0 = time.monotonic()
@@ -323,8 +300,8 @@ def test_lab_down_leaves_nothing_behind(tmp_path):
 @pytest.mark.lab
 @pytest.mark.docker
 def test_failed_lab_up_removes_what_it_created(tmp_path, monkeypatch):
-    _require_lab()
-    _clear_stale(PREFIX2)
+    require_lab()
+    clear_stale_lab(PREFIX2)
     state = tmp_path / "lab"
     # sshd refuses this configuration, after namespaces, containerd and dockerd exist
     monkeypatch.setattr(netns, "_sshd_config", lambda lay, k: "NoSuchOption yes\n")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -41,7 +40,7 @@ from cluster_sessions.lab.image import ensure_images
 from cluster_sessions.lab.netns import LabError
 from cluster_sessions.loader import load_file, load_session
 from cluster_sessions.plan import LABEL_PREFIX, build_plan
-from tests.conftest import PROJECT, skip_or_fail
+from tests.conftest import PROJECT, clear_stale_lab, require_lab
 
 from .dockerbuild import DockerBuilder, run_in, ssh_mesh, wait_until_ready
 from .mockengine import Engine, run_program
@@ -54,28 +53,6 @@ STRICT = "-o BatchMode=yes -o StrictHostKeyChecking=yes"
 
 
 # --- the lab ------------------------------------------------------------------------------------
-
-
-def _require_lab() -> None:
-    if os.geteuid() != 0:
-        skip_or_fail("the multi-node tests need root (the netns lab)")
-    tools = ["ip", "iptables", "nsenter", "unshare", "dockerd", "containerd", "ssh-keygen"]
-    missing = [t for t in tools if not shutil.which(t)]
-    if not os.access(netns.SSHD, os.X_OK):
-        missing.append(netns.SSHD)
-    if missing:
-        skip_or_fail(f"the multi-node tests need {', '.join(missing)}")
-
-
-def _clear_stale() -> None:
-    """Tear down a lab with our prefix left by an earlier (killed) run."""
-    rec = netns._read_json(netns.RUN_BASE / PREFIX / "lab.json")
-    if rec is None:
-        return
-    pid = rec.get("creator_pid")
-    if pid and pid != os.getpid() and netns._alive(pid):
-        skip_or_fail(f"another test run (pid {pid}) uses the {PREFIX!r} lab right now")
-    netns.lab_down(Path(rec["state_dir"]))
 
 
 @dataclass
@@ -108,8 +85,8 @@ class Lab:
 def lab(tmp_path_factory):
     import docker
 
-    _require_lab()
-    _clear_stale()
+    require_lab()
+    clear_stale_lab(PREFIX)
     state = tmp_path_factory.mktemp("mn")
     try:
         info = netns.lab_up(3, state, state / "lab.yaml", prefix=PREFIX, subnet=SUBNET)
