@@ -17,6 +17,10 @@ import pytest
 PROJECT = Path(__file__).resolve().parent.parent
 STACKS = PROJECT / "stacks"
 
+# Subprocesses (``python -m cluster_sessions...``, dynamic providers) import this checkout too.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(PROJECT / "modules"), *filter(None, [os.environ.get("PYTHONPATH")])])
+
 
 def require_docker() -> bool:
     return os.environ.get("CLUSTER_SESSIONS_REQUIRE_DOCKER") == "1"
