@@ -274,3 +274,365 @@ def test_a_fifo_is_refused_without_blocking(tmp_path):
     os.mkfifo(fifo)
     [problem] = validate_files([fifo])
     assert problem.message == "not a regular file"
+
+
+# --- issue 9: definitions that defeat the checks or mean something other than they say ---------
+
+
+@pytest.mark.parametrize(
+    ("target", "words"),
+    [
+        ("//opt/cluster-session", "hide the session's own files"),
+        ("//run/cluster-session/", "hide the session's own files"),
+        ("/opt/./cluster-session", "hide the session's own files"),
+        ("/", "whole container"),
+        ("//", "whole container"),
+        ("/proc", "system directory"),
+        ("/proc/sys/kernel", "system directory"),
+        ("//sys", "system directory"),
+        ("/dev", "system directory"),
+        ("/dev/shm", "system directory"),
+        ("/etc", "system directory"),
+        ("/etc/ld.so.preload", "system directory"),
+        ("/usr/local/bin", "system directory"),
+        ("/run/sshd", "system directory"),
+        ("/var/run", "system directory"),
+        ("/home/work", "home"),
+        ("//home/work/", "home"),
+        ("/home", "home"),
+        ("/home/work/.ssh", "home"),
+        ("/home/work/.ssh/authorized_keys", "home"),
+    ],
+)
+@pytest.mark.parametrize("read_only", ["true", "false"])
+def test_mount_targets_are_checked_as_docker_cleans_them(tree, target, words, read_only):
+    found = problems_of(tree(SESSION + f"mounts: [{{source: /a, target: '{target}', "
+                             f"read_only: {read_only}}}]\n"))
+    assert any(p.startswith("mounts.0.target: ") and words in p for p in found), found
+
+
+def test_the_home_that_is_refused_is_the_session_users(tree):
+    text = SESSION + "user: {name: alice}\nmounts: [{source: /a, target: /home/work}]\n"
+    assert problems_of(tree(text)) == []
+    found = problems_of(tree(text.replace("target: /home/work", "target: /home/alice/")))
+    assert [p for p in found if p.startswith("mounts.0.target: ")], found
+
+
+@pytest.mark.parametrize("target", ["/home/work/data", "/data", "/mnt/x", "/opt/tools",
+                                    "/var/lib/data", "/home/work/.sshx", "/procfs"])
+def test_ordinary_mount_targets_stay_allowed(tree, target):
+    assert problems_of(tree(SESSION + f"mounts: [{{source: /a, target: '{target}'}}]\n")) == []
+
+
+@pytest.mark.parametrize(("first", "second"),
+                         [("/data", "//data"), ("/data", "/data/"), ("/data", "/x/../data"),
+                          ("//data/", "/data/.")])
+def test_one_target_spelled_two_ways_is_mounted_twice(tree, first, second):
+    found = problems_of(tree(SESSION + f"mounts: [{{source: /a, target: '{first}'}}, "
+                             f"{{source: /b, target: '{second}'}}]\n"))
+    assert any(p.startswith("mounts.1.target: ") and "mounted twice" in p for p in found), found
+
+
+@pytest.mark.parametrize("name", ["root", "daemon", "bin", "sys", "sync", "games", "man", "lp",
+                                  "mail", "news", "uucp", "proxy", "www-data", "backup", "list",
+                                  "irc", "gnats", "nobody", "_apt", "sshd", "systemd-network",
+                                  "systemd-timesync", "messagebus", "_chrony"])
+def test_system_accounts_are_refused_as_the_session_user(tree, name):
+    found = problems_of(tree(SESSION + f"user: {{name: '{name}'}}\n"))
+    assert [p for p in found if p.startswith("user.name: ")], found
+
+
+@pytest.mark.parametrize("field", ["uid", "gid"])
+@pytest.mark.parametrize("value", [0, 1, 33, 999])
+def test_system_ids_are_refused_for_the_session_user(tree, field, value):
+    found = problems_of(tree(SESSION + f"user: {{{field}: {value}}}\n"))
+    assert any(p.startswith(f"user.{field}: ") and "1000" in p for p in found), found
+
+
+def test_ordinary_users_stay_allowed(tree):
+    text = SESSION + "user: {name: alice, uid: 1000, gid: 1000}\n"
+    assert problems_of(tree(text)) == []
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "path", "words"),
+    [
+        ("user: {uid: 01750}", "user.uid", "octal"),
+        ("cluster: {size: 1:30}", "cluster.size", "base-60"),
+        ("ports: [{container: 0443}]", "ports.0.container", "octal"),
+        ("ports: [{container: 0x1f}]", "ports.0.container", "hexadecimal"),
+        ("ports: [{container: 0b101}]", "ports.0.container", "binary"),
+        ("ports: [{container: 1_000}]", "ports.0.container", "'_'"),
+        ("ports: [{container: +5}]", "ports.0.container", "'+'"),
+        ("readiness: {timeout: .inf}", "readiness.timeout", "finite"),
+        ("readiness: {timeout: .NaN}", "readiness.timeout", "finite"),
+        ("resources: {cpu: 1_0.5}", "resources.cpu", "decimal number"),
+        ("resources: {cpu: 1:30.5}", "resources.cpu", "decimal number"),
+        ("resources: {cpu: 2, mem: 0x100000000}", "resources.mem", "hexadecimal"),
+    ],
+)
+def test_yaml_1_1_number_spellings_are_refused_with_how_to_write_them(tree, yaml_text, path,
+                                                                       words):
+    text = SESSION.replace("cluster: {mode: single-node, size: 2}\n", "")
+    text = text.replace("resources: {cpu: 2, mem: 4g, shmem: 1g, gpu: 0}\n", "")
+    found = problems_of(tree(text + yaml_text + "\n"))
+    mine = [p for p in found if p.startswith(f"{path}: ")]
+    assert mine and words in mine[0] and "line 5" in mine[0], found
+    if path.startswith(("user.", "ports.", "cluster.")):
+        assert "plain decimal" in mine[0]
+
+
+def test_yaml_1_1_numbers_are_refused_in_the_pool_too(tree):
+    pool = POOL.replace("gpus: []", "").replace("mem: 32g}", "mem: 32g, gpus: [0, 010]}")
+    found = problems_of(tree(pool, "p.yaml", "pools"))
+    assert any(p.startswith("agents.0.capacity.gpus.1: ") and "(8)" in p for p in found), found
+
+
+def test_plain_decimal_numbers_and_quoted_look_alikes_stay_valid(tree):
+    text = SESSION + ("user: {uid: 1750, gid: 0001750}\n").replace("0001750", "2000")
+    text += "env: {A: '01750', B: '0x1f', C: '1:30', D: 0o17, E: 1e3}\n"
+    text += "ports: [{container: 8080}]\n"
+    loaded = load_session(tree(text))
+    assert (loaded.session.user.uid, loaded.session.user.gid) == (1750, 2000)
+    assert loaded.session.env == {"A": "01750", "B": "0x1f", "C": "1:30", "D": "0o17",
+                                  "E": "1e3"}
+
+
+def test_a_string_where_an_integer_is_meant_says_how_to_write_it(tree):
+    found = problems_of(tree(SESSION + "user: {uid: 0o17}\n"))
+    assert any(p.startswith("user.uid: ") and "decimal" in p for p in found), found
+
+
+@pytest.mark.parametrize(("port", "size"), [(2200, 2), (2199, 2), (2197, 4), (1024, 1177)])
+def test_master_ports_whose_derived_ports_hit_sshd_are_refused(tree, port, size):
+    text = SESSION.replace("size: 2", f"size: {size}")
+    found = problems_of(tree(text + f"distributed: {{master_port: {port}}}\n"))
+    assert any(p.startswith("distributed.master_port: ") and "2200" in p for p in found), found
+
+
+@pytest.mark.parametrize(("port", "size"), [(2201, 2), (2198, 2), (1024, 1176), (2200, 1)])
+def test_master_ports_clear_of_sshd_are_accepted(tree, port, size):
+    text = SESSION.replace("size: 2", f"size: {size}")
+    pool = POOL.replace("cpu: 8, mem: 32g", "cpu: 9000, mem: 9000g")
+    tree(pool, "lab.yaml", "pools")
+    assert problems_of(tree(text + f"distributed: {{master_port: {port}}}\n")) == []
+
+
+def test_a_users_master_port_is_the_base_cluster_env_derives_from(tree):
+    found = problems_of(tree(SESSION + "env: {MASTER_PORT: '2199'}\n"))
+    assert any(p.startswith("env.MASTER_PORT: ") and "2200" in p for p in found), found
+    assert problems_of(tree(SESSION + "env: {MASTER_PORT: '2201'}\n")) == []
+
+
+def test_env_values_beyond_the_kernels_string_limit_are_refused(tree):
+    limit = 128 * 1024 - 1  # NAME=value, without the NUL the kernel counts too
+    fits = "x" * (limit - len("FOO="))
+    assert problems_of(tree(SESSION + f"env: {{FOO: '{fits}'}}\n")) == []
+    found = problems_of(tree(SESSION + f"env: {{FOO: '{fits}x'}}\n"))
+    assert any(p.startswith("env.FOO: ") and "131071" in p for p in found), found
+    wide = "\u00e9" * (limit // 2)  # two bytes each: the limit is in bytes
+    found = problems_of(tree(SESSION + f"env: {{FOO: '{wide}'}}\n"))
+    assert [p for p in found if p.startswith("env.FOO: ")], found
+
+
+def test_a_command_argument_beyond_the_kernels_string_limit_is_refused(tree):
+    found = problems_of(tree(SESSION + f"command: [echo, '{'x' * 131072}']\n"))
+    assert any(p.startswith("command.1: ") and "MAX_ARG_STRLEN" in p for p in found), found
+
+
+@pytest.mark.parametrize(
+    ("extra", "path"),
+    [
+        ('image: "ex/img:1\\x1b[2J"', "image"),
+        ('image: "ex/img\\u202e:1"', "image"),
+        ('command: [echo, "a\\x07b"]', "command.1"),
+        ('command: ["sle\\0ep"]', "command.0"),
+        ('mounts: [{source: "/a\\nb", target: /x}]', "mounts.0.source"),
+        ('mounts: [{source: /a, target: "/x\\ty"}]', "mounts.0.target"),
+        ('pool: "lab\\x1b"', "pool"),
+    ],
+)
+def test_control_characters_are_refused_where_a_value_names_or_runs_something(tree, extra,
+                                                                              path):
+    key = extra.split(":", 1)[0]
+    text = "\n".join(line for line in SESSION.splitlines() if not line.startswith(key + ":"))
+    found = problems_of(tree(text + "\n" + extra + "\n"))
+    assert any(p.startswith(f"{path}: ") and "control characters" in p for p in found), found
+
+
+def test_newlines_and_tabs_stay_allowed_in_commands_and_env_values(tree):
+    text = SESSION + ('command: [bash, -c, "for i in 1 2; do\\n\\techo $i\\ndone"]\n'
+                      'env: {A: "line1\\nline2\\ttab\\x1b[0m\\r"}\n')
+    loaded = load_session(tree(text))
+    assert loaded.session.command[2] == "for i in 1 2; do\n\techo $i\ndone"
+    assert loaded.session.env["A"] == "line1\nline2\ttab\x1b[0m\r"  # byte for byte
+
+
+@pytest.mark.parametrize(
+    ("mem", "words"),
+    [("2", "below the minimum of 6m"), ("6291455", "below the minimum of 6m"),
+     ("5m", "below the minimum of 6m"), ("9223372036854775807", "too large"),
+     ("8388608t", "too large"), ("'" + "9" * 400 + ".5g'", "too large")],
+)
+def test_memory_docker_cannot_take_is_refused(tree, mem, words):
+    found = problems_of(tree(SESSION.replace("mem: 4g, shmem: 1g", f"mem: {mem}, shmem: 1m")))
+    assert any(p.startswith("resources.mem: ") and words in p for p in found), found
+
+
+def test_memory_at_dockers_bounds_is_accepted(tree):
+    assert problems_of(tree(SESSION.replace("mem: 4g, shmem: 1g", "mem: 6m, shmem: 1m"))) == []
+    pool = POOL.replace("mem: 32g", "mem: 8796093022207m")
+    assert problems_of(tree(pool, "p.yaml", "pools")) == []
+
+
+def test_shared_memory_below_one_mib_is_refused(tree):
+    found = problems_of(tree(SESSION.replace("shmem: 1g", "shmem: 1000k")))
+    assert any(p.startswith("resources.shmem: ") and "minimum of 1m" in p for p in found), found
+
+
+@pytest.mark.parametrize("mem", ["2", "9223372036854775807", "'" + "9" * 400 + "g'"])
+def test_pool_capacity_docker_cannot_express_is_refused(tree, mem):
+    found = problems_of(tree(POOL.replace("mem: 32g", f"mem: {mem}"), "p.yaml", "pools"))
+    assert [p for p in found if p.startswith("agents.0.capacity.mem: ")], found
+
+
+# --- issue 9 item 10: invalid input is a problem with file and field, never exit 1 ---------------
+
+
+def test_a_huge_integer_is_a_problem_not_a_crash(tree):
+    found = problems_of(tree(SESSION.replace("size: 2", "size: " + "9" * 5000)))
+    assert [p for p in found if p.startswith("cluster.size: ") and "too large" in p], found
+
+
+def test_an_unhashable_kind_is_a_problem(tree):
+    found = problems_of(tree(SESSION.replace("kind: ClusterSession", "kind: [ClusterSession]")))
+    assert [p for p in found if p.startswith("kind: ") and "unknown kind" in p], found
+
+
+def test_a_pool_under_an_unknown_users_home_is_a_problem(tree):
+    found = problems_of(tree(SESSION.replace("pool: lab", "pool: ~nosuchuser/p.yaml")))
+    assert found == ["pool: '~nosuchuser/p.yaml': there is no user 'nosuchuser' for "
+                     "'~nosuchuser'"]
+
+
+def test_a_pool_name_too_long_for_a_file_name_is_a_problem(tree):
+    found = problems_of(tree(SESSION.replace("pool: lab", "pool: " + "p" * 300)))
+    assert found == ["pool: is too long for a pool name (a file name: at most 250 bytes)"]
+
+
+def test_a_pool_path_too_long_for_the_system_is_a_problem(tree):
+    found = problems_of(tree(SESSION.replace("pool: lab", "pool: " + "q" * 300 + "/p.yaml")))
+    [problem] = found
+    assert problem.startswith("pool: no pool ") and "File name too long" in problem
+
+
+def test_a_deleted_working_directory_is_a_problem(tree, tmp_path, monkeypatch):
+    path = tree(SESSION.replace("pool: lab", "pool: elsewhere"))
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    [problem] = problems_of(path)
+    assert problem.startswith("pool: no pool 'elsewhere' found")
+    assert "the working directory no longer exists" in problem
+    assert load_session(tree(SESSION)).pool.name == "lab"  # found next to the session
+
+
+def _without_dac_override() -> None:
+    """In the child: give up root's right to read and search any directory (CI runs as
+    root), so that a directory of mode 000 is unreadable as it is to everyone else."""
+    import ctypes
+    import os
+
+    if os.geteuid() != 0:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+        if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+def test_an_unreadable_pools_directory_is_a_problem(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "pools").mkdir()
+    (tmp_path / "sessions").mkdir()
+    (tmp_path / "pools" / "lab.yaml").write_text(POOL)
+    session = tmp_path / "sessions" / "s.yaml"
+    session.write_text(SESSION)
+    (tmp_path / "pools").chmod(0)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "cluster_sessions.driver.cli", "validate", str(session)],
+            capture_output=True, text=True, preexec_fn=_without_dac_override, cwd="/",
+            check=False)
+    finally:
+        (tmp_path / "pools").chmod(0o755)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"{session}: pool: no pool 'lab' found"), proc.stderr
+    assert "Permission denied" in proc.stderr
+
+
+def test_the_size_limit_counts_what_is_read_not_what_stat_reports(tree):
+    kallsyms = Path("/proc/kallsyms")
+    if not kallsyms.exists() or kallsyms.stat().st_size != 0:
+        pytest.skip("needs /proc/kallsyms (a file that reports size 0)")
+    found = validate_files([tree(SESSION.replace("pool: lab", "pool: /proc/kallsyms"))])
+    assert [(p.file, p.message) for p in found] == [("/proc/kallsyms",
+                                                     "file is larger than 1 MiB")]
+
+
+def test_a_file_growing_past_the_limit_is_refused(tmp_path, monkeypatch):
+    """The limit holds even when stat() says the file is small."""
+    import os
+
+    big = tmp_path / "big.yaml"
+    big.write_text("a: " + "x" * (1024 * 1024 + 1))
+    real = os.stat
+
+    def small(path, *args, **kwargs):
+        result = real(path, *args, **kwargs)
+        if str(path) == str(big):
+            return os.stat_result((result.st_mode, *result[1:6], 10, *result[7:]))
+        return result
+
+    monkeypatch.setattr(os, "stat", small)
+    [problem] = validate_files([big])
+    assert problem.message == "file is larger than 1 MiB"
+
+
+@pytest.mark.parametrize(
+    ("agent", "path", "words"),
+    [
+        ("docker_host: 'ssh://-oProxyCommand=touch${IFS}/tmp/x'", "docker_host", "'-'"),
+        ("docker_host: 'ssh://ops@-oProxyCommand=x'", "docker_host", "'-'"),
+        ("docker_host: 'ssh://-oProxyCommand=x@host'", "docker_host", "'-'"),
+        ("docker_host: 'ssh://host:notaport'", "docker_host", "port"),
+        ("docker_host: \"unix:///var/run/docker.sock\\x1b\"", "docker_host", "control"),
+        ("docker_host: 'unix://relative/sock'", "docker_host", "unix:///"),
+        ("docker_host: 'tcp://ops@host:2376'", "docker_host", "no user"),
+        ("{ssh: {host: '-oProxyCommand=x'}}", "ssh.host", "'-'"),
+        ("{ssh: {host: 'a host'}}", "ssh.host", "host name"),
+        ("{ssh: {host: h, user: '-oProxyCommand=x'}}", "ssh.user", "'-'"),
+        ("{ssh: {host: h, user: 'a b'}}", "ssh.user", "whitespace"),
+        ("{ssh: {host: h, user: \"a\\nb\"}}", "ssh.user", "control"),
+        ("{ssh: {host: h, key_file: \"/k\\x1b\"}}", "ssh.key_file", "control"),
+        ("{address: '-oProxyCommand=x'}", "address", "'-'"),
+    ],
+)
+def test_agent_hosts_and_users_ssh_would_read_as_options_are_refused(tree, agent, path, words):
+    fields = agent[1:-1] + ", docker_host: 'ssh://h'" if agent.startswith("{") else agent
+    pool = (f"kind: AgentPool\nname: lab\nagents:\n  - {{name: a1, {fields}, "
+            f"capacity: {{cpu: 8, mem: 32g}}}}\n")
+    found = problems_of(tree(pool, "p.yaml", "pools"))
+    assert any(p.startswith(f"agents.0.{path}: ") and words in p for p in found), found
+
+
+@pytest.mark.parametrize("host", ["ssh://ops@10.0.0.1:2222", "ssh://agent-1.example",
+                                  "ssh://[fe80::1]:22", "tcp://10.0.0.2:2376",
+                                  "unix:///run/docker.sock"])
+def test_ordinary_docker_hosts_stay_valid(tree, host):
+    pool = (f"kind: AgentPool\nname: lab\nagents:\n  - {{name: a1, docker_host: '{host}', "
+            f"ssh: {{host: 'agent-1.example', user: ops}}, capacity: {{cpu: 8, mem: 32g}}}}\n")
+    assert problems_of(tree(pool, "p.yaml", "pools")) == []

@@ -3,12 +3,21 @@
 The YAML loader is stricter than PyYAML's default on purpose: a key given twice is an error
 (PyYAML silently keeps the last one), aliases are refused (a few lines of aliases can expand to
 billions of nodes) and so is nesting deeper than 64 levels (libyaml's composer recurses in C
-and crashes on very deep input). Files over 1 MiB are refused for the same reason.
+and crashes on very deep input). Files over 1 MiB are refused for the same reason (counted on
+what is read: ``/proc`` files report a size of 0).
+
+Numbers are checked on their source text before PyYAML turns them into values, because YAML
+1.1 reads many spellings as something other than what they seem to say: ``01750`` is octal
+(1000), ``1:30`` is base 60 (90), ``0x1f``, ``0b11``, ``1_000``, ``+5``, ``.inf``. Every
+integer in a definition is written in plain decimal; anything else is a problem that says so.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
+import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +31,11 @@ from .spec import KINDS, Pool, Session, pool_problems, session_problems
 
 MAX_FILE_BYTES = 1024 * 1024
 MAX_DEPTH = 64
+MAX_INT = 2**63 - 1  # what Docker, the kernel and JSON readers all hold
+INT_TAG = "tag:yaml.org,2002:int"
+FLOAT_TAG = "tag:yaml.org,2002:float"
+_DECIMAL = re.compile(r"-?(0|[1-9][0-9]*)", re.ASCII)
+_FLOAT = re.compile(r"-?([0-9]+\.[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?", re.ASCII)
 _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: ~10x faster
 
 
@@ -62,11 +76,88 @@ def _check_events(text: str) -> None:
             depth -= 1
 
 
+def _int_spelling(text: str) -> str:
+    body = text.lstrip("+-")
+    if ":" in body:
+        return "a base-60 (sexagesimal) number in YAML 1.1"
+    if body[:2] in ("0x", "0X"):
+        return "hexadecimal"
+    if body[:2] in ("0b", "0B"):
+        return "binary"
+    if len(body) > 1 and body[0] == "0":
+        return "octal in YAML 1.1 (a leading zero)"
+    if "_" in body:
+        return "written with '_' separators"
+    if text.startswith("+"):
+        return "written with a '+' sign"
+    return "not a plain decimal integer"
+
+
+def _number_problem(node: yaml.ScalarNode) -> str | None:
+    """What is wrong with how an integer or float scalar is written, or None."""
+    text = node.value
+    if node.tag == INT_TAG:
+        if _DECIMAL.fullmatch(text):
+            if len(text.lstrip("-")) > 19 or abs(int(text)) > MAX_INT:
+                return (f"an integer of {len(text.lstrip('-'))} digits is too large "
+                        f"(at most {MAX_INT})")
+            return None
+        meaning = ""
+        if len(text) <= 100:
+            try:
+                value = yaml.SafeLoader("").construct_yaml_int(node)
+                meaning = f" ({value})" if abs(value) <= MAX_INT else ""
+            except (ValueError, TypeError):
+                pass
+        return (f"{text!r} is {_int_spelling(text)}{meaning}; write integers in plain decimal "
+                "without leading zeros, signs or separators (e.g. 1750), or quote the value if "
+                "you mean text")
+    if node.tag == FLOAT_TAG:
+        if _FLOAT.fullmatch(text):
+            return None
+        if text.lstrip("+-").lower() in (".inf", ".nan"):
+            return (f"{text!r} is not a finite number; write a decimal number such as 2 or 0.5 "
+                    "(quote it if you mean text)")
+        return (f"{text!r} is not a plain decimal number; write numbers such as 2 or 0.5, "
+                "without signs, separators or ':' (quote it if you mean text)")
+    return None
+
+
+def _number_problems(node: yaml.Node, path: tuple, file: str) -> list[Problem]:
+    """Every integer or float in the document whose spelling means something unexpected."""
+    if isinstance(node, yaml.ScalarNode):
+        problem = _number_problem(node)
+        if problem is None:
+            return []
+        return [Problem(file, dotted(path) or "(top)",
+                        f"{problem} (line {node.start_mark.line + 1})")]
+    found: list[Problem] = []
+    if isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            found += _number_problems(item, (*path, i), file)
+    elif isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            name = key.value if isinstance(key, yaml.ScalarNode) else "?"
+            found += _number_problems(key, (*path, name), file)
+            found += _number_problems(value, (*path, name), file)
+    return found
+
+
 def parse_yaml(text: str, file: str) -> object:
     """One YAML document, or a DefinitionError naming the line."""
     try:
         _check_events(text)
-        docs = list(yaml.load_all(text, Loader=_StrictLoader))
+        loader = _StrictLoader(text)
+        try:
+            nodes = []
+            while loader.check_node():
+                nodes.append(loader.get_node())
+            problems = [p for node in nodes for p in _number_problems(node, (), file)]
+            if problems:
+                raise DefinitionError(problems)
+            docs = [loader.construct_document(node) for node in nodes]
+        finally:
+            loader.dispose()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(top)"
@@ -82,13 +173,25 @@ def parse_yaml(text: str, file: str) -> object:
 
 
 def read_text(path: Path) -> str:
+    """The file's text, reading at most 1 MiB and a byte: ``/proc`` files report a size of 0,
+    so the limit is checked on what is read. Opened without blocking, so a FIFO is refused
+    rather than waited on."""
     file = str(path)
     try:
-        if path.exists() and not path.is_dir() and not path.is_file():
-            raise DefinitionError([Problem(file, "(top)", "not a regular file")])
-        if path.stat().st_size > MAX_FILE_BYTES:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        try:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError
+            if not stat.S_ISREG(mode):
+                raise DefinitionError([Problem(file, "(top)", "not a regular file")])
+            with os.fdopen(fd, "rb", closefd=False) as stream:
+                data = stream.read(MAX_FILE_BYTES + 1)
+        finally:
+            os.close(fd)
+        if len(data) > MAX_FILE_BYTES:
             raise DefinitionError([Problem(file, "(top)", "file is larger than 1 MiB")])
-        return path.read_text(encoding="utf-8")
+        return data.decode("utf-8")
     except FileNotFoundError:
         raise DefinitionError([Problem(file, "(top)", "no such file")]) from None
     except IsADirectoryError:
@@ -112,6 +215,9 @@ def _message(error: dict, model: type[BaseModel]) -> str:
         return "required"
     if kind == "literal_error":
         return f"{error['msg'].replace('Input should be', 'must be')}, got {error['input']!r}"
+    if kind == "int_type" and isinstance(error["input"], str):
+        return (f"must be an integer written in plain decimal (e.g. 1750), got "
+                f"{error['input']!r}")
     if kind == "string_type" and not isinstance(error["input"], dict | list):
         return f"must be a string, got {error['input']!r} (quote it in YAML)"
     msg = error["msg"]
@@ -150,7 +256,7 @@ def to_model(data: object, file: str, expect: str | None = None) -> Session | Po
     if not isinstance(data, dict):
         raise DefinitionError([Problem(file, "(top)", "expected a mapping with a 'kind' key")])
     kind = data.get("kind")
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         what = "required" if kind is None else f"unknown kind {kind!r}"
         raise DefinitionError([Problem(file, "kind", f"{what}; expected one of "
                                        f"{', '.join(KINDS)}")])
@@ -184,15 +290,47 @@ class Loaded:
     pool_file: Path
 
 
+def _cwd() -> Path | None:
+    """The working directory, or None when it was deleted (or cannot be read)."""
+    try:
+        return Path.cwd()
+    except OSError:
+        return None
+
+
 def pool_candidates(session_file: Path, pool_ref: str) -> list[Path]:
-    """Where a session's ``pool:`` may point: a path, or a name under ``stacks/pools/``."""
-    base = session_file.resolve().parent
+    """Where a session's ``pool:`` may point: a path, or a name under ``stacks/pools/``.
+
+    Raises DefinitionError (at ``pool``) for a ``~user`` that does not exist."""
+    cwd = _cwd()
+    try:
+        base: Path | None = session_file.resolve().parent
+    except OSError:  # a relative name, and the working directory is gone
+        base = None
     if "/" in pool_ref or pool_ref.endswith((".yaml", ".yml")):
-        ref = Path(pool_ref).expanduser()
-        return [ref] if ref.is_absolute() else [base / ref, Path.cwd() / ref]
+        try:
+            ref = Path(pool_ref).expanduser()
+        except RuntimeError:  # ~nosuchuser
+            user = pool_ref[1:].split("/", 1)[0]
+            raise DefinitionError([Problem(str(session_file), "pool", f"{pool_ref!r}: there "
+                                           f"is no user {user!r} for '~{user}'")]) from None
+        if ref.is_absolute():
+            return [ref]
+        return [d / ref for d in (base, cwd) if d is not None]
     names = [f"{pool_ref}.yaml", f"{pool_ref}.yml"]
-    dirs = [base.parent / "pools", base / "pools", Path.cwd() / "stacks" / "pools"]
+    dirs = [base.parent / "pools", base / "pools"] if base is not None else []
+    if cwd is not None:
+        dirs.append(cwd / "stacks" / "pools")
     return [d / n for d in dirs for n in names]
+
+
+def _is_file(path: Path, unusable: list[str]) -> bool:
+    """``path.is_file()``, noting why a candidate could not even be looked at."""
+    try:
+        return path.is_file()
+    except OSError as exc:  # ENAMETOOLONG, EACCES on a directory on the way, ...
+        unusable.append(f"{path}: {exc.strerror}")
+        return False
 
 
 def load_session(session_file: Path, pool_file: Path | None = None) -> Loaded:
@@ -206,11 +344,15 @@ def with_pool(session: Session, session_file: Path, pool_file: Path | None = Non
     file = str(session_file)
     if pool_file is None:
         candidates = pool_candidates(session_file, session.pool)
-        pool_file = next((c for c in candidates if c.is_file()), None)
+        unusable: list[str] = []
+        pool_file = next((c for c in candidates if _is_file(c, unusable)), None)
         if pool_file is None:
-            looked = ", ".join(dict.fromkeys(str(c) for c in candidates))
+            looked = ", ".join(dict.fromkeys(str(c) for c in candidates)) or "nowhere"
+            notes = "".join(f"; cannot look at {u}" for u in dict.fromkeys(unusable))
+            if _cwd() is None:
+                notes += "; the working directory no longer exists"
             raise DefinitionError([Problem(file, "pool", f"no pool {session.pool!r} found "
-                                           f"(looked for {looked})")])
+                                           f"(looked for {looked}){notes}")])
     pool = load_file(pool_file, expect="AgentPool")
     assert isinstance(pool, Pool)
     if (session.cluster.mode == "multi-node" and pool.swarm is None

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .terminal import printable
+
 
 @dataclass(frozen=True, order=True)
 class Problem:
@@ -16,7 +18,9 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.file}: {self.path or '(top)'}: {self.message}"
+        """One line, whatever the file name, key or message holds (see :mod:`.terminal`)."""
+        return f"{printable(self.file)}: {printable(self.path or '(top)')}: " \
+               f"{printable(self.message)}"
 
 
 class DefinitionError(Exception):

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .plan import ClusterPlan, ContainerPlan
+from .terminal import printable
 from .units import format_size
 
 CLUSTER_PREFIX = "BACKENDAI_"
@@ -302,7 +303,7 @@ def code(value: str | None, cell: bool = False) -> str:
     it sits in a table ``cell`` (GFM unescapes ``\\|`` there, and only there)."""
     if value is None:
         return "*(absent)*"
-    text = value.replace("\n", "\\n").replace("\r", "\\r")
+    text = printable(value)  # newlines, escapes and other controls as \n, \x1b, ...
     if len(text) > MAX_VALUE:
         text = text[:MAX_VALUE - 1] + "…"
     if cell:
@@ -399,7 +400,7 @@ def to_markdown(review: Review, old_label: str = "old", new_label: str = "new") 
         lines += [f"- {c.what} docker_host: {code(c.old)} → {code(c.new)}"
                   for c in review.agents]
         lines.append("")
-    return "\n".join(lines).rstrip() + "\n"
+    return "\n".join(printable(line) for line in lines).rstrip() + "\n"
 
 
 def review_to_dict(review: Review) -> dict:

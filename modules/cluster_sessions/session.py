@@ -363,7 +363,7 @@ def _ssh_hint(port: dict | None, user: str, host_key: str | None) -> dict | None
     where = f"[{port['address']}]:{port['host']}"
     return {
         "command": (f"ssh -i id_cluster -o UserKnownHostsFile=main1_known_hosts "
-                    f"-p {port['host']} {user}@{port['address']}"),
+                    f"-p {port['host']} -- {user}@{port['address']}"),
         "key": "pulumi stack output --show-secrets ssh_private_key > id_cluster "
                "&& chmod 600 id_cluster",
         "known_hosts": f"{where} {host_key}" if host_key else None,

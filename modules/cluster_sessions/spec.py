@@ -10,11 +10,13 @@ from __future__ import annotations
 import ipaddress
 import posixpath
 import re
+import unicodedata
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, StrictBool
 
-from .units import format_size, parse_size
+from .units import MAX_BYTES, format_size, parse_size
 
 SESSION_NAME = re.compile(r"^(?=.{4,64}$)\w[\w.-]*\w$", re.ASCII)
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -31,10 +33,49 @@ RUN_DIR = "/run/cluster-session"
 """Where the entrypoint puts what sshd and ssh sessions read: sshd_config, the host key, the
 saved environment, the ForceCommand wrapper. Root-owned; rewritten at every start."""
 RESERVED_DIRS = (BUNDLE_DIR, RUN_DIR)  # no user mount may cover the session's own files
+SYSTEM_DIRS = ("/proc", "/sys", "/dev", "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32",
+               "/lib64", "/libx32", "/run/sshd", "/var/run")
+"""No mount may be at or under these: the set-up runs as root and runs programs from them, reads
+their configuration (``/etc/ld.so.preload``, ``/etc/passwd``) or writes there (``/run/sshd``);
+a mount there would run a definition's files as root, or let root write a host directory.
+``/var/run`` is ``/run`` in most images (Docker follows the link inside the container)."""
+MIB = 1024**2
+MIN_MEMORY = 6 * MIB
+"""Docker refuses a memory limit below 6 MiB (``Minimum memory limit allowed is 6MB``)."""
+MIN_SHMEM = MIB
+"""The provider passes shm_size in whole MiB and 0 means Docker's default (64 MiB)."""
+MAX_MEMORY = MAX_BYTES // MIB * MIB
+"""The largest whole number of MiB (what the provider passes) that Docker's int64 bytes hold."""
+MAX_ARG_STRLEN = 32 * 4096
+"""The kernel's limit on one argument or ``NAME=value`` string, its terminating NUL included;
+a longer one makes exec fail with E2BIG, so the container could never start."""
+MIN_USER_ID = 1000
+"""Ids below this are system accounts (Debian's and most distributions' convention)."""
+SYSTEM_USERS = frozenset({
+    "root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp",
+    "proxy", "www-data", "backup", "list", "irc", "gnats", "nobody", "nogroup", "sshd",
+    "messagebus", "adm", "halt", "shutdown", "operator", "ftp", "dbus", "polkitd", "avahi",
+    "ntp", "chrony", "tss", "uuidd", "tcpdump", "statd", "dnsmasq", "syslog", "postfix",
+    "Debian-exim", "staff", "users", "shadow", "utmp", "tty", "disk", "kmem", "wheel",
+    "docker", "sudo", "input", "render", "video", "audio", "netdev", "plugdev", "crontab",
+    "postgres", "mysql", "redis", "nginx", "apache", "http", "rpc", "rpcuser", "sssd",
+})
+"""Accounts an image may already have as system accounts; the set-up would take one over
+(``usermod``, ``chown`` of its home) if the session user had its name. Names beginning with
+``_`` (``_apt``) or ``systemd-`` are system accounts too."""
+HOST = re.compile(r"[A-Za-z0-9_.:%\[\]-]+", re.ASCII)
 
 
 def _size(value: object) -> int:
     return parse_size(value)
+
+
+def _memory(value: object) -> int:
+    return parse_size(value, MIN_MEMORY, MAX_MEMORY)
+
+
+def _shmem(value: object) -> int:
+    return parse_size(value, MIN_SHMEM, MAX_MEMORY)
 
 
 def _listed(value: object) -> object:
@@ -43,6 +84,9 @@ def _listed(value: object) -> object:
 
 
 Size = Annotated[int, BeforeValidator(_size), PlainSerializer(format_size, return_type=str)]
+Memory = Annotated[int, BeforeValidator(_memory), PlainSerializer(format_size, return_type=str)]
+ShmSize = Annotated[int, BeforeValidator(_shmem), PlainSerializer(format_size, return_type=str)]
+UserId = Annotated[int, Field(ge=MIN_USER_ID, le=2**31 - 2)]
 Port = Annotated[int, Field(strict=True, ge=1, le=65535)]
 NonEmpty = Annotated[str, Field(strict=True, min_length=1)]
 
@@ -60,8 +104,8 @@ class Resources(_Model):
     """Per container, never per session (Backend.AI semantics)."""
 
     cpu: Annotated[float, Field(ge=0.001, le=4096, allow_inf_nan=False)] = 1
-    mem: Size = parse_size("1g")
-    shmem: Size = parse_size("64m")
+    mem: Memory = parse_size("1g")
+    shmem: ShmSize = parse_size("64m")
     gpu: Annotated[int, Field(ge=0, le=64)] = 0
 
     @property
@@ -83,8 +127,8 @@ class Distributed(_Model):
 
 class User(_Model):
     name: NonEmpty = "work"
-    uid: Annotated[int, Field(ge=1, le=2**31 - 2)] = 9001
-    gid: Annotated[int, Field(ge=1, le=2**31 - 2)] = 9001
+    uid: UserId = 9001
+    gid: UserId = 9001
 
 
 class PublishedPort(_Model):
@@ -121,7 +165,7 @@ class Session(_Model):
 
 class Capacity(_Model):
     cpu: Annotated[float, Field(gt=0, le=1_000_000, allow_inf_nan=False)]
-    mem: Size
+    mem: Memory
     gpus: Annotated[tuple[Annotated[int, Field(ge=0)], ...], BeforeValidator(_listed)] = ()
 
     @property
@@ -181,6 +225,7 @@ def session_problems(session: Session) -> list[tuple[str, str]]:
                       "container and network names, which allow nothing else there"))
     if any(c.isspace() for c in session.image):
         found.append(("image", "must not contain whitespace"))
+    found += _text_problems(session)
     res = session.resources
     if res.shmem >= res.mem:
         found.append(("resources.shmem", f"must be smaller than resources.mem "
@@ -194,15 +239,33 @@ def session_problems(session: Session) -> list[tuple[str, str]]:
                           "cannot be overridden (use distributed.master_port for the port)"))
         if "\0" in value:
             found.append((path, "must not contain a NUL byte"))
+        length = len(f"{key}={value}".encode()) + 1
+        if length > MAX_ARG_STRLEN:
+            found.append((path, f"is too long: NAME=value is {length - 1} bytes, and the kernel "
+                          f"passes at most {MAX_ARG_STRLEN - 1} (MAX_ARG_STRLEN, 128 KiB with "
+                          "the terminating NUL): put large data in a mounted file"))
+    found += _port_problems(session)
     targets: set[str] = set()
+    home = f"/home/{session.user.name}"
     for i, mount in enumerate(session.mounts):
-        target = posixpath.normpath(mount.target)
+        target = clean_target(mount.target)
         if not mount.target.startswith("/"):
             found.append((f"mounts.{i}.target", "must be an absolute path in the container"))
-        elif any(target == d or target.startswith(d + "/") or d.startswith(target + "/")
-                 for d in RESERVED_DIRS):
+        elif target == "/":
+            found.append((f"mounts.{i}.target", f"{mount.target} would hide the whole "
+                          "container's file system"))
+        elif any(_covers(target, d) or _covers(d, target) for d in RESERVED_DIRS):
             found.append((f"mounts.{i}.target", f"{mount.target} would hide the session's own "
                           f"files ({', '.join(RESERVED_DIRS)})"))
+        elif any(_covers(d, target) for d in SYSTEM_DIRS):
+            found.append((f"mounts.{i}.target", f"{mount.target} is a system directory the "
+                          "set-up runs as root with (none of " + ", ".join(SYSTEM_DIRS)
+                          + " or below): mount it elsewhere, e.g. under /mnt or /opt"))
+        elif _covers(target, home) or _covers(home + "/.ssh", target):
+            found.append((f"mounts.{i}.target", f"{mount.target} would cover the session "
+                          f"user's home {home} or its .ssh, which the set-up creates, chowns "
+                          f"and writes keys into as root; mount below it instead (e.g. "
+                          f"{home}/data)"))
         if ":" in mount.target:
             found.append((f"mounts.{i}.target", "must not contain ':'"))
         if target in targets:
@@ -212,8 +275,12 @@ def session_problems(session: Session) -> list[tuple[str, str]]:
             found.append((f"mounts.{i}.source", "must be an absolute host path or a volume name"))
         if "," in mount.source or "," in mount.target:
             found.append((f"mounts.{i}", "paths must not contain ','"))
-    if not USER_NAME.fullmatch(session.user.name) or session.user.name == "root":
+    name = session.user.name
+    if not USER_NAME.fullmatch(name) or name == "root":
         found.append(("user.name", "must be a lower-case user name other than root"))
+    elif name in SYSTEM_USERS or name.startswith(("_", "systemd-")):
+        found.append(("user.name", f"{name!r} is a system account: the set-up would take it "
+                      "over (usermod, chown of its home); choose another name (default: work)"))
     seen_ports: set[tuple[int, str]] = set()
     seen_host: set[tuple[str, int, str]] = set()
     for i, port in enumerate(session.ports):
@@ -234,6 +301,93 @@ def session_problems(session: Session) -> list[tuple[str, str]]:
     return found
 
 
+def clean_target(path: str) -> str:
+    """A container path as Docker cleans it (Go's ``filepath.Clean``): ``//data/`` is
+    ``/data``. POSIX lets a leading ``//`` mean something else, so ``normpath`` keeps it."""
+    if not path.startswith("/"):
+        return path
+    return "/" + posixpath.normpath(path).lstrip("/")
+
+
+def _covers(outer: str, inner: str) -> bool:
+    """Whether a mount at ``outer`` covers ``inner`` (the same path, or an ancestor of it)."""
+    return inner == outer or inner.startswith(outer.rstrip("/") + "/")
+
+
+def _hidden(text: str, allow: str = "") -> bool:
+    """Whether ``text`` holds a control, format or line-break character not in ``allow``."""
+    return any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") and c not in allow
+               for c in text)
+
+
+def _controls(text: str, allow: str = "") -> bool:
+    return any(unicodedata.category(c) == "Cc" and c not in allow for c in text)
+
+
+NO_CONTROLS = "must not contain control characters (newline, escape, NUL, ...)"
+
+
+def _text_problems(session: Session) -> list[tuple[str, str]]:
+    """Control characters where a value names something (an image, a path, the pool) or
+    reaches a process as an argument: there they are never meant, and they forge output.
+
+    Env values are the exception: they are kept byte for byte (only NUL is impossible in a
+    process's environment), and are escaped wherever they are printed. Command arguments may
+    hold newlines and tabs (``bash -c`` scripts), nothing else of the kind.
+    """
+    found: list[tuple[str, str]] = []
+    for path, value in (("image", session.image), ("pool", session.pool),
+                        ("name", session.name), ("user.name", session.user.name)):
+        if _hidden(value):
+            found.append((path, NO_CONTROLS))
+    if "/" not in session.pool and len(f"{session.pool}.yaml".encode()) > 255:
+        found.append(("pool", "is too long for a pool name (a file name: at most 250 bytes)"))
+    for i, mount in enumerate(session.mounts):
+        for field in ("source", "target"):
+            if _hidden(getattr(mount, field)):
+                found.append((f"mounts.{i}.{field}", NO_CONTROLS))
+    for i, arg in enumerate(session.command):
+        if _controls(arg, allow="\n\t"):
+            found.append((f"command.{i}", "must not contain control characters other than "
+                          "newline and tab"))
+        if len(arg.encode()) + 1 > MAX_ARG_STRLEN:
+            found.append((f"command.{i}", f"is too long: the kernel passes at most "
+                          f"{MAX_ARG_STRLEN - 1} bytes per argument (MAX_ARG_STRLEN)"))
+    return found
+
+
+DEFAULT_MASTER_PORT = 29500
+
+
+def _port_problems(session: Session) -> list[tuple[str, str]]:
+    """Ports cluster-env.sh derives must not be sshd's: MASTER_PORT (and PET_MASTER_PORT) is
+    the base, TF_CONFIG gives rank r the port base + r. The base is env MASTER_PORT when it is
+    a port (cluster-env.sh keeps the user's value), else distributed.master_port."""
+    size = session.cluster.size
+    if size <= 1:
+        return []  # nothing is derived for one container
+    found: list[tuple[str, str]] = []
+    bases = []
+    user_port = session.env.get("MASTER_PORT")
+    if user_port is not None and re.fullmatch(r"[1-9][0-9]{0,4}", user_port, re.ASCII) \
+            and int(user_port) <= 65535:
+        bases.append(("env.MASTER_PORT", int(user_port)))
+    if session.distributed is not None:
+        bases.append(("distributed.master_port", session.distributed.master_port))
+    for path, base in bases:
+        last = base + size - 1
+        if base <= SSH_PORT <= last:
+            what = "is sshd's port" if base == SSH_PORT else (
+                f"gives TF_CONFIG ports {base}-{last} for {size} containers, which include "
+                f"sshd's port {SSH_PORT}")
+            found.append((path, f"{base} {what}; choose a port above {SSH_PORT} (e.g. "
+                          f"{DEFAULT_MASTER_PORT})"))
+        elif last > 65535:
+            found.append((path, f"{base} gives TF_CONFIG ports up to {last} for {size} "
+                          "containers, beyond 65535"))
+    return found
+
+
 def pool_problems(pool: Pool) -> list[tuple[str, str]]:
     """Rules across fields of one pool, as ``(dotted path, message)``."""
     found: list[tuple[str, str]] = []
@@ -246,15 +400,88 @@ def pool_problems(pool: Pool) -> list[tuple[str, str]]:
             found.append((f"agents.{i}.name", f"duplicate agent name {agent.name!r} "
                           f"(also agents.{names[agent.name]})"))
         names.setdefault(agent.name, i)
-        if not DOCKER_HOST.fullmatch(agent.docker_host):
-            found.append((f"agents.{i}.docker_host",
-                          "must be unix://PATH, ssh://[USER@]HOST[:PORT] or tcp://HOST:PORT"))
+        problem = _docker_host_problem(agent.docker_host)
+        if problem:
+            found.append((f"agents.{i}.docker_host", problem))
+        found += [(f"agents.{i}.{path}", msg) for path, msg in _reach_problems(agent)]
         seen: set[int] = set()
         for gpu in agent.capacity.gpus:
             if gpu in seen:
                 found.append((f"agents.{i}.capacity.gpus", f"GPU id {gpu} is listed twice"))
             seen.add(gpu)
+    if _hidden(pool.name):
+        found.append(("name", NO_CONTROLS))
     if pool.swarm and pool.swarm.manager not in names:
         found.append(("swarm.manager", f"{pool.swarm.manager!r} is not one of the pool's agents "
                       f"({', '.join(names)})"))
+    return found
+
+
+def _host_problem(host: str) -> str | None:
+    """A host that ``ssh`` (or the docker CLI's ssh helper) would read as an option, such as
+    ``-oProxyCommand=...``, runs a command on the operator's machine."""
+    if host.startswith("-"):
+        return f"{host!r} must not begin with '-' (ssh would read it as an option)"
+    if not HOST.fullmatch(host):
+        return f"{host!r} must be a host name or IP address (letters, digits, '.', '-', ':')"
+    return None
+
+
+def _user_problem(user: str) -> str | None:
+    if user.startswith("-"):
+        return f"{user!r} must not begin with '-' (ssh would read it as an option)"
+    if any(c.isspace() for c in user) or _hidden(user):
+        return "must not contain whitespace or control characters"
+    return None
+
+
+def _docker_host_problem(value: str) -> str | None:
+    if _hidden(value):
+        return NO_CONTROLS
+    if not DOCKER_HOST.fullmatch(value):
+        return "must be unix://PATH, ssh://[USER@]HOST[:PORT] or tcp://HOST:PORT"
+    parts = urlsplit(value)
+    if parts.scheme == "unix" and not (parts.netloc == "" and parts.path.startswith("/")):
+        return "must be unix:///ABSOLUTE/PATH"
+    if parts.scheme not in ("ssh", "tcp"):
+        return None
+    user, at, hostport = parts.netloc.rpartition("@")
+    if at and parts.scheme == "tcp":
+        return "tcp:// takes no user"
+    if at:
+        problem = _user_problem(user)
+        if problem:
+            return f"user {problem}"
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a port that is not one
+    except ValueError:
+        return "has a port that is not a number from 1 to 65535"
+    host = hostport[:hostport.index("]") + 1] if hostport.startswith("[") and "]" in hostport \
+        else hostport.split(":", 1)[0] if hostport.count(":") <= 1 else hostport
+    if not host:
+        return "names no host"
+    problem = _host_problem(host)
+    if problem is None and parts.path not in ("", "/"):
+        return f"must be {parts.scheme}://[USER@]HOST[:PORT] with no path"
+    return problem
+
+
+def _reach_problems(agent: Agent) -> list[tuple[str, str]]:
+    """The ssh block and the advertise address: values that reach ssh, paths and commands."""
+    found: list[tuple[str, str]] = []
+    if agent.ssh is not None:
+        problem = _host_problem(agent.ssh.host)
+        if problem:
+            found.append(("ssh.host", problem))
+        problem = _user_problem(agent.ssh.user)
+        if problem:
+            found.append(("ssh.user", problem))
+        for field in ("key_file", "known_hosts"):
+            value = getattr(agent.ssh, field)
+            if value is not None and _hidden(value):
+                found.append((f"ssh.{field}", NO_CONTROLS))
+    if agent.address is not None:
+        problem = _host_problem(agent.address)
+        if problem:
+            found.append(("address", problem))
     return found

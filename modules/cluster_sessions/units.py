@@ -1,19 +1,25 @@
 """Memory sizes as written in definitions (``512m``, ``4g``) and back.
 
 Sizes are kept as whole bytes so that capacity arithmetic is exact; the suffixes are binary
-(``1g`` is 1024**3 bytes), as Docker reads them.
+(``1g`` is 1024**3 bytes), as Docker reads them. The arithmetic is exact too (fractions, not
+floats): a float turns ``<400 nines>.5g`` into infinity and ``1.1g`` into a rounded guess.
 """
 
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 _FACTORS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
-_SIZE = re.compile(r"(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[kmgt]?)(?:ib|b|i)?", re.IGNORECASE)
+_SIZE = re.compile(r"(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[kmgt]?)(?:ib|b|i)?",
+                   re.IGNORECASE | re.ASCII)
+MAX_BYTES = 2**63 - 1
+"""Docker keeps memory as a signed 64-bit count of bytes."""
+_MAX_DIGITS = 40  # far beyond MAX_BYTES in any unit; keeps huge numbers out of the arithmetic
 
 
-def parse_size(value: object) -> int:
-    """Bytes from ``4g``, ``512m``, ``1.5g`` or a plain integer of bytes."""
+def parse_size(value: object, minimum: int = 1, maximum: int = MAX_BYTES) -> int:
+    """Bytes from ``4g``, ``512m``, ``1.5g`` or a plain integer of bytes, within bounds."""
     if isinstance(value, bool):
         raise ValueError("expected a size such as 512m or 4g, not a boolean")
     if isinstance(value, int):
@@ -22,12 +28,17 @@ def parse_size(value: object) -> int:
         match = _SIZE.fullmatch(value.strip())
         if not match:
             raise ValueError(f"{value!r} is not a size; use a number with k, m, g or t (e.g. 4g)")
-        number = float(match["num"]) if "." in match["num"] else int(match["num"])
-        size = int(number * _FACTORS[match["unit"].lower()])
+        if len(match["num"]) > _MAX_DIGITS:
+            raise ValueError(f"is too large: at most {format_size(maximum)}")
+        size = int(Fraction(match["num"]) * _FACTORS[match["unit"].lower()])
     else:
         raise ValueError("expected a size such as 512m or 4g")
     if size <= 0:
         raise ValueError("must be greater than zero")
+    if size < minimum:
+        raise ValueError(f"is {format_size(size)}, below the minimum of {format_size(minimum)}")
+    if size > maximum:
+        raise ValueError(f"is too large: at most {format_size(maximum)}")
     return size
 
 

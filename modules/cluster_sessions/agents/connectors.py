@@ -236,7 +236,7 @@ class SSHConnector(Connector):
                 HOST_KEY_UNKNOWN,
                 f"{exc.hostname} offered {exc.key.get_name()} key {fingerprint(exc.key)}, which "
                 f"is not in {known}; check it and add it (e.g. `ssh-keyscan -p {self.port} "
-                f"{self.host} >> {known}`), or run `sessionctl pool check --accept-new`",
+                f"-- {self.host} >> {known}`), or run `sessionctl pool check --accept-new`",
             ) from None
         except paramiko.BadHostKeyException as exc:
             client.close()
@@ -424,5 +424,5 @@ def connector_from_props(props: Mapping[str, Any], **kwargs: Any) -> Connector:
     from ..spec import Agent
 
     data = dict(props)
-    data.setdefault("capacity", {"cpu": 1, "mem": 1})
+    data.setdefault("capacity", {"cpu": 1, "mem": "1g"})  # a placeholder: unused here
     return connector_for(Agent.model_validate(data, strict=False), **kwargs)

@@ -16,6 +16,7 @@ from ..loader import load_session, validate_files
 from ..plan import ClusterPlan, build_plan, plan_to_dict
 from ..problems import DefinitionError
 from ..spec import Pool, Session
+from ..terminal import dumps, printable
 from ..units import format_size
 from . import verbs
 from .errors import CommandError, Exit
@@ -25,7 +26,7 @@ EPILOG = """exit codes: 0 ok, 1 engine failure, 2 invalid input, 3 session pendi
 
 
 def _plan_for(args: argparse.Namespace) -> ClusterPlan:
-    loaded = load_session(Path(args.file), Path(args.pool) if args.pool else None)
+    loaded = load_session(Path(args.file), Path(args.pool) if args.pool is not None else None)
     free = None
     if getattr(args, "probe", False):
         from ..agents.capacity import probe_free
@@ -41,19 +42,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if problems:
         return Exit.INVALID
     for f in args.files:
-        print(f"{f}: ok")
+        print(f"{printable(f)}: ok")
     return Exit.OK
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     plan = _plan_for(args)
     if args.json:
-        json.dump(plan_to_dict(plan), sys.stdout, indent=2, ensure_ascii=False)
-        print()
+        print(dumps(plan_to_dict(plan), indent=2))
     else:
         print(plan_table(plan))
     if plan.pending:
-        print(f"{args.file}: pending: {plan.reason}", file=sys.stderr)
+        print(f"{printable(args.file)}: pending: {printable(plan.reason)}", file=sys.stderr)
         return Exit.PENDING
     return Exit.OK
 
@@ -83,7 +83,7 @@ def plan_table(plan: ClusterPlan) -> str:
     lines.append("")
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip()
               for r in rows]
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check definition files (sessions and pools)",
                        description="Check definitions; print one line per problem as "
                        "FILE: dotted.path: message. Exit 0 if all are valid, else 2.")
-    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("files", nargs="+", metavar="FILE", type=nonempty)
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("plan", help="show where each container goes and its environment",
@@ -133,9 +133,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def nonempty(value: str) -> str:
+    """An argparse type for names and paths: ``--pool ''`` is a mistake, not "the default"."""
+    if not value:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return value
+
+
 def add_session_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", metavar="FILE", help="a ClusterSession definition (YAML)")
-    p.add_argument("--pool", metavar="POOLFILE",
+    p.add_argument("file", metavar="FILE", type=nonempty,
+                   help="a ClusterSession definition (YAML)")
+    p.add_argument("--pool", metavar="POOLFILE", type=nonempty,
                    help="use this AgentPool file instead of the one the session names")
 
 
@@ -149,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             print(problem, file=sys.stderr)
         return Exit.INVALID
     except CommandError as exc:
-        print(f"sessionctl {args.verb}: {exc}", file=sys.stderr)
+        print(f"sessionctl {args.verb}: {printable(exc)}", file=sys.stderr)
         return exc.code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -159,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug: say so without a traceback unless asked
         if os.environ.get("SESSIONCTL_DEBUG"):
             raise
-        print(f"sessionctl {args.verb}: internal error: {type(exc).__name__}: {exc} "
+        print(f"sessionctl {args.verb}: internal error: {type(exc).__name__}: {printable(exc)} "
               "(set SESSIONCTL_DEBUG=1 for a traceback)", file=sys.stderr)
         return Exit.ENGINE
 

@@ -13,7 +13,6 @@ Exit codes: 0 (also for a pending side: the review says so), 2 invalid input. Wi
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import textwrap
 from pathlib import Path
@@ -21,6 +20,8 @@ from pathlib import Path
 from ..loader import load_session
 from ..plan import ClusterPlan, build_plan
 from ..review import diff_plans, review_to_dict, to_markdown
+from ..terminal import dumps
+from .cli import nonempty
 from .errors import CommandError, Exit
 
 ABSENT = ("/dev/null", "-")
@@ -43,8 +44,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
         raise CommandError("both OLD and NEW are absent: nothing to compare", Exit.INVALID)
     review = diff_plans(old, new, old_hosts, new_hosts)
     if args.json:
-        json.dump(review_to_dict(review), sys.stdout, indent=2, ensure_ascii=False)
-        print()
+        print(dumps(review_to_dict(review), indent=2))
     else:
         sys.stdout.write(to_markdown(review, old_label=args.old, new_label=args.new))
     if args.exit_code and review.changed:
@@ -63,11 +63,13 @@ def register(subparsers) -> None:
             "engine, no pulumi CLI. Use /dev/null for a side that does not exist.", 79),
         epilog="exit codes: 0 ok (1 with --exit-code when there are changes), 2 invalid input",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("old", metavar="OLD", help="the definition as deployed (or /dev/null)")
-    p.add_argument("new", metavar="NEW", help="the definition to apply (or /dev/null)")
-    p.add_argument("--pool", metavar="POOLFILE", help="pool file for both sides")
-    p.add_argument("--old-pool", metavar="POOLFILE", help="pool file for OLD")
-    p.add_argument("--new-pool", metavar="POOLFILE", help="pool file for NEW")
+    p.add_argument("old", metavar="OLD", type=nonempty,
+                   help="the definition as deployed (or /dev/null)")
+    p.add_argument("new", metavar="NEW", type=nonempty,
+                   help="the definition to apply (or /dev/null)")
+    p.add_argument("--pool", metavar="POOLFILE", type=nonempty, help="pool file for both sides")
+    p.add_argument("--old-pool", metavar="POOLFILE", type=nonempty, help="pool file for OLD")
+    p.add_argument("--new-pool", metavar="POOLFILE", type=nonempty, help="pool file for NEW")
     p.add_argument("--json", action="store_true", help="the review as JSON instead of Markdown")
     p.add_argument("--exit-code", action="store_true",
                    help="exit 1 when there are changes, 0 when there are none")
