@@ -340,6 +340,8 @@ def test_ssh_unknown_host_key_is_refused_by_default(monkeypatch, tmp_path):
     with pytest.raises(AgentError) as caught:
         SSHConnector("agent7", "10.0.0.5", known_hosts=str(tmp_path / "kh")).connect()
     assert caught.value.cause == HOST_KEY_UNKNOWN and fingerprint(key) in str(caught.value)
+    # the command it suggests ends ssh-keyscan's options before the host
+    assert "`ssh-keyscan -p 22 -- 10.0.0.5 >> " in str(caught.value)
     # accept-new records it instead
     SSHConnector("agent7", "10.0.0.5", known_hosts=str(tmp_path / "kh"),
                  host_keys="accept-new").connect()

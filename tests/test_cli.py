@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -121,3 +122,144 @@ def test_missing_arguments_exit_2(capsys):
     with pytest.raises(SystemExit) as err:
         main(["plan"])
     assert err.value.code == 2
+
+
+# --- issue 9: one problem is one line; no control byte reaches the terminal ----------------------
+
+POOL_FILE = STACKS / "pools" / "local.yaml"
+SESSION_TEXT = (f"kind: ClusterSession\nname: hostile\npool: {POOL_FILE}\nimage: img\n"
+                "cluster: {size: 2}\nresources: {cpu: 0.5, mem: 1g, shmem: 64m}\n")
+HOSTILE = "a\nb\rc\x1b[2J\x1b]0;title\x07\x9b31m\u202edef\u2028\x7f\U000e0041"
+
+
+def yq(text: str) -> str:
+    """``text`` as a double-quoted YAML scalar (escapes for what YAML may not hold raw)."""
+    import yaml
+
+    return yaml.safe_dump(text, default_style='"', width=10**6).strip()
+
+
+def assert_no_control(text: str) -> None:
+    import unicodedata
+
+    bad = [c for c in text if c != "\n" and unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")]
+    assert not bad, bad
+
+
+def test_a_newline_or_escape_in_a_key_or_value_stays_on_its_problems_line(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    key = yq("K\nsecond.path: forged line\x1b[2J")
+    value = yq("/a\n" + HOSTILE)
+    bad.write_text(SESSION_TEXT.replace("image: img\n", f"image: {value}\n")
+                   + f"env: {{{key}: x}}\nmounts: [{{source: {value}, target: /x}}]\n")
+    code, out, err = run(capsys, "validate", str(bad))
+    assert code == 2
+    assert_no_control(err)
+    lines = err.splitlines()
+    assert all(line.startswith(f"{bad}: ") for line in lines), lines
+    assert any(line.startswith(f"{bad}: env.K\\nsecond.path: forged line\\x1b[2J: ")
+               for line in lines), lines
+    assert any(line.startswith(f"{bad}: mounts.0.source: ") for line in lines), lines
+
+
+def test_a_file_name_with_a_newline_is_printed_escaped(tmp_path, capsys):
+    bad = tmp_path / "x\nforged: ok\x1b[1A.yaml"
+    bad.write_text("kind: ClusterSession\n")
+    code, _, err = run(capsys, "validate", str(bad))
+    assert code == 2
+    assert_no_control(err)
+    assert all(line.startswith(str(tmp_path) + "/x\\nforged: ok\\x1b[1A.yaml: ")
+               for line in err.splitlines())
+    good = tmp_path / "ok\x1b[1A.yaml"
+    good.write_text(SESSION_TEXT)
+    code, out, _ = run(capsys, "validate", str(good))
+    assert code == 0 and out == f"{tmp_path}/ok\\x1b[1A.yaml: ok\n"
+
+
+def test_plan_json_and_table_carry_hostile_env_values_without_control_bytes(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text(SESSION_TEXT + f"env: {{V: {yq(HOSTILE)}}}\n", encoding="utf-8")
+    code, out, err = run(capsys, "plan", str(path), "--json")
+    assert code == 0, err
+    assert_no_control(out)
+    assert json.loads(out)["containers"][0]["env"]["V"] == HOSTILE  # the same value
+    code, out, err = run(capsys, "plan", str(path))
+    assert code == 0, err
+    assert_no_control(out + err)
+
+
+def test_diff_markdown_and_json_carry_hostile_values_without_control_bytes(tmp_path, capsys):
+    old = tmp_path / "old.yaml"
+    new = tmp_path / "new\x1b[2J.yaml"
+    old.write_text(SESSION_TEXT + "env: {V: plain}\n")
+    new.write_text(SESSION_TEXT + f"env: {{V: {yq(HOSTILE)}, {yq('W')}: "
+                   f"{yq(HOSTILE)}}}\n", encoding="utf-8")
+    code, out, err = run(capsys, "diff", str(old), str(new))
+    assert code == 0, err
+    assert_no_control(out + err)
+    assert "a\\nb\\rc\\x1b[2J" in out
+    code, out, err = run(capsys, "diff", str(old), str(new), "--json")
+    assert code == 0, err
+    assert_no_control(out)
+    assert json.loads(out)["user_env"][-1]["new"] == HOSTILE
+
+
+# --- issue 9 item 10: invalid input exits 2 with file and field named ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (("size: 2", "size: " + "9" * 5000), "cluster.size"),
+        (("kind: ClusterSession", "kind: [ClusterSession]"), "kind"),
+        (("mem: 1g", "mem: '" + "9" * 400 + ".5g'"), "resources.mem"),
+        ((f"pool: {POOL_FILE}", "pool: ~nosuchuser/p.yaml"), "pool"),
+        ((f"pool: {POOL_FILE}", "pool: " + "p" * 300), "pool"),
+        ((f"pool: {POOL_FILE}", "pool: /proc/kallsyms"), None),
+    ],
+)
+def test_invalid_input_exits_2_with_file_and_field(tmp_path, change, field):
+    if "kallsyms" in change[1] and not Path("/proc/kallsyms").exists():
+        pytest.skip("no /proc/kallsyms")
+    path = tmp_path / "s.yaml"
+    path.write_text(SESSION_TEXT.replace(*change))
+    for verb in (["validate"], ["plan", "--json"]):
+        proc = subprocess.run([sys.executable, "-m", "cluster_sessions.driver.cli", verb[0],
+                               str(path), *verb[1:]], capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        if field is None:
+            assert proc.stderr == "/proc/kallsyms: (top): file is larger than 1 MiB\n"
+        else:
+            assert proc.stderr.startswith(f"{path}: {field}: "), proc.stderr
+
+
+def test_a_deleted_working_directory_exits_2_naming_the_pool(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(SESSION_TEXT.replace(f"pool: {POOL_FILE}", "pool: somewhere"))
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    code = ("import os, sys; os.chdir(sys.argv[1]); os.rmdir(sys.argv[1]); "
+            "from cluster_sessions.driver.cli import main; sys.exit(main(sys.argv[2:]))")
+    for verb in ("validate", "plan"):
+        proc = subprocess.run([sys.executable, "-c", code, str(gone), verb, str(path)],
+                              capture_output=True, text=True, timeout=60)
+        gone.mkdir()
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith(f"{path}: pool: no pool 'somewhere' found"), proc.stderr
+        assert "working directory no longer exists" in proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["plan", "--pool", ""], ["render", "--out", "o", "--pool", ""],
+                                  ["diff", "/dev/null", "--pool", ""], ["validate"]])
+def test_an_empty_file_or_pool_argument_is_an_error(capsys, argv, tmp_path):
+    session = str(STACKS / "sessions" / "train-demo.yaml")
+    if argv[0] == "validate":
+        argv = ["validate", session, ""]
+    else:
+        argv = [argv[0], *argv[1:2], session, *argv[2:]] if argv[0] == "diff" else \
+            [argv[0], session, *argv[1:]]
+    with pytest.raises(SystemExit) as err:
+        main(argv)
+    assert err.value.code == 2
+    assert "must not be empty" in capsys.readouterr().err

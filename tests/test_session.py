@@ -363,7 +363,7 @@ def test_stack_outputs_describe_hosts_agents_network_and_main1(run: Run):
     assert [p["container"] for p in main1["ports"]] == [p.container for p in plan.session.ports]
     if any(p.container == 2200 for p in plan.session.ports):
         published = next(p for p in main1["ports"] if p["container"] == 2200)
-        assert f"-p {published['host']} " in main1["ssh"]["command"]
+        assert f"-p {published['host']} -- {plan.session.user.name}@" in main1["ssh"]["command"]
         host_key = run.engine.state[run.keys.urn][1]["host_public"]["main1"]
         assert main1["ssh"]["known_hosts"] == \
             f"[{published['address']}]:{published['host']} {host_key}"

@@ -27,3 +27,23 @@ def test_parse_size_refuses_what_is_not_a_size(text):
 @given(st.integers(1, 2**50))
 def test_format_then_parse_is_exact(size):
     assert parse_size(format_size(size)) == size
+
+
+@pytest.mark.parametrize(("text", "size"), [("1.1g", 1181116006), ("0.5k", 512),
+                                             ("1.000000000000000001t", 1024**4)])
+def test_fractions_are_exact_not_float_rounded(text, size):
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["9" * 400 + ".5g", "9" * 5000, "8388608t", 2**63])
+def test_sizes_beyond_int64_are_refused_not_overflowed(text):
+    with pytest.raises(ValueError, match="too large"):
+        parse_size(text)
+
+
+def test_bounds_are_inclusive_and_named_in_the_message():
+    assert parse_size("6m", minimum=6 * 1024**2) == 6 * 1024**2
+    with pytest.raises(ValueError, match="below the minimum of 6m"):
+        parse_size("6291455", minimum=6 * 1024**2)
+    with pytest.raises(ValueError, match="at most 1g"):
+        parse_size("1025m", maximum=1024**3)
