@@ -30,7 +30,8 @@ def test_format_then_parse_is_exact(size):
 
 
 @pytest.mark.parametrize(("text", "size"), [("1.1g", 1181116006), ("0.5k", 512),
-                                             ("1.000000000000000001t", 1024**4)])
+                                             ("1.000000000000000001t", 1024**4),
+                                             ("9007199254740993.0", 9007199254740993)])
 def test_fractions_are_exact_not_float_rounded(text, size):
     assert parse_size(text) == size
 
