@@ -249,6 +249,8 @@ def test_multi_node_that_fits_one_agent_needs_no_swarm(tree):
          "used twice"),
         ("ports: [{container: 80, host_ip: 'not an ip'}]", "ports.0.host_ip",
          "not an IP address"),
+        ('ports: [{container: 80, host_ip: "fe80::1%\\x1b[2J"}]', "ports.0.host_ip",
+         "not an IP address"),
         ("", "name", "start with a letter or digit"),
     ],
 )
@@ -608,6 +610,7 @@ def test_a_file_growing_past_the_limit_is_refused(tmp_path, monkeypatch):
         ("docker_host: 'ssh://-oProxyCommand=touch${IFS}/tmp/x'", "docker_host", "'-'"),
         ("docker_host: 'ssh://ops@-oProxyCommand=x'", "docker_host", "'-'"),
         ("docker_host: 'ssh://-oProxyCommand=x@host'", "docker_host", "'-'"),
+        ("docker_host: 'ssh://%2DoProxyCommand=x@host'", "docker_host", "'-'"),
         ("docker_host: 'ssh://host:notaport'", "docker_host", "port"),
         ("docker_host: \"unix:///var/run/docker.sock\\x1b\"", "docker_host", "control"),
         ("docker_host: 'unix://relative/sock'", "docker_host", "unix:///"),

@@ -107,7 +107,7 @@ def _number_problem(node: yaml.ScalarNode) -> str | None:
             try:
                 value = yaml.SafeLoader("").construct_yaml_int(node)
                 meaning = f" ({value})" if abs(value) <= MAX_INT else ""
-            except (ValueError, TypeError):
+            except Exception:  # noqa: BLE001 - only a hint; the problem stands without it
                 pass
         return (f"{text!r} is {_int_spelling(text)}{meaning}; write integers in plain decimal "
                 "without leading zeros, signs or separators (e.g. 1750), or quote the value if "

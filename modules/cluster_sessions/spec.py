@@ -12,7 +12,7 @@ import posixpath
 import re
 import unicodedata
 from typing import Annotated, Literal
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, StrictBool
 
@@ -290,6 +290,8 @@ def session_problems(session: Session) -> list[tuple[str, str]]:
         seen_ports.add((port.container, port.protocol))
         try:
             ipaddress.ip_address(port.host_ip)
+            if "%" in port.host_ip:  # Python takes any text as an IPv6 zone; Docker takes none
+                raise ValueError(port.host_ip)
         except ValueError:
             found.append((f"ports.{i}.host_ip", f"{port.host_ip!r} is not an IP address"))
         if port.host is not None:
@@ -448,8 +450,8 @@ def _docker_host_problem(value: str) -> str | None:
     user, at, hostport = parts.netloc.rpartition("@")
     if at and parts.scheme == "tcp":
         return "tcp:// takes no user"
-    if at:
-        problem = _user_problem(user)
+    if at:  # Go's URL parser (the docker CLI's) decodes %-escapes: check what it will see
+        problem = _user_problem(unquote(user))
         if problem:
             return f"user {problem}"
     try:
@@ -460,7 +462,7 @@ def _docker_host_problem(value: str) -> str | None:
         else hostport.split(":", 1)[0] if hostport.count(":") <= 1 else hostport
     if not host:
         return "names no host"
-    problem = _host_problem(host)
+    problem = _host_problem(host) or _host_problem(unquote(host))
     if problem is None and parts.path not in ("", "/"):
         return f"must be {parts.scheme}://[USER@]HOST[:PORT] with no path"
     return problem
