@@ -79,6 +79,15 @@ def test_pool_up_without_a_swarm_manager_is_invalid(capsys):
     assert "swarm.manager" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("ref", "words"), [("", "must not be empty"),
+                                            ("p" * 300, "File name too long"),
+                                            ("~nosuchuser/p.yaml", "cannot look up pool")])
+def test_a_pool_that_cannot_be_looked_up_is_invalid_input(capsys, ref, words):
+    assert cli.main(["pool", "check", ref]) == Exit.INVALID
+    err = capsys.readouterr().err
+    assert err.startswith("sessionctl pool: ") and words in err, err
+
+
 def test_pool_up_and_destroy_without_the_pulumi_cli_exit_4(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("PATH", str(tmp_path))  # no pulumi (and nothing else) on PATH
     monkeypatch.setenv("HOME", str(tmp_path))

@@ -16,6 +16,7 @@ from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, StrictBool
 
+from .terminal import is_hidden
 from .units import MAX_BYTES, format_size, parse_size
 
 SESSION_NAME = re.compile(r"^(?=.{4,64}$)\w[\w.-]*\w$", re.ASCII)
@@ -56,13 +57,13 @@ SYSTEM_USERS = frozenset({
     "proxy", "www-data", "backup", "list", "irc", "gnats", "nobody", "nogroup", "sshd",
     "messagebus", "adm", "halt", "shutdown", "operator", "ftp", "dbus", "polkitd", "avahi",
     "ntp", "chrony", "tss", "uuidd", "tcpdump", "statd", "dnsmasq", "syslog", "postfix",
-    "Debian-exim", "staff", "users", "shadow", "utmp", "tty", "disk", "kmem", "wheel",
+    "staff", "users", "shadow", "utmp", "tty", "disk", "kmem", "wheel",
     "docker", "sudo", "input", "render", "video", "audio", "netdev", "plugdev", "crontab",
     "postgres", "mysql", "redis", "nginx", "apache", "http", "rpc", "rpcuser", "sssd",
 })
-"""Accounts an image may already have as system accounts; the set-up would take one over
-(``usermod``, ``chown`` of its home) if the session user had its name. Names beginning with
-``_`` (``_apt``) or ``systemd-`` are system accounts too."""
+"""System accounts and groups an image may already have; the set-up would take one over
+(``usermod``, ``chown`` of its home, the group of that name) if the session user had its name.
+Names beginning with ``_`` (``_apt``) or ``systemd-`` are system accounts too."""
 HOST = re.compile(r"[A-Za-z0-9_.:%\[\]-]+", re.ASCII)
 
 
@@ -316,10 +317,10 @@ def _covers(outer: str, inner: str) -> bool:
     return inner == outer or inner.startswith(outer.rstrip("/") + "/")
 
 
-def _hidden(text: str, allow: str = "") -> bool:
-    """Whether ``text`` holds a control, format or line-break character not in ``allow``."""
-    return any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") and c not in allow
-               for c in text)
+def _hidden(text: str) -> bool:
+    """Whether ``text`` holds a control, format or line-break character (never meant in a
+    name or a path, and what forges output on a terminal)."""
+    return any(is_hidden(c) for c in text)
 
 
 def _controls(text: str, allow: str = "") -> bool:
@@ -338,8 +339,7 @@ def _text_problems(session: Session) -> list[tuple[str, str]]:
     hold newlines and tabs (``bash -c`` scripts), nothing else of the kind.
     """
     found: list[tuple[str, str]] = []
-    for path, value in (("image", session.image), ("pool", session.pool),
-                        ("name", session.name), ("user.name", session.user.name)):
+    for path, value in (("image", session.image), ("pool", session.pool)):  # names: regexes
         if _hidden(value):
             found.append((path, NO_CONTROLS))
     if "/" not in session.pool and len(f"{session.pool}.yaml".encode()) > 255:

@@ -67,7 +67,13 @@ def _project() -> Path | None:
 
 
 def load_pool(ref: str) -> tuple[Pool, Path]:
-    path = pool_path(ref, _project())
+    if not ref:
+        raise CommandError("the pool must not be empty", Exit.INVALID)
+    try:
+        path = pool_path(ref, _project())
+    except (OSError, RuntimeError) as exc:  # a name too long, ~nosuchuser, cwd deleted, ...
+        why = getattr(exc, "strerror", None) or str(exc)
+        raise CommandError(f"cannot look up pool {ref!r}: {why}", Exit.INVALID) from None
     pool = load_file(path, expect="AgentPool")  # DefinitionError -> exit 2 in cli.main
     assert isinstance(pool, Pool)
     return pool, path
