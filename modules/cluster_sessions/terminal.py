@@ -64,4 +64,6 @@ def dumps(obj: object, **kwargs: object) -> str:
     They can only occur inside strings, so escaping them keeps the document valid.
     """
     text = json.dumps(obj, ensure_ascii=False, **kwargs)  # type: ignore[arg-type]
+    if text.isascii() and "\x7f" not in text:  # the common case, at memory speed
+        return text
     return _NOT_ASCII.sub(_json_escape, text)
