@@ -250,10 +250,11 @@ def test_a_deleted_working_directory_exits_2_naming_the_pool(tmp_path):
         assert "working directory no longer exists" in proc.stderr
 
 
-@pytest.mark.parametrize("argv", [["plan", "--pool", ""], ["render", "--out", "o", "--pool", ""],
+@pytest.mark.parametrize("argv", [["plan", "--pool", ""], ["render", "--out", "OUT", "--pool", ""],
                                   ["diff", "/dev/null", "--pool", ""], ["validate"]])
 def test_an_empty_file_or_pool_argument_is_an_error(capsys, argv, tmp_path):
     session = str(STACKS / "sessions" / "train-demo.yaml")
+    argv = [str(tmp_path / "out") if a == "OUT" else a for a in argv]
     if argv[0] == "validate":
         argv = ["validate", session, ""]
     else:
