@@ -65,7 +65,8 @@ KEYS = generate_session_keys(["main1"] + [f"sub{i}" for i in range(1, 4)])
 
 
 def bundle(directory: Path, session: Session, host: str = "sub2") -> tuple[Path, dict]:
-    """Render ``host``'s files into ``directory``; return it and the host's static env."""
+    """Render ``host``'s files into ``directory``; return it and the host's static env (what
+    the container is created with: no start-up names, see clusterenv.read_at_startup)."""
     plan = build_plan(session, POOL)
     container = next(c for c in plan.containers if c.host == host)
     directory.mkdir(parents=True, exist_ok=True)
@@ -301,6 +302,11 @@ names = st.one_of(
     st.sampled_from(["size", "hosts", "rank", "base", "workers", "i", "rest", "host",
                      "_cs_rest", "_cs_done", "PATH", "MASTER_PORT", "MASTER_ADDR"]),
 ).filter(lambda n: n not in SHELL_OWNED and not n.startswith("BACKENDAI_"))
+# Names a shell or the dynamic loader reads at start-up: kept out of the container's env and
+# given to the user's processes only (exec-env.sh); their values must survive byte for byte too.
+STARTUP = ["BASH_ENV", "ENV", "IFS", "PS4", "SHELLOPTS", "BASHOPTS", "CDPATH", "GLOBIGNORE",
+           "PROMPT_COMMAND", "TMPDIR", "LD_PRELOAD", "LD_LIBRARY_PATH"]
+startup_names = st.sampled_from(STARTUP)
 values = st.one_of(
     st.sampled_from(HOSTILE),
     st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"),
@@ -308,15 +314,21 @@ values = st.one_of(
 )
 
 
-def check_chain(shell: str, directory: Path, static: dict[str, str]) -> None:
+def check_chain(shell: str, directory: Path, static: dict[str, str],
+                at_exec: dict[str, str] | None = None) -> None:
+    """The entrypoint's chain, step by step: the container's env, the user's environment worked
+    out with built-ins only, then the command (command.sh's load) and an ssh session."""
+    at_exec = at_exec or {}
     expected = {**static, **expected_derived(static)}
 
     # The engine passed the env (docker run -e): the entrypoint's own shell sources both.
     seen = env_after(shell, directory, static)
     assert seen == expected
+    expected.update(at_exec)
 
     # Nothing passed: static-env.sh fills it in (except PATH: a shell always has one).
-    script = f". ./static-env.sh\n. ./cluster-env.sh\nexec {sys.executable} -c \"$DUMP\""
+    script = (f". ./static-env.sh\n. ./cluster-env.sh\n. ./exec-env.sh\n"
+              f"exec {sys.executable} -c \"$DUMP\"")
     result = run(shell, script, {"DUMP": DUMP}, directory)
     assert result.returncode == 0, result.stderr.decode()
     got = {k: bytes.fromhex(v).decode("utf-8", "surrogateescape")
@@ -324,13 +336,26 @@ def check_chain(shell: str, directory: Path, static: dict[str, str]) -> None:
     assert {k: got.get(k) for k in expected if k != "PATH"} == {
         k: v for k, v in expected.items() if k != "PATH"}
 
-    # An ssh session: save-env.sh writes the environment, ssh-session.sh (as sshd runs it, in
-    # a clean environment with only sshd's variables) loads it and runs the command.
-    saved = directory / "environment"
-    script = f'. ./static-env.sh; . ./cluster-env.sh; exec {shell} ./save-env.sh > "$1"'
-    result = subprocess.run([shell, "-c", script, "sh", str(saved)], env=static, cwd=directory,
+    # The entrypoint's _cs_save_env: built-ins only, into the command's and ssh's files.
+    command_env, saved = directory / "command-env", directory / "environment"
+    script = ('. ./static-env.sh; . ./cluster-env.sh; . ./exec-env.sh; export -p > "$1"; '
+              '. ./save-env.sh > "$2"')
+    result = subprocess.run([shell, "-c", script, "sh", str(command_env), str(saved)],
+                            env=static, cwd=directory, capture_output=True, timeout=30,
+                            check=False)
+    assert result.returncode == 0, result.stderr.decode()
+
+    # The command, as command.sh loads it: in a clean environment, as the user.
+    script = f'. "$1"; exec {sys.executable} -c "$0"'
+    result = subprocess.run([shell, "-c", script, DUMP, str(command_env)], env={},
                             capture_output=True, timeout=30, check=False)
     assert result.returncode == 0, result.stderr.decode()
+    got = {k: bytes.fromhex(v).decode("utf-8", "surrogateescape")
+           for k, v in json.loads(result.stdout).items()}
+    assert {k: got.get(k) for k in expected} == expected
+
+    # An ssh session: ssh-session.sh (as sshd runs it, in a clean environment with only
+    # sshd's variables) loads the saved environment and runs the command.
     sshd_env = {"HOME": "/nonexistent", "USER": "work", "LOGNAME": "work", "SHELL": shell,
                 "PATH": "/usr/bin:/bin", "SSH_CONNECTION": "10.0.0.1 1 10.0.0.2 2200",
                 "SSH_ORIGINAL_COMMAND": f'exec {sys.executable} -c "$DUMP"', "DUMP": DUMP}
@@ -339,26 +364,33 @@ def check_chain(shell: str, directory: Path, static: dict[str, str]) -> None:
     assert result.returncode == 0, result.stderr.decode()
     got = {k: bytes.fromhex(v).decode("utf-8", "surrogateescape")
            for k, v in json.loads(result.stdout).items()}
+    # the command runs under the user's shell ($SHELL -c), which sets IFS afresh at start-up
+    # whatever the environment says: that is the shell's rule, not ours
+    expected.pop("IFS", None)
     assert {k: got.get(k) for k in expected} == expected
 
 
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(user_env=st.dictionaries(names, values, max_size=6),
+       startup_env=st.dictionaries(startup_names, values, max_size=3),
        size=st.sampled_from([1, 2, 4]),
        master_port=st.one_of(st.none(), st.integers(1024, 32767)))
-def test_every_env_value_survives_rendering_byte_for_byte(shell, tmp_path, user_env, size,
-                                                          master_port):
+def test_every_env_value_survives_rendering_byte_for_byte(shell, tmp_path, user_env, startup_env,
+                                                          size, master_port):
     host = "main1" if size == 1 else "sub1"
     directory, static = bundle(tmp_path / os.urandom(4).hex(),
-                               make_session(size, user_env, master_port), host=host)
+                               make_session(size, {**user_env, **startup_env}, master_port),
+                               host=host)
     for name, value in user_env.items():
         assert static[name] == value
-    check_chain(shell, directory, static)
+    assert not set(startup_env) & set(static)
+    check_chain(shell, directory, static, startup_env)
 
 
 def test_hostile_values_survive_the_chain(shell, tmp_path):
     user_env = {f"V{i}": value for i, value in enumerate(HOSTILE)}
-    directory, static = bundle(tmp_path, make_session(4, user_env))
-    check_chain(shell, directory, static)
+    startup_env = {name: HOSTILE[i % len(HOSTILE)] for i, name in enumerate(STARTUP)}
+    directory, static = bundle(tmp_path, make_session(4, {**user_env, **startup_env}))
+    check_chain(shell, directory, static, startup_env)
     assert not Path("/tmp/pwned").exists()

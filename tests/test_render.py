@@ -36,7 +36,8 @@ from .conftest import skip_or_fail
 
 POOL = Pool.model_validate({"kind": "AgentPool", "name": "p", "agents": [
     {"name": "a1", "docker_host": "unix:///x", "capacity": {"cpu": 64, "mem": "256g"}}]})
-REQUIRED = {"entrypoint.sh", "cluster-env.sh", "static-env.sh", "save-env.sh", "ssh-session.sh",
+REQUIRED = {"entrypoint.sh", "cluster-env.sh", "static-env.sh", "exec-env.sh", "save-env.sh",
+            "setup.sh", "wait-peers.sh", "start.sh", "command.sh", "ssh-session.sh",
             "profile.sh", "sshd_config", "ssh/config", "ssh/known_hosts", "ssh/authorized_keys",
             "ssh/id_cluster", "ssh/id_cluster.pub", "ssh/ssh_host_ed25519_key",
             "ssh/ssh_host_ed25519_key.pub"}
@@ -166,17 +167,18 @@ def test_sshd_config_is_port_2200_keys_only_no_root_and_runs_every_session_throu
 def test_entrypoint_carries_user_peers_and_readiness_timeout_from_the_definition():
     _, _, bundles = render(size=4, user={"name": "alice", "uid": 1234, "gid": 4321},
                            readiness={"timeout": 42})
-    script = by_path(bundles["sub2"])["entrypoint.sh"].content
-    assert "_cs_wait_peers main1 sub1 sub3\n" in script
-    assert "timeout=42\n" in script
-    assert "setpriv --reuid=1234 --regid=4321 --init-groups --" in script
-    assert "name=alice\n" in script
+    files = by_path(bundles["sub2"])
+    script = files["entrypoint.sh"].content
+    assert '/wait-peers.sh" main1 sub1 sub3\n' in script
+    assert "timeout=42\n" in files["wait-peers.sh"].content
+    assert "setpriv --reuid=1234 --regid=4321 --init-groups --" in files["start.sh"].content
+    assert "name=alice\n" in files["setup.sh"].content
 
 
 def test_a_single_container_waits_for_no_peer():
     _, _, bundles = render(size=1)
     script = by_path(bundles["main1"])["entrypoint.sh"].content
-    assert "\n_cs_wait_peers " not in script
+    assert '/wait-peers.sh"' not in script
     assert "no peers" in script
 
 

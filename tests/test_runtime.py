@@ -611,3 +611,157 @@ def test_torchrun_all_reduce_across_the_containers_with_no_rendezvous_flags(
         assert match, f"{host}:\n{text}"
         ranks[match[1]] = int(match[2])
     assert ranks == {"main1": 0, "sub1": 1, "sub2": 2, "sub3": 3}
+
+
+# --- nothing the definition says runs as root (issue 9) ---------------------------------------
+
+PRELOAD_C = r"""
+#include <stdio.h>
+#include <unistd.h>
+__attribute__((constructor)) static void mark(void) {
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/preload.%d", (int)geteuid());
+    FILE *f = fopen(path, "a");
+    if (f) fclose(f);
+}
+"""
+# Each leaves /tmp/<what>.<euid> in the container when a process honours it.
+STARTUP_HOOKS = {
+    "BASH_ENV": "$(touch /tmp/bash_env.$(id -u))",
+    "ENV": "$(touch /tmp/env.$(id -u))",
+    "SHELLOPTS": "xtrace",
+    "PS4": "$(touch /tmp/ps4.$(id -u)) ",
+    "LD_PRELOAD": "/opt/preload/mark.so",
+}
+
+
+@pytest.fixture(scope="module")
+def preload_dir(tmp_path_factory) -> Path:
+    """A shared object whose constructor leaves /tmp/preload.<euid> in the container."""
+    import shutil
+    import subprocess
+
+    from tests.conftest import skip_or_fail
+
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        skip_or_fail("no C compiler to build the LD_PRELOAD probe")
+    directory = tmp_path_factory.mktemp("preload")
+    (directory / "mark.c").write_text(PRELOAD_C)
+    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(directory / "mark.so"),
+                    str(directory / "mark.c")], check=True)
+    directory.chmod(0o755)
+    (directory / "mark.so").chmod(0o755)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def hooked(session_factory, preload_dir) -> Running:
+    """Two containers whose definition sets every start-up hook a root process could honour."""
+    return session_factory(session_def(
+        unique("hooked"), 2, env=STARTUP_HOOKS,
+        mounts=[{"source": str(preload_dir), "target": "/opt/preload", "read_only": True}]))
+
+
+def marks(running: Running, host: str) -> set[str]:
+    return set(running.ok(host, "ls /tmp", user="root").split())
+
+
+def test_start_up_hooks_in_the_definition_never_run_as_root(hooked):
+    for host in hooked.hosts:
+        root_marks = {m for m in marks(hooked, host) if m.endswith(".0")}
+        assert not root_marks, f"{host}: ran as root: {root_marks}\n{hooked.logs(host)!r}"
+
+
+def test_start_up_hooks_are_kept_out_of_the_containers_env(hooked):
+    for c in hooked.plan.containers:
+        assert not set(STARTUP_HOOKS) & set(c.env)
+        assert dict(c.exec_env) == STARTUP_HOOKS
+        created = hooked.containers[c.host].attrs["Config"]["Env"]
+        assert not [e for e in created if e.split("=", 1)[0] in STARTUP_HOOKS], created
+
+
+def test_start_up_hooks_reach_the_command_and_ssh_sessions_byte_for_byte(hooked):
+    command = command_env(hooked, "sub1")
+    code, out, err = hooked.run("main1", f"ssh -o BatchMode=yes sub1 \"python3 -c '{DUMP}'\"")
+    assert code == 0, err
+    over_ssh = dump_env(out.decode())
+    for name, value in STARTUP_HOOKS.items():
+        assert command[name] == value.encode(), name
+        if name == "SHELLOPTS":  # the user's bash honours it, and lists every option it has on
+            assert b"xtrace" in over_ssh[name].split(b":"), over_ssh[name]
+        else:
+            assert over_ssh[name] == value.encode(), name
+    # the user's own processes honour them: the command (sleep) loaded the preload as the user,
+    # and the user's bash over ssh traced with the user's PS4 (bash run by sshd reads ~/.bashrc
+    # instead of BASH_ENV: that is bash's rule, not ours)
+    assert {"preload.9001", "ps4.9001"} <= marks(hooked, "sub1")
+
+
+@pytest.mark.parametrize("account, user, message", [
+    ("useradd -u 999 -M -d /home/work work", {}, "is a system account (uid 999 < 1000)"),
+    ("useradd -u 5000 -M -d /usr/sbin svc", {"name": "svc", "uid": 5000, "gid": 5000},
+     "has the system directory /usr/sbin as its home"),
+])
+def test_an_image_account_that_is_a_system_one_is_never_taken_over(
+        docker_client, image, tmp_path, account, user, message):
+    session = session_def(unique("sysuser"), 1, **({"user": user} if user else {}))
+    running = start(docker_client, image, session, tmp_path, wait=False,
+                    before=f"{account} && stat -c %u:%a /usr/sbin > /tmp/before")
+    try:
+        result = running.containers["main1"].wait(timeout=60)
+        logs = running.logs("main1").decode()
+        assert result["StatusCode"] == 70, logs
+        assert message in logs, logs
+        assert "refusing to take it over" in logs
+    finally:
+        remove(docker_client, running)
+
+
+@pytest.mark.parametrize("target", ["/home/work", "/home/work/.ssh"])
+def test_a_mounted_home_or_ssh_directory_is_never_changed(docker_client, image, tmp_path,
+                                                          target):
+    """Validation refuses such mounts; the entrypoint holds the line on its own too."""
+    from docker.types import Mount
+
+    host_dir = tmp_path / "victim"
+    (host_dir / ".ssh").mkdir(parents=True)
+    (host_dir / ".ssh" / "authorized_keys").write_text("ssh-ed25519 AAAA victim\n")
+    mounted = host_dir if target == "/home/work" else host_dir / ".ssh"
+    for path in (host_dir, host_dir / ".ssh", host_dir / ".ssh" / "authorized_keys"):
+        os_chown(path, 4242, 4242)
+    host_dir.chmod(0o750)
+    before = snapshot(host_dir)
+    session = session_def(unique("homemount"), 1)
+    plan, _ = render_to(tmp_path / "bundle", session.model_copy(update={"image": image}))
+    container = docker_client.containers.run(
+        image, [f"{BUNDLE_DIR}/entrypoint.sh", "sleep", "infinity"], entrypoint=["/bin/sh"],
+        name=plan.containers[0].container_name, detach=True, init=True,
+        environment=dict(plan.containers[0].env),
+        mounts=[Mount(BUNDLE_DIR, str(tmp_path / "bundle" / "main1"), type="bind",
+                      read_only=True),
+                Mount(target, str(mounted), type="bind")])
+    try:
+        result = container.wait(timeout=60)
+        logs = container.logs().decode()
+        assert result["StatusCode"] == 70, logs
+        assert f"{target} is a mount point" in logs, logs
+        assert snapshot(host_dir) == before
+    finally:
+        container.remove(force=True)
+
+
+def os_chown(path: Path, uid: int, gid: int) -> None:
+    import os
+
+    os.chown(path, uid, gid)
+
+
+def snapshot(directory: Path) -> list[tuple[str, int, int, int, bytes]]:
+    """Owner, group, mode and contents of everything under ``directory``."""
+    rows = []
+    for path in sorted([directory, *directory.rglob("*")]):
+        st = path.lstat()
+        data = path.read_bytes() if path.is_file() else b""
+        rows.append((str(path.relative_to(directory)), st.st_uid, st.st_gid, st.st_mode, data))
+    return rows

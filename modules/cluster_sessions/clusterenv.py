@@ -28,6 +28,35 @@ class Member:
     local_rank: int  # 0-based across the session
 
 
+# Names that the dynamic loader, the C library or a shell reads when a program starts (glibc's
+# list of variables it ignores for set-uid programs, plus the shells' start-up and option
+# variables). In the container's env they would be in effect for the root entrypoint and every
+# program Docker starts there (LD_PRELOAD loads code into /bin/sh itself), so a definition's
+# values for them are kept out of it and reach only the user's command and ssh sessions
+# (exec-env.sh): nothing a definition says runs as root.
+STARTUP_NAMES = frozenset({
+    "GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH",
+    "MALLOC_ARENA_MAX", "MALLOC_ARENA_TEST", "MALLOC_CHECK_", "MALLOC_MMAP_MAX_",
+    "MALLOC_MMAP_THRESHOLD_", "MALLOC_PERTURB_", "MALLOC_TOP_PAD_", "MALLOC_TRACE",
+    "MALLOC_TRIM_THRESHOLD_", "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TMPDIR",
+    "TZDIR",
+    "BASH_ENV", "BASHOPTS", "BASH_XTRACEFD", "CDPATH", "ENV", "FPATH", "GLOBIGNORE", "IFS",
+    "PROMPT_COMMAND", "PS4", "SHELLOPTS",
+})
+
+
+def read_at_startup(name: str) -> bool:
+    """True for a variable that must never be in effect for a root process (see above)."""
+    return name.startswith("LD_") or name in STARTUP_NAMES
+
+
+def split_user_env(user_env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(what goes into the container's env, what only the user's processes get)."""
+    ordinary = {k: v for k, v in user_env.items() if not read_at_startup(k)}
+    at_exec = {k: v for k, v in user_env.items() if read_at_startup(k)}
+    return ordinary, at_exec
+
+
 def members(size: int) -> tuple[Member, ...]:
     """main1 first, then sub1..sub<size-1>: the one order used everywhere."""
     subs = (Member(f"sub{i}", "sub", i, i) for i in range(1, size))
@@ -53,7 +82,9 @@ def static_envs(
 
     The user's variables come first; ``BACKENDAI_*`` keys are reserved (validation refuses
     them in the user's env), so nothing here can override the user or the other way round.
+    Variables :func:`read_at_startup` are not part of it (see :func:`split_user_env`).
     """
+    user_env = split_user_env(user_env)[0]
     hosts = ",".join(m.host for m in group)  # one string shared by every container
     shared = {
         **user_env,

@@ -8,9 +8,9 @@ plan; none of them decides a cluster fact again.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from .clusterenv import kernel_id, members, static_envs
+from .clusterenv import kernel_id, members, split_user_env, static_envs
 from .placement import Free, Request, place
 from .spec import SSH_PORT, Mount, Pool, Resources, Session
 from .units import format_size
@@ -26,6 +26,9 @@ class ContainerPlan:
     kernel_id: str
     env: Mapping[str, str]
     gpus: tuple[int, ...]
+    # the definition's variables kept out of ``env`` (clusterenv.read_at_startup): the
+    # entrypoint gives them to the user's command and ssh sessions only
+    exec_env: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def container_name(self) -> str:
@@ -122,12 +125,13 @@ def build_plan(session: Session, pool: Pool, free: Sequence[Free] | None = None)
     master_port = session.distributed.master_port if session.distributed else None
     envs = static_envs(session.name, session.cluster.mode, group, session.env, master_port)
     slots = placement.slots or (None,) * size
+    exec_env = split_user_env(session.env)[1]
     containers = tuple(
         ContainerPlan(
             host=m.host, role=m.role, idx=m.idx, local_rank=m.local_rank,
             agent=slot.agent if slot else None,
             kernel_id=env["BACKENDAI_KERNEL_ID"], env=env,
-            gpus=slot.gpus if slot else (),
+            gpus=slot.gpus if slot else (), exec_env=exec_env,
         )
         for m, env, slot in zip(group, envs, slots, strict=True)
     )
@@ -182,6 +186,7 @@ def plan_to_dict(plan: ClusterPlan) -> dict:
                 "agent": c.agent,
                 "kernel_id": c.kernel_id,
                 "env": dict(c.env),
+                "exec_env": dict(c.exec_env),
                 "resources": {
                     "cpu": res.cpu,
                     "mem": format_size(res.mem),

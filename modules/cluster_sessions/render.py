@@ -33,6 +33,8 @@ TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 
 DEFAULT_MASTER_PORT = 29500  # PyTorch's convention; Kubeflow uses it too
 DEFAULT_COMMAND = ("sleep", "infinity")  # when neither the definition nor the image gives one
+# PATH of every program started as root in a container (the definition's PATH never is)
+ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 SECRET_MODE = 0o600
 PUBLIC_MODE = 0o644
@@ -67,7 +69,12 @@ LAYOUT: tuple[tuple[str, str, int], ...] = (
     ("entrypoint.sh", "entrypoint.sh.j2", EXEC_MODE),
     ("cluster-env.sh", "cluster-env.sh.j2", PUBLIC_MODE),
     ("static-env.sh", "static-env.sh.j2", PUBLIC_MODE),
+    ("exec-env.sh", "exec-env.sh.j2", PUBLIC_MODE),
     ("save-env.sh", "save-env.sh.j2", PUBLIC_MODE),
+    ("setup.sh", "setup.sh.j2", PUBLIC_MODE),
+    ("wait-peers.sh", "wait-peers.sh.j2", PUBLIC_MODE),
+    ("start.sh", "start.sh.j2", PUBLIC_MODE),
+    ("command.sh", "command.sh.j2", PUBLIC_MODE),
     ("ssh-session.sh", "ssh-session.sh.j2", EXEC_MODE),
     ("profile.sh", "profile.sh.j2", PUBLIC_MODE),
     ("sshd_config", "sshd_config.j2", PUBLIC_MODE),
@@ -184,19 +191,25 @@ def pack_entrypoint_argv() -> list[str]:
     Unpacks every pack into :data:`BUNDLE_DIR` (exit 70 with a message if one fails, 64 if not
     run as root, as the entrypoint itself), then execs the bundled entrypoint with the
     container's command (docker appends CMD after the ``sh -c`` script's ``$0``). The work is
-    done in a subshell, so the entrypoint sees the environment exactly as the container got it.
+    done in a subshell, so the entrypoint sees the environment exactly as the container got it,
+    and every program it starts as root (``id``, the packs' ``mkdir``/``chmod``/``mv``) runs
+    under ``env -i`` with a fixed PATH: nothing of the definition's env is in effect for them.
     Unpacking again at every start (docker restart) rewrites the same files.
     """
     bundle = shlex.quote(BUNDLE_DIR)
+    clean = f'"$env" -i PATH={ROOT_PATH} LC_ALL=C'
     script = "\n".join([
         "(",
-        '  [ "$(id -u)" = 0 ] || { echo "cluster-session: error: must run as root (it creates '
-        'the user and starts sshd); do not set the container\'s user" >&2; exit 64; }',
+        "  env=/usr/bin/env",
+        '  [ -x "$env" ] || env=/bin/env',
+        f'  [ "$({clean} id -u)" = 0 ] || {{ echo "cluster-session: error: must run as root'
+        ' (it creates the user and starts sshd); do not set the container\'s user" >&2;'
+        ' exit 64; }',
         "  found=",
         f"  for pack in {bundle}/*.pack; do",
         '    [ -f "$pack" ] || continue',
         "    found=1",
-        f'    /bin/sh "$pack" {bundle} || {{ echo "cluster-session: error: cannot unpack'
+        f'    {clean} /bin/sh "$pack" {bundle} || {{ echo "cluster-session: error: cannot unpack'
         f' $pack into {BUNDLE_DIR}" >&2; exit 70; }}',
         "  done",
         f'  [ -n "$found" ] || {{ echo "cluster-session: error: no *.pack in {BUNDLE_DIR}" >&2;'
@@ -234,9 +247,11 @@ def render_container(plan: ClusterPlan, container: ContainerPlan,
         "peers": [h for h in plan.hosts if h != container.host],
         "size": len(plan.containers),
         "env": list(container.env.items()),
+        "exec_env": list(container.exec_env.items()),
         "user": session.user,
         "ssh_port": SSH_PORT,
         "run_dir": RUN_DIR,
+        "root_path": ROOT_PATH,
         "readiness_timeout": session.readiness.timeout,
         "default_command": list(DEFAULT_COMMAND),
         "default_master_port": DEFAULT_MASTER_PORT,
