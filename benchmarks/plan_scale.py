@@ -1,10 +1,10 @@
 """Planning at scale: validate + plan, render, and the Pulumi program's registration.
 
 Each case is a multi-node session spread over a pool whose agents hold 4 containers each, so
-placement has to choose and fill many agents. Three tables:
+placement has to choose and fill many agents. Four tables:
 
-1. validate + plan, 10 ... 10,000 containers: the same path as ``sessionctl plan`` (YAML text
-   -> strict load -> validation -> plan); time and peak memory.
+1. validate + plan, 10 ... 2,048 containers (the maximum): the same path as
+   ``sessionctl plan`` (YAML text -> strict load -> validation -> plan); time and peak memory.
 2. keys + render, 16 ... 1,024 containers: the session keys made once (``generate_session_keys``,
    one user key and one host key per container, timed on their own), then ``render_session``
    for every container. Each container's ``known_hosts`` and ``ssh/config`` list every host, so
@@ -14,19 +14,25 @@ placement has to choose and fill many agents. Three tables:
    pool generated in a temporary directory: load, plan, the keys resource, render, one
    ``docker.Provider`` per agent, the overlay network and one ``docker.Container`` per host,
    until every output has resolved.
+4. the worst case a definition may ask for: ``sessionctl plan --json`` and ``sessionctl render``
+   at ``MAX_CLUSTER_SIZE``, each the real verb in a process of its own; wall time, peak
+   resident memory and output size, against the limits of 1 GB and 60 s (issue 9).
 
-    python3 benchmarks/plan_scale.py                 # all three tables
+    python3 benchmarks/plan_scale.py                 # all four tables
     python3 benchmarks/plan_scale.py --repeat 7 --skip-pulumi
 
 Targets: (issue 2) 1,000 containers over 250 agents planned in under 0.2 s; (issue 6) 256
-containers registered in under 5 s; growth close to linear in all.
+containers registered in under 5 s; growth close to linear in all; (issue 9) the worst case
+under 1 GB of memory and 60 s for ``plan --json`` and for ``render``.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -43,8 +49,9 @@ from quiet import busy_fraction, describe, machine_cpu, settle  # noqa: E402
 from cluster_sessions.keys import generate_session_keys  # noqa: E402
 from cluster_sessions.loader import parse_yaml, to_model  # noqa: E402
 from cluster_sessions.plan import build_plan  # noqa: E402
+from cluster_sessions.spec import MAX_CLUSTER_SIZE  # noqa: E402
 
-CASES = [(10, 3), (100, 25), (1_000, 250), (10_000, 2_500)]
+CASES = [(10, 3), (100, 25), (1_000, 250), (MAX_CLUSTER_SIZE, MAX_CLUSTER_SIZE // 4)]
 RENDER_SIZES = [16, 64, 256, 1_024]
 PULUMI_SIZES = [16, 64, 256]
 PER_AGENT = 4  # containers per agent in every case
@@ -171,6 +178,8 @@ def main() -> None:
                         help="leave out the Pulumi registration table")
     parser.add_argument("--skip-plan", action="store_true",
                         help="leave out the validate + plan table")
+    parser.add_argument("--skip-worst", action="store_true",
+                        help="leave out the worst-case plan --json / render table")
     args = parser.parse_args()
     t_script = time.perf_counter()
     print(f"# {describe()}\n")
@@ -180,6 +189,8 @@ def main() -> None:
         render_table(args.repeat)
     if not args.skip_pulumi:
         pulumi_table(args.pulumi_repeat)
+    if not args.skip_worst:
+        worst_case_table()
     print(f"\n# script time {time.perf_counter() - t_script:.0f} s")
 
 
@@ -230,6 +241,46 @@ def pulumi_table(repeat: int) -> None:
     t_256 = dict(rows)[256]
     verdict = "meets" if t_256 < 5 else "MISSES"
     print(f"256 containers registered: {t_256:.2f} s ({verdict} the 5 s target)")
+
+
+def run_verb(argv: list[str], stdout) -> tuple[float, float]:
+    """(wall s, peak RSS MiB) of ``sessionctl ARGV`` in a process of its own."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT / "modules"),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    started = time.perf_counter()
+    child = subprocess.Popen([sys.executable, "-m", "cluster_sessions.driver.cli", *argv],
+                             env=env, stdout=stdout, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - started
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise SystemExit(f"sessionctl {' '.join(argv)} exited {child.returncode}")
+    return wall, usage.ru_maxrss / 1024
+
+
+def worst_case_table() -> None:
+    size = MAX_CLUSTER_SIZE
+    print(f"\n## the worst case allowed: {size:,} containers (MAX_CLUSTER_SIZE), the real "
+          "verbs\n")
+    print(f"{'verb':>14} {'wall s':>8} {'peak RSS MiB':>13} {'output MiB':>11} {'verdict':>8}")
+    with tempfile.TemporaryDirectory(prefix="plan-scale-worst-") as tmp:
+        directory = Path(tmp)
+        (directory / "pool.yaml").write_text(pool_yaml(agents_for(size)))
+        definition = directory / "session.yaml"
+        definition.write_text(session_yaml(size, pool=str(directory / "pool.yaml")))
+        rows = []
+        with open(directory / "plan.json", "wb") as out:
+            wall, peak = run_verb(["plan", str(definition), "--json"], out)
+        rows.append(("plan --json", wall, peak, (directory / "plan.json").stat().st_size))
+        wall, peak = run_verb(["render", str(definition), "--out", str(directory / "out")],
+                              subprocess.DEVNULL)
+        written = sum(p.stat().st_size for p in (directory / "out").rglob("*") if p.is_file())
+        rows.append(("render", wall, peak, written))
+    for verb, wall, peak, size_out in rows:
+        verdict = "ok" if wall < 60 and peak < 1024 else "MISSES"
+        print(f"{verb:>14} {wall:>8.2f} {peak:>13.1f} {size_out / 2**20:>11.1f} {verdict:>8}")
+    print("\nlimits: 60 s and 1 GB each (render keeps one container's files in memory at a "
+          "time; the bytes on disk still grow as N^2)")
 
 
 if __name__ == "__main__":

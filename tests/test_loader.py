@@ -639,3 +639,15 @@ def test_ordinary_docker_hosts_stay_valid(tree, host):
     pool = (f"kind: AgentPool\nname: lab\nagents:\n  - {{name: a1, docker_host: '{host}', "
             f"ssh: {{host: 'agent-1.example', user: ops}}, capacity: {{cpu: 8, mem: 32g}}}}\n")
     assert problems_of(tree(pool, "p.yaml", "pools")) == []
+
+
+def test_a_cluster_beyond_the_maximum_size_is_refused_with_the_limit(tree):
+    from cluster_sessions.spec import MAX_CLUSTER_SIZE
+
+    assert MAX_CLUSTER_SIZE == 2048  # the documented limit (README, docs/design-notes.md)
+    def sized(size: int) -> str:
+        return SESSION.replace("size: 2}", f"size: {size}}}")
+
+    assert problems_of(tree(sized(MAX_CLUSTER_SIZE))) == []
+    assert problems_of(tree(sized(MAX_CLUSTER_SIZE + 1))) == [
+        f"cluster.size: must be less than or equal to {MAX_CLUSTER_SIZE}"]

@@ -127,3 +127,80 @@ def test_an_unwritable_out_directory_is_an_error_not_a_traceback(tmp_path, capsy
 def test_write_bundle_refuses_paths_outside_the_directory(tmp_path):
     with pytest.raises(ValueError):
         write_bundle([RenderedFile("../escape", "x", 0o644)], tmp_path / "b")
+
+
+# --- links planted in the output directory (issue 9) -----------------------------------------
+
+def victim(tmp_path: Path) -> tuple[Path, list]:
+    """A directory someone else owns, with a file in it, and a snapshot of both."""
+    home = tmp_path / "victim" / ".ssh"
+    home.mkdir(parents=True)
+    (home / "authorized_keys").write_text("ssh-ed25519 AAAA victim\n")
+    home.chmod(0o755)
+    return home, snapshot(tmp_path / "victim")
+
+
+def snapshot(directory: Path) -> list:
+    return [(str(p.relative_to(directory)), stat.S_IMODE(p.lstat().st_mode),
+             p.read_bytes() if p.is_file() else b"")
+            for p in sorted([directory, *directory.rglob("*")])]
+
+
+def render_into(tmp_path: Path, out: Path, size: int = 3) -> int:
+    session, pool = definition(tmp_path, size=size)
+    return main(["render", str(session), "--pool", str(pool), "--out", str(out)])
+
+
+@pytest.mark.parametrize("planted", ["main1/ssh", "main1", "main1/ssh/id_cluster",
+                                     "main1/ssh/authorized_keys"])
+def test_render_never_writes_through_a_link_planted_in_the_output(tmp_path, planted):
+    target, before = victim(tmp_path)
+    out = tmp_path / "out"
+    link = out / planted
+    link.parent.mkdir(parents=True, exist_ok=True)
+    pointed = target if planted in ("main1/ssh", "main1") else target / "authorized_keys"
+    link.symlink_to(pointed)
+    assert render_into(tmp_path, out) == 0
+    assert snapshot(tmp_path / "victim") == before
+    bundle = out / "main1"
+    assert not bundle.is_symlink() and not (bundle / "ssh").is_symlink()
+    assert mode(bundle / "ssh") == 0o700 and mode(bundle / "ssh" / "id_cluster") == 0o600
+    assert not [p for p in bundle.rglob("*") if p.is_symlink()]
+
+
+def test_a_dangling_link_in_the_output_is_replaced_not_followed(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "sub1").symlink_to(tmp_path / "made-by-render")
+    assert render_into(tmp_path, out) == 0
+    assert not (tmp_path / "made-by-render").exists()
+    assert (out / "sub1" / "entrypoint.sh").is_file() and not (out / "sub1").is_symlink()
+
+
+def test_an_output_directory_that_is_a_link_is_refused(tmp_path, capsys):
+    target, before = victim(tmp_path)
+    out = tmp_path / "out"
+    out.symlink_to(target)
+    assert render_into(tmp_path, out) == 2
+    assert "symbolic link" in capsys.readouterr().err
+    assert snapshot(tmp_path / "victim") == before
+
+
+def test_an_empty_output_directory_name_is_an_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    session, pool = definition(tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(SystemExit) as exc:  # argparse or the verb: exit 2 either way
+        raise SystemExit(main(["render", str(session), "--pool", str(pool), "--out", ""]))
+    assert exc.value.code == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_hosts_of_an_earlier_bigger_render_are_removed_and_nothing_else(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert render_into(tmp_path, out, size=4) == 0
+    (out / "notes").mkdir()
+    assert render_into(tmp_path, out, size=2) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["main1", "notes", "sub1"]
+    assert "sub2, sub3" in capsys.readouterr().out
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no build folder left

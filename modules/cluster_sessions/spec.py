@@ -25,7 +25,10 @@ AGENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 VOLUME_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]+")
 DOCKER_HOST = re.compile(r"(unix|tcp|ssh|npipe)://\S+")
-MAX_CLUSTER_SIZE = 10_000
+# Every container's env and ssh files list every host, so plan and render output grow with
+# the square of the size: 2,048 keeps `plan --json` (~34 MB) and `render` (~16 s, ~60 MB of
+# memory, ~650 MB on disk) well inside 1 GB and 60 s (benchmarks/plan_scale.py, worst case).
+MAX_CLUSTER_SIZE = 2048
 RESERVED_ENV_PREFIX = "BACKENDAI_"
 SSH_PORT = 2200
 BUNDLE_DIR = "/opt/cluster-session"

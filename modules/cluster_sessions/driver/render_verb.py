@@ -8,12 +8,20 @@ The session keys are generated afresh on every run: this verb is for inspection,
 running a session by hand. A Pulumi stack keeps its own keys (made once, stored as secrets),
 so the files it uploads carry different keys from the ones written here. Private keys are
 written 0600 inside a 0700 ``ssh/`` directory and never printed.
+
+DIR may hold links planted by someone else (``DIR/main1/ssh -> ~victim/.ssh``): each host's
+folder is built afresh in a private directory and renamed into place, so no file is ever
+written, and no mode changed, through a link this verb did not make. Folders of hosts an
+earlier, bigger render left (``sub7/`` after the session shrank) are removed. One container's
+files are in memory at a time, so a large session renders in constant memory.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterable
@@ -21,66 +29,116 @@ from pathlib import Path
 
 from ..keys import generate_session_keys
 from ..plan import build_plan
-from ..render import BUNDLE_DIR, RenderedFile, entrypoint_argv, render_session
+from ..render import BUNDLE_DIR, RenderedFile, entrypoint_argv, render_container
 from .cli import add_session_args
 from .errors import CommandError, Exit
 
 PRIVATE_DIR_MODE = 0o700  # a directory holding a secret file
 DIR_MODE = 0o755
+HOST_DIR = re.compile(r"(main|sub)[1-9][0-9]*")  # what an earlier render may have left
 
 
-def write_bundle(files: Iterable[RenderedFile], directory: Path) -> list[Path]:
-    """Write one container's files under ``directory`` with their modes; return the paths.
-
-    Each file is written to a temporary name (created 0600) and renamed into place, so a file
-    that holds a private key is never readable by others, not even for a moment, and a file
-    left by an earlier run is replaced, not written through. A directory that holds a secret
-    file is made 0700. Files of an earlier run that this one does not write are left alone.
-    """
-    directory.mkdir(parents=True, exist_ok=True)
+def _build(files: Iterable[RenderedFile], directory: Path) -> int:
+    """Write one container's files into ``directory``, which this process has just made (0700)
+    and nobody else can write into: nothing here can follow a link it did not create."""
     files = list(files)
     private_dirs = {Path(f.path).parent for f in files if f.secret} - {Path(".")}
-    written = []
     for f in files:
         relative = Path(f.path)
         if relative.is_absolute() or ".." in relative.parts:
             raise ValueError(f"refusing to write outside the bundle: {f.path}")
-        target = directory / relative
         for parent in reversed(relative.parents[:-1]):
             path = directory / parent
-            path.mkdir(exist_ok=True)
+            path.mkdir(mode=PRIVATE_DIR_MODE, exist_ok=True)
             path.chmod(PRIVATE_DIR_MODE if parent in private_dirs else DIR_MODE)
-        fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
-                out.write(f.content)
-            os.chmod(temporary, f.mode)
-            os.replace(temporary, target)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
-        written.append(target)
-    return written
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        fd = os.open(directory / relative, flags, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
+            out.write(f.content)
+        os.chmod(directory / relative, f.mode)
+    directory.chmod(DIR_MODE)
+    return len(files)
+
+
+def _remove(path: Path) -> None:
+    """Remove what is at ``path`` without following it: a link is unlinked, never its target."""
+    if path.is_symlink() or not path.is_dir():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path)
+
+
+def write_bundle(files: Iterable[RenderedFile], directory: Path) -> int:
+    """Put one container's files at ``directory``; return how many were written.
+
+    They are written into a fresh private directory beside it and renamed into place, and what
+    stood at ``directory`` before (an earlier render, or a link planted there) is moved aside
+    and removed without being followed. A private key is never readable by others, not even
+    for a moment, and no write goes through a link this process did not create.
+    """
+    parent = directory.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    fresh = Path(tempfile.mkdtemp(dir=parent, prefix=f".{directory.name}.new-"))
+    try:
+        count = _build(files, fresh)
+        if directory.is_symlink() or directory.exists():
+            old = Path(tempfile.mkdtemp(dir=parent, prefix=f".{directory.name}.old-"))
+            os.replace(directory, old / "x")  # renames the entry itself, link or not
+            os.rename(fresh, directory)
+            _remove(old / "x")
+            old.rmdir()
+        else:
+            os.rename(fresh, directory)
+    except BaseException:
+        if fresh.exists():
+            shutil.rmtree(fresh)
+        raise
+    return count
+
+
+def _out_dir(text: str) -> Path:
+    """The --out directory (made later, if missing): never an empty name or a link."""
+    if not text:
+        raise CommandError("--out: an empty directory name; give the directory to write into",
+                           Exit.INVALID)
+    out = Path(text)
+    if out.is_symlink():
+        raise CommandError(f"--out {text}: is a symbolic link; give the real directory",
+                           Exit.INVALID)
+    return out
 
 
 def cmd_render(args: argparse.Namespace) -> int:
     from ..loader import load_session
 
+    out = _out_dir(args.out)
     loaded = load_session(Path(args.file), Path(args.pool) if args.pool else None)
     plan = build_plan(loaded.session, loaded.pool)
     if plan.pending:
         raise CommandError(f"{args.file}: pending, nothing rendered: {plan.reason}", Exit.PENDING)
     keys = generate_session_keys(plan.hosts)
-    out = Path(args.out)
+    hosts = set(plan.hosts)
+    counts: dict[str, int] = {}
     try:
-        bundles = render_session(plan, keys)
-        counts = {host: len(write_bundle(files, out / host)) for host, files in bundles.items()}
+        out.mkdir(parents=True, exist_ok=True)
+        for container in plan.containers:  # one container's files in memory at a time
+            counts[container.host] = write_bundle(render_container(plan, container, keys),
+                                                  out / container.host)
+        stale = sorted(p.name for p in out.iterdir()
+                       if HOST_DIR.fullmatch(p.name) and p.name not in hosts)
+        for name in stale:
+            _remove(out / name)
     except OSError as exc:
         raise CommandError(f"cannot write {exc.filename or out}: {exc.strerror}",
                            Exit.ENGINE) from None
     print(f"rendered session {plan.name} ({len(counts)} container(s)) into {out}/")
-    for host, count in counts.items():
+    shown = list(counts.items())
+    for host, count in shown[:8]:
         print(f"  {out / host}/  {count} files")
+    if len(shown) > 8:
+        print(f"  ... and {len(shown) - 8} more")
+    if stale:
+        print(f"removed the folders of hosts this session no longer has: {', '.join(stale)}")
     print("fresh session keys were generated for these files (private keys: ssh/*, mode 0600);"
           " a Pulumi stack keeps its own keys")
     print(f"run a container with DIR/<host> mounted read-only at {BUNDLE_DIR}, entrypoint "
