@@ -151,3 +151,62 @@ def test_the_pool_stack_is_named_after_the_pool():
     from cluster_sessions.loader import load_file
 
     assert V.pool_stack_name(load_file(STACKS / "pools" / "lab3.yaml")) == "pool-lab3"
+
+
+def test_pool_check_exits_1_when_the_swarm_is_not_formed(tmp_path, capsys, monkeypatch):
+    """Every agent answers, but the pool's swarm is missing: a session across agents would not
+    be placed, so the check fails (the table says so, and now the exit code too)."""
+    from cluster_sessions.agents import capacity
+    from cluster_sessions.agents import facts as F
+
+    def engine(name: str) -> F.EngineInfo:  # what `docker info` says of an engine in no swarm
+        return F.EngineInfo("20.10.24", f"id-{name}", name, 2, 2**33, F.SwarmState("inactive"))
+
+    monkeypatch.setattr(capacity, "probe_pool", lambda pool, **_: [
+        capacity.AgentReport(a.name, via="test", reachable=True, engine=engine(a.name))
+        for a in pool.agents])
+    pool = write_pool(tmp_path / "pair.yaml", agent("one", "unix:///one.sock"),
+                      agent("two", "unix:///two.sock"), swarm="one")
+    code = cli.main(["pool", "check", str(pool)])
+    out, err = capsys.readouterr()
+    assert code == Exit.ENGINE, (out, err)
+    assert "not formed" in out and "the swarm is not formed" in err
+
+
+def test_an_agent_that_is_not_an_ssh_server_is_one_line_not_a_traceback(tmp_path):
+    """paramiko logs a banner failure with its traceback; the check says it in one line.
+    (In a process of its own: pytest's log capture would hide what a user's terminal shows.)"""
+    import socket
+    import subprocess
+    import sys
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+
+    def serve() -> None:  # accept and hang up, like a port that is not sshd
+        for _ in range(8):
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    pool = write_pool(tmp_path / "liar.yaml",
+                      agent("liar", f"ssh://ops@127.0.0.1:{port}"),
+                      agent("liar2", f"ssh://ops@127.0.0.1:{port}"))
+    try:
+        proc = subprocess.run([sys.executable, "-m", "cluster_sessions.driver.cli", "pool",
+                               "check", str(pool), "--timeout", "5"], capture_output=True,
+                              text=True, timeout=60)
+    finally:
+        server.close()
+    err = proc.stderr
+    assert proc.returncode == Exit.ENGINE, err
+    assert "Traceback" not in err and "Exception (client)" not in err, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert [line.split(":")[0] for line in lines] == ["agent liar", "agent liar2",
+                                                     "pool liar"], err

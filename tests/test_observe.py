@@ -346,3 +346,16 @@ def test_select_hosts_keeps_host_order(tmp_path):
     assert observe.select_hosts(plan, [], ["sub2", "main1"]) == ["main1", "sub2"]
     with pytest.raises(CommandError):
         observe.select_hosts(plan, [], ["nope"])
+
+
+def test_an_agent_that_does_not_answer_is_one_line_with_the_cause(tmp_path, capsys):
+    """After ``lab down``: each agent's socket is gone. One stderr line per agent, no repr."""
+    socket = tmp_path / "no-docker.sock"
+    file, plan = make_session(tmp_path, "busybox", size=2, docker_host=f"unix://{socket}")
+    assert main(["status", str(file)]) == Exit.ENGINE
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [
+        f"sessionctl status: agent agent1 did not answer: docker not answering at "
+        f"unix://{socket}: No such file or directory"]
+    assert "DockerException" not in captured.out + captured.err
+    assert "FileNotFoundError" not in captured.out + captured.err

@@ -368,10 +368,14 @@ class ApiConnector(Connector):
 
 
 def short_error(exc: BaseException) -> str:
-    """The useful end of a requests/urllib3 error chain (``[Errno 111] Connection refused``)."""
+    """The useful end of a requests/urllib3 error chain (``[Errno 111] Connection refused``,
+    ``No such file or directory`` from a ``FileNotFoundError(2, '...')`` repr)."""
     text = str(exc)
     found = re.findall(r"\[Errno -?\d+\] [^'\")\]]+", text)
-    return found[-1].strip() if found else text
+    if found:
+        return found[-1].strip()
+    found = re.findall(r"\w+Error\(-?\d+, '([^']+)'\)", text)
+    return found[-1] if found else text
 
 
 def docker_env(agent: Agent) -> dict[str, str]:

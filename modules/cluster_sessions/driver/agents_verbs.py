@@ -154,6 +154,7 @@ def cmd_pool_check(args: argparse.Namespace) -> int:
         elif enc is not None and enc.supported is None:
             r.warnings.append(f"encrypted overlay support unknown: {enc.detail}")
     notes = []
+    swarm_problems = []
     if pool.swarm is not None and len(pool.agents) > 1:
         swarm_problems = check_swarm(pool, reports, [a.name for a in pool.agents],
                                      pool_ref=args.pool)
@@ -180,6 +181,10 @@ def cmd_pool_check(args: argparse.Namespace) -> int:
     if failing:
         print(f"pool {pool.name}: {len(failing)} of {len(reports)} agent(s) failed the check",
               file=sys.stderr)
+        return Exit.ENGINE
+    if swarm_problems:  # every agent works, but a session across them would not
+        print(f"pool {pool.name}: the swarm is not formed: multi-agent sessions cannot be "
+              f"placed until `sessionctl pool up {args.pool}`", file=sys.stderr)
         return Exit.ENGINE
     return Exit.OK
 
@@ -432,7 +437,9 @@ def register(subparsers) -> None:
 
     p = verbs.add_parser("check", help="probe every agent: SSH, Docker, swarm, capacity, sessions",
                          description="Probe every agent of the pool in parallel and print a "
-                         "table. Exit 0 when all can be used, 1 otherwise (one line per failing "
+                         "table. Exit 0 when all can be used (and, for a pool with a swarm "
+                         "manager and several agents, its swarm is formed), 1 otherwise (one "
+                         "line per failing "
                          "agent on stderr), 2 for an invalid pool file.", formatter_class=fmt)
     p.add_argument("pool", metavar="POOL")
     p.add_argument("--json", action="store_true", help="print the reports as JSON")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -147,7 +148,16 @@ def add_session_args(p: argparse.ArgumentParser) -> None:
                    help="use this AgentPool file instead of the one the session names")
 
 
+def quiet_libraries() -> None:
+    """paramiko logs each failed connection (with its traceback) through the logging module's
+    last-resort handler; the verbs already say what failed, one line per agent."""
+    logger = logging.getLogger("paramiko")
+    logger.addHandler(logging.NullHandler())
+    logger.propagate = False
+
+
 def main(argv: list[str] | None = None) -> int:
+    quiet_libraries()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -31,6 +31,7 @@ from typing import Any
 from ..loader import Loaded, load_session
 from ..plan import LABEL_PREFIX, ClusterPlan, build_plan
 from ..spec import Agent
+from ..terminal import printable
 from .errors import CommandError, Exit
 
 SESSION_LABEL = f"{LABEL_PREFIX}.session"
@@ -206,9 +207,7 @@ def report_table(report: Report) -> str:
     lines.append("")
     lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
               for row in rows]
-    for agent, why in report.unreachable.items():
-        lines.append(f"unreachable: agent {agent}: {why}")
-    return "\n".join(lines)
+    return "\n".join(lines)  # why an agent did not answer: one line each on stderr
 
 
 class LineSplitter:
@@ -262,21 +261,29 @@ class Survey:
             client.close()
 
 
+def unreachable_cause(agent: Agent, exc: BaseException) -> str:
+    """One line: what did not answer, where, and the useful end of the error."""
+    from ..agents.connectors import DOCKER_NOT_ANSWERING, short_error
+
+    return f"{DOCKER_NOT_ANSWERING} at {agent.docker_host}: {printable(short_error(exc))}"
+
+
 def survey(plan: ClusterPlan, loaded: Loaded, agents: Sequence[str],
            connect: Connect = connect) -> Survey:
     result = Survey([], {}, {}, {})
     for name in agents:
+        agent = loaded.pool.agent(name)
         try:
-            client = connect(loaded.pool.agent(name))
+            client = connect(agent)
         except Exception as exc:  # any failure to reach it: report it, go on with the others
-            result.unreachable[name] = f"{type(exc).__name__}: {exc}"
+            result.unreachable[name] = unreachable_cause(agent, exc)
             continue
         result.clients[name] = client
         try:
             listed = client.containers.list(
                 all=True, filters={"label": f"{SESSION_LABEL}={plan.name}"}, ignore_removed=True)
         except Exception as exc:
-            result.unreachable[name] = f"{type(exc).__name__}: {exc}"
+            result.unreachable[name] = unreachable_cause(agent, exc)
             continue
         for container in listed:
             found = found_from_attrs(name, container.attrs)
@@ -294,7 +301,8 @@ def network_state(plan: ClusterPlan, clients: Mapping[str, Any],
     client = clients.get(net.agent)
     if client is None:
         return NetworkState(**base, state="unknown",
-                            note=unreachable.get(net.agent, "agent not asked"))
+                            note=(f"agent {net.agent} did not answer"
+                                  if net.agent in unreachable else "agent not asked"))
     import docker
 
     try:
