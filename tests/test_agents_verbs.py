@@ -13,6 +13,7 @@ import yaml
 from cluster_sessions.driver import agents_verbs as V
 from cluster_sessions.driver import cli
 from cluster_sessions.driver.errors import CommandError, Exit
+from cluster_sessions.lab.netns import POOL_FILE_HEADER
 from tests.conftest import PROJECT, STACKS
 
 from .mockengine import Engine, run_program
@@ -49,7 +50,7 @@ def test_lab_never_overwrites_a_pool_file_it_did_not_write(tmp_path):
     assert caught.value.code == Exit.INVALID and "--force" in str(caught.value)
     V.check_pool_file_is_ours(committed, force=True)  # asked for: allowed
     ours = tmp_path / "lab.yaml"
-    ours.write_text(V.LAB_POOL_HEADER + " (cluster_sessions.lab.netns)\nkind: AgentPool\n")
+    ours.write_text(POOL_FILE_HEADER + " (cluster_sessions.lab.netns)\nkind: AgentPool\n")
     V.check_pool_file_is_ours(ours, force=False)
     V.check_pool_file_is_ours(tmp_path / "new.yaml", force=False)
 

@@ -268,9 +268,10 @@ def test_lab_down_leaves_nothing_behind(tmp_path):
     require_lab()
     clear_stale_lab(PREFIX2)
     state = tmp_path / "lab"
+    pool_file = tmp_path / "pools" / "lab2.yaml"
     try:
         t0 = time.monotonic()
-        info = netns.lab_up(2, state, None, prefix=PREFIX2, subnet=SUBNET2)
+        info = netns.lab_up(2, state, pool_file, prefix=PREFIX2, subnet=SUBNET2)
         up = time.monotonic() - t0
         a1, a2 = info.agents
         c1 = docker.DockerClient(base_url=a1.docker_host, timeout=60)
@@ -289,8 +290,8 @@ def test_lab_down_leaves_nothing_behind(tmp_path):
               f"{time.monotonic() - t0:.2f}s")
         assert _leftovers(PREFIX2, state) == []
         assert netns.lab_status(state).state == "down"
-        assert not (state / "agent1" / "docker").exists()
-        assert (state / "id_lab").exists()  # keys stay for the next lab_up
+        # its key, host keys, known_hosts, logs and pool file go too (issue 12)
+        assert not state.exists() and not pool_file.exists()
         netns.lab_down(state)  # idempotent
     finally:
         netns.lab_down(state)
@@ -312,3 +313,21 @@ def test_failed_lab_up_removes_what_it_created(tmp_path, monkeypatch):
         assert netns.lab_status(state).state == "down"
     finally:
         netns.lab_down(state)
+
+
+@pytest.mark.lab
+@pytest.mark.docker
+def test_lab_down_keep_keys_keeps_the_key_but_not_the_pool_file(tmp_path):
+    require_lab()
+    clear_stale_lab(PREFIX2)
+    state = tmp_path / "lab"
+    pool_file = tmp_path / "lab2.yaml"
+    try:
+        netns.lab_up(1, state, pool_file, prefix=PREFIX2, subnet=SUBNET2)
+        key = (state / "id_lab").read_bytes()
+        netns.lab_down(state, keep_keys=True)
+        assert (state / "id_lab").read_bytes() == key and (state / "known_hosts").exists()
+        assert not pool_file.exists()
+    finally:
+        netns.lab_down(state)
+        shutil.rmtree(state, ignore_errors=True)  # what --keep-keys kept

@@ -36,7 +36,6 @@ from .errors import CommandError, Exit
 
 DEFAULT_LAB_STATE = Path("/run/cluster-sessions-lab")
 LAB_POOL_NAME = "lab"
-LAB_POOL_HEADER = "# Written by `sessionctl lab up`"
 POOL_CONFIG = "cluster-sessions:pool-definition"
 IMAGE_LATEST = "cluster-sessions/debian-sshd:latest"
 
@@ -331,7 +330,9 @@ def check_pool_file_is_ours(path: Path, force: bool) -> None:
         head = path.read_text(errors="replace")[:200]
     except OSError as exc:
         raise CommandError(f"cannot read {path}: {exc.strerror}", Exit.INVALID) from None
-    if not head.startswith(LAB_POOL_HEADER):
+    from ..lab.netns import POOL_FILE_HEADER
+
+    if not head.startswith(POOL_FILE_HEADER):
         raise CommandError(f"{path} exists and was not written by `sessionctl lab up`; choose "
                            "another --pool-file, or pass --force to overwrite it",
                            Exit.INVALID)
@@ -396,7 +397,7 @@ def cmd_lab_down(args: argparse.Namespace) -> int:
 
     _lab_prerequisites()
     try:
-        netns.lab_down(Path(args.state_dir), _progress)
+        netns.lab_down(Path(args.state_dir), _progress, keep_keys=args.keep_keys)
     except netns.LabError as exc:
         raise CommandError(str(exc), Exit.ENGINE) from None
     return Exit.OK
@@ -501,11 +502,24 @@ def register(subparsers) -> None:
     p.add_argument("--subnet", default="10.251.0.0/24", help="the lab's /24 (10.251.0.0/24)")
     p.set_defaults(func=cmd_lab_up)
 
-    p = lverbs.add_parser("down", help="stop the lab and remove everything it created")
+    p = lverbs.add_parser("down", help="stop the lab and remove everything it created",
+                          formatter_class=fmt,
+                          description="Stop every agent's containers, sshd, dockerd and "
+                          "containerd; remove the namespaces, the bridge, the iptables rules and "
+                          "the engines' data; then the lab's key, host keys, known_hosts, logs "
+                          "and the pool file `lab up` wrote. Idempotent. Exit 0 when nothing is "
+                          "left, 1 otherwise.")
     state_arg(p)
+    p.add_argument("--keep-keys", action="store_true",
+                   help="keep the lab's SSH key, host keys, known_hosts and logs (a later "
+                   "`lab up` is then known to the same clients); the pool file is removed")
     p.set_defaults(func=cmd_lab_down)
 
-    p = lverbs.add_parser("status", help="what of the lab is running (exit 0 when all is up)")
+    p = lverbs.add_parser("status", help="what of the lab is running (exit 0 when all is up)",
+                          formatter_class=fmt,
+                          description="Show whether the lab's namespaces, containerd, dockerd "
+                          "and sshd are up, per agent, and where its pool file is. Exit 0 when "
+                          "all is up, 1 otherwise.")
     state_arg(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_lab_status)

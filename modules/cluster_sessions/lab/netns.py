@@ -795,12 +795,15 @@ def pool_document(info: LabInfo, name: str = "lab") -> dict:
     }
 
 
+POOL_FILE_HEADER = "# Written by `sessionctl lab up`"  # how lab_down knows the file is its own
+
+
 def _write_pool(info: LabInfo) -> None:
     if info.pool_file is None:
         return
     doc = pool_document(info, info.pool_file.stem)
     text = (
-        "# Written by `sessionctl lab up` (cluster_sessions.lab.netns), rewritten on each up.\n"
+        f"{POOL_FILE_HEADER} (cluster_sessions.lab.netns), rewritten on each up.\n"
         "# Every agent reports the whole machine as its capacity: they share it.\n"
         + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
     )
@@ -1013,14 +1016,16 @@ def _stop_containers(sock: Path) -> None:
         t.join(15)
 
 
-def lab_down(state_dir: Path, progress: Progress | None = None) -> None:
+def lab_down(state_dir: Path, progress: Progress | None = None, *,
+             keep_keys: bool = False) -> None:
     """Tear the lab recorded in ``state_dir`` down completely. Idempotent.
 
     Stops containers, sshd, dockerd and containerd, kills whatever else still runs in the
     agents' namespaces or cgroups, unmounts and deletes the engines' data, removes namespaces,
-    veths, the bridge and the iptables rules. Keys (``id_lab``, host keys) stay, so
-    ``known_hosts`` stays valid for the next ``lab_up``. Raises ``LabError`` only if something
-    is still there afterwards.
+    veths, the bridge and the iptables rules; then the lab's files: its SSH key, the agents'
+    host keys, ``known_hosts``, the logs and the pool file ``lab_up`` wrote (``keep_keys``
+    keeps the keys, ``known_hosts`` and logs, so that the next ``lab_up`` is known to the same
+    clients). Raises ``LabError`` only if something is still there afterwards.
     """
     progress = progress or _noop
     _check_root()
@@ -1036,6 +1041,7 @@ def lab_down(state_dir: Path, progress: Progress | None = None) -> None:
         # the machine-wide names are not ours (or already gone): only forget our record
         progress("lab is not running; removing its record")
         _cleanup_files(lay, n, run_record=False)
+        _forget(lay, n, rec.get("pool_file"), progress, keep_keys=keep_keys)
         return
     t0 = time.monotonic()
     n = int(run_rec.get("agents", n))
@@ -1121,7 +1127,33 @@ def lab_down(state_dir: Path, progress: Progress | None = None) -> None:
     if left:
         raise LabError("lab_down could not remove: " + "; ".join(left))
     _cleanup_files(lay, n, run_record=True)
+    _forget(lay, n, rec.get("pool_file"), progress, keep_keys=keep_keys)
     progress(f"lab down in {time.monotonic() - t0:.1f}s")
+
+
+def _forget(lay: _Layout, agents: int, pool_file: str | None, progress: Progress, *,
+            keep_keys: bool) -> None:
+    """Remove the files ``lab_up`` wrote outside the engines, and nothing else: the pool file
+    if ``lab_up`` wrote it (it describes a lab that is gone); unless ``keep_keys``, the key
+    pair, ``known_hosts``, ``authorized_keys``, each agent's folder (host keys, sshd config,
+    logs) and the state directory once empty."""
+    if pool_file:
+        path = Path(pool_file)
+        with contextlib.suppress(OSError):
+            if path.read_text(errors="replace").startswith(POOL_FILE_HEADER):
+                path.unlink()
+                progress(f"removed the pool file {path}")
+    if keep_keys:
+        return
+    for path in (lay.key_file, Path(f"{lay.key_file}.pub"), lay.known_hosts,
+                 lay.authorized_keys):
+        path.unlink(missing_ok=True)
+    for k in range(1, agents + 1):
+        shutil.rmtree(lay.agent_dir(k), ignore_errors=True)
+    with contextlib.suppress(OSError):
+        lay.state_dir.rmdir()
+    if lay.state_dir.exists():
+        progress(f"left {lay.state_dir} in place: it holds files the lab did not write")
 
 
 def _cleanup_files(lay: _Layout, agents: int, *, run_record: bool) -> None:
