@@ -229,7 +229,7 @@ def test_invalid_input_exits_2_with_file_and_field(tmp_path, change, field):
                               timeout=60)
         assert proc.returncode == 2, proc.stderr
         if field is None:
-            assert proc.stderr == "/proc/kallsyms: (top): file is larger than 1 MiB\n"
+            assert proc.stderr == "/proc/kallsyms: (whole file): file is larger than 1 MiB\n"
         else:
             assert proc.stderr.startswith(f"{path}: {field}: "), proc.stderr
 

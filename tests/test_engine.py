@@ -481,7 +481,10 @@ def test_json_apply_needs_yes_even_on_a_terminal(tmp_path, no_engine, monkeypatc
     monkeypatch.setattr(engine, "find_pulumi", lambda env: Path("/usr/bin/true"))
     session = write_session(tmp_path)
     assert main(["up", str(session), "--json"]) == Exit.INVALID
-    assert "--yes" in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "--yes" in captured.err
+    doc = json.loads(captured.out)  # --json still prints its one document
+    assert doc["result"] == "needs-confirmation" and "--yes" in doc["error"]
 
 
 def test_invalid_stack_name_exits_2_before_any_engine_call(tmp_path, no_engine, capsys):

@@ -359,3 +359,15 @@ def test_an_agent_that_does_not_answer_is_one_line_with_the_cause(tmp_path, caps
         f"unix://{socket}: No such file or directory"]
     assert "DockerException" not in captured.out + captured.err
     assert "FileNotFoundError" not in captured.out + captured.err
+
+
+def test_the_status_line_says_how_many_containers_run_not_only_the_plan(tmp_path):
+    """Nothing created yet: the plan is scheduled, but the first line must not read as if the
+    session were there."""
+    _, plan = make_session(tmp_path, "busybox", size=3)
+    network = observe.NetworkState(plan.network.name, plan.network.agent, plan.network.driver,
+                                   "missing")
+    report = observe.status_report(plan, [], network, {})
+    first = observe.report_table(report).splitlines()[0]
+    assert first.endswith("plan scheduled, 0 of 3 running (3 missing)"), first
+    assert "status scheduled" not in first

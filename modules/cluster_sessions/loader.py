@@ -26,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 
 from .placement import place
 from .plan import pool_capacity, request_of
-from .problems import DefinitionError, Problem, dotted
+from .problems import WHOLE_FILE, DefinitionError, Problem, dotted
 from .spec import KINDS, Pool, Session, pool_problems, session_problems
 
 MAX_FILE_BYTES = 1024 * 1024
@@ -129,7 +129,7 @@ def _number_problems(node: yaml.Node, path: tuple, file: str) -> list[Problem]:
         problem = _number_problem(node)
         if problem is None:
             return []
-        return [Problem(file, dotted(path) or "(top)",
+        return [Problem(file, dotted(path) or WHOLE_FILE,
                         f"{problem} (line {node.start_mark.line + 1})")]
     found: list[Problem] = []
     if isinstance(node, yaml.SequenceNode):
@@ -160,14 +160,14 @@ def parse_yaml(text: str, file: str) -> object:
             loader.dispose()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(top)"
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else WHOLE_FILE
         problem = exc.problem or exc.context or "invalid YAML"
         raise DefinitionError([Problem(file, where, f"invalid YAML: {problem}")]) from None
     except yaml.YAMLError as exc:
-        raise DefinitionError([Problem(file, "(top)", f"invalid YAML: {exc}")]) from None
+        raise DefinitionError([Problem(file, WHOLE_FILE, f"invalid YAML: {exc}")]) from None
     docs = [d for d in docs if d is not None]
     if len(docs) != 1:
-        raise DefinitionError([Problem(file, "(top)", f"expected exactly one YAML document, "
+        raise DefinitionError([Problem(file, WHOLE_FILE, f"expected exactly one YAML document, "
                                        f"found {len(docs)}")])
     return docs[0]
 
@@ -184,23 +184,23 @@ def read_text(path: Path) -> str:
             if stat.S_ISDIR(mode):
                 raise IsADirectoryError
             if not stat.S_ISREG(mode):
-                raise DefinitionError([Problem(file, "(top)", "not a regular file")])
+                raise DefinitionError([Problem(file, WHOLE_FILE, "not a regular file")])
             with os.fdopen(fd, "rb", closefd=False) as stream:
                 data = stream.read(MAX_FILE_BYTES + 1)
         finally:
             os.close(fd)
         if len(data) > MAX_FILE_BYTES:
-            raise DefinitionError([Problem(file, "(top)", "file is larger than 1 MiB")])
+            raise DefinitionError([Problem(file, WHOLE_FILE, "file is larger than 1 MiB")])
         return data.decode("utf-8")
     except FileNotFoundError:
-        raise DefinitionError([Problem(file, "(top)", "no such file")]) from None
+        raise DefinitionError([Problem(file, WHOLE_FILE, "no such file")]) from None
     except IsADirectoryError:
-        raise DefinitionError([Problem(file, "(top)", "is a directory, not a file")]) from None
+        raise DefinitionError([Problem(file, WHOLE_FILE, "is a directory, not a file")]) from None
     except UnicodeDecodeError as exc:
-        raise DefinitionError([Problem(file, "(top)", f"not UTF-8 text ({exc.reason} at "
+        raise DefinitionError([Problem(file, WHOLE_FILE, f"not UTF-8 text ({exc.reason} at "
                                        f"byte {exc.start})")]) from None
     except OSError as exc:
-        raise DefinitionError([Problem(file, "(top)", f"cannot read: {exc.strerror}")]) from None
+        raise DefinitionError([Problem(file, WHOLE_FILE, f"cannot read: {exc.strerror}")]) from None
 
 
 def _message(error: dict, model: type[BaseModel]) -> str:
@@ -254,7 +254,7 @@ def _model_of(annotation: object) -> object:
 def to_model(data: object, file: str, expect: str | None = None) -> Session | Pool:
     """Validate a parsed document into its kind's model, or raise DefinitionError."""
     if not isinstance(data, dict):
-        raise DefinitionError([Problem(file, "(top)", "expected a mapping with a 'kind' key")])
+        raise DefinitionError([Problem(file, WHOLE_FILE, "expected a mapping with a 'kind' key")])
     kind = data.get("kind")
     if not isinstance(kind, str) or kind not in KINDS:
         what = "required" if kind is None else f"unknown kind {kind!r}"

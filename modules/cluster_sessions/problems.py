@@ -10,16 +10,19 @@ from dataclasses import dataclass
 
 from .terminal import printable
 
+WHOLE_FILE = "(whole file)"
+"""The path of a problem that is about the file itself (unreadable, not YAML, too large)."""
+
 
 @dataclass(frozen=True, order=True)
 class Problem:
     file: str
-    path: str  # dotted, e.g. ``resources.shmem`` or ``agents.1.name``; ``(top)`` for the document
+    path: str  # dotted, e.g. ``resources.shmem`` or ``agents.1.name``; WHOLE_FILE for the file
     message: str
 
     def __str__(self) -> str:
         """One line, whatever the file name, key or message holds (see :mod:`.terminal`)."""
-        return f"{printable(self.file)}: {printable(self.path or '(top)')}: " \
+        return f"{printable(self.file)}: {printable(self.path or WHOLE_FILE)}: " \
                f"{printable(self.message)}"
 
 

@@ -108,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
 
     p = sub.add_parser("validate", help="check definition files (sessions and pools)",
@@ -116,22 +117,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="+", metavar="FILE", type=nonempty)
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("plan", help="show where each container goes and its environment",
+    p = sub.add_parser("plan", help="show where each container goes (--json: and its env)",
                        description="Plan a session offline: placement, network, static env. "
                        "Exit 3 when the session is pending.", epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_session_args(p)
-    p.add_argument("--json", action="store_true", help="print the plan as JSON (contract 2)")
+    p.add_argument("--json", action="store_true",
+                   help="print the whole plan as JSON, with each container's environment")
     p.add_argument("--probe", action="store_true",
                    help="plan against live free capacity read from the agents (over SSH)")
     p.set_defaults(func=cmd_plan)
 
-    p = sub.add_parser("schema", help="print the JSON Schema of the definition kinds")
+    p = sub.add_parser("schema", help="print the JSON Schema of the definition kinds",
+                       description="Print the JSON Schema of a ClusterSession, an AgentPool, or "
+                       "both (no KIND), for an editor's completion and checks.")
     p.add_argument("kind", nargs="?", choices=["ClusterSession", "AgentPool"])
     p.set_defaults(func=cmd_schema)
 
     verbs.register_all(sub)
     return parser
+
+
+def version() -> str:
+    """The installed package's version, or the checkout's when it is run from a clone."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("cluster-sessions")
+    except PackageNotFoundError:
+        return "(not installed)"
 
 
 def nonempty(value: str) -> str:

@@ -526,7 +526,11 @@ def cmd_engine(args: argparse.Namespace) -> int:
         report("missing-prerequisite", backend=settings.backend_url, error="\n".join(missing))
         raise CommandError("\n".join(missing), Exit.MISSING)
     # After the prerequisites: a missing CLI is exit 4 whether or not --yes was given.
-    ask_first = confirmation(verb, args.yes, args.json, sys.stdin.isatty())
+    try:
+        ask_first = confirmation(verb, args.yes, args.json, sys.stdin.isatty())
+    except CommandError as exc:  # --json promises one document, whatever the outcome
+        report("needs-confirmation", backend=settings.backend_url, error=str(exc))
+        raise
 
     if verb in ("preview", "up") and not plan.pending:
         # Every agent the plan uses answers, and is what the plan assumes (swarm membership,

@@ -185,10 +185,22 @@ def short_time(stamp: str | None) -> str:
     return f"{day} {rest[:8]}Z" if rest else stamp
 
 
+def containers_summary(report: Report) -> str:
+    """What the engines hold of the plan, e.g. ``0 of 4 running (4 missing)``."""
+    planned = [r for r in report.rows if r.planned]
+    counts: dict[str, int] = {}
+    for r in planned:
+        counts[r.state] = counts.get(r.state, 0) + 1
+    running = counts.pop("running", 0)
+    rest = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+    return (f"{running} of {len(report.plan.containers)} running"
+            + (f" ({rest})" if rest else ""))
+
+
 def report_table(report: Report) -> str:
     plan, net = report.plan, report.network
-    lines = [f"session  {plan.name}  (id {plan.session_id}), {len(plan.containers)} planned, "
-             f"status {plan.status}"]
+    lines = [f"session  {plan.name}  (id {plan.session_id}): plan {plan.status}, "
+             f"{containers_summary(report)}"]
     if plan.pending:
         lines.append(f"pending  {plan.reason}")
     where = f" on {net.agent}" if net.agent else ""

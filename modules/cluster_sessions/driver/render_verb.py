@@ -150,7 +150,8 @@ def cmd_render(args: argparse.Namespace) -> int:
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "render", help="write each container's entrypoint, cluster env script and ssh files",
-        description="Render the files each container runs (contract 3) into DIR/<host>/. "
+        description="Render the files each container runs into DIR/<host>/ (entrypoint.sh, "
+        "cluster-env.sh, the ssh files). "
         "Generates fresh session keys each time (a Pulumi stack keeps its own); private keys "
         "are written 0600 and never printed. Exit 3 when the session is pending.",
     )
