@@ -94,11 +94,12 @@ def test_pool_up_and_destroy_without_the_pulumi_cli_exit_4(monkeypatch, tmp_path
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("PULUMI_HOME", raising=False)
     for verb in ("up", "destroy"):
-        code = cli.main(["pool", verb, str(STACKS / "pools" / "lab3.yaml"), "--yes", "--json"])
-        out, err = capsys.readouterr()
-        assert code == Exit.MISSING
-        assert "pulumi" in err.lower()
-        assert json.loads(out)["result"] == "missing-prerequisite"
+        for yes in (["--yes"], []):  # the CLI is checked first, as for the session verbs
+            code = cli.main(["pool", verb, str(STACKS / "pools" / "lab3.yaml"), *yes, "--json"])
+            out, err = capsys.readouterr()
+            assert code == Exit.MISSING, (verb, yes, err)
+            assert "pulumi" in err.lower()
+            assert json.loads(out)["result"] == "missing-prerequisite"
 
 
 def test_pool_check_names_agents_whose_engine_does_not_answer(tmp_path, capsys):

@@ -222,7 +222,6 @@ def cmd_pool_engine(args: argparse.Namespace) -> int:
         raise CommandError(f"{path}: swarm.manager: a pool stack builds the pool's swarm, and "
                            "this pool names no manager", Exit.INVALID)
     stack_name = pool_stack_name(pool)
-    ask_first = E.confirmation(verb, args.yes, args.json, sys.stdin.isatty())
     project = E.find_project([path.resolve().parent, Path.cwd(), Path(__file__).resolve().parent])
     if project is None:
         raise CommandError(f"no Pulumi project {E.PROJECT_NAME!r} (Pulumi.yaml) found above "
@@ -239,6 +238,12 @@ def cmd_pool_engine(args: argparse.Namespace) -> int:
     if pulumi_cli is None:
         report("missing-prerequisite", error=E.how_to_install())
         raise CommandError(E.how_to_install(), Exit.MISSING)
+    # the same order as the session verbs: a missing CLI is exit 4 whether or not --yes was given
+    try:
+        ask_first = E.confirmation(verb, args.yes, args.json, sys.stdin.isatty())
+    except CommandError as exc:
+        report("needs-confirmation", error=str(exc))
+        raise
     if verb == "up":
         from ..agents.capacity import PreflightError, probe_pool
 
