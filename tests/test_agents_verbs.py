@@ -34,12 +34,12 @@ def agent(name: str, docker_host: str, **extra) -> dict:
 
 def test_a_pool_is_a_name_in_stacks_pools_or_a_file(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert V.pool_path("lab3", PROJECT) == STACKS / "pools" / "lab3.yaml"
+    assert V.pool_path("lab3") == STACKS / "pools" / "lab3.yaml"  # the project's, from anywhere
     own = write_pool(tmp_path / "mine.yaml", agent("a", "unix:///x.sock"))
     assert V.pool_path(str(own)) == own
     assert V.pool_path("mine.yaml") == Path("mine.yaml")
     with pytest.raises(CommandError) as caught:
-        V.pool_path("nosuchpool", PROJECT)
+        V.pool_path("nosuchpool")
     assert caught.value.code == Exit.INVALID and "nosuchpool" in str(caught.value)
 
 

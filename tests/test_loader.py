@@ -651,3 +651,28 @@ def test_a_cluster_beyond_the_maximum_size_is_refused_with_the_limit(tree):
     assert problems_of(tree(sized(MAX_CLUSTER_SIZE))) == []
     assert problems_of(tree(sized(MAX_CLUSTER_SIZE + 1))) == [
         f"cluster.size: must be less than or equal to {MAX_CLUSTER_SIZE}"]
+
+
+def test_the_built_in_local_pool_is_found_from_a_copy_anywhere(tmp_path, monkeypatch):
+    """A copy of an example outside the project still finds ``pool: local`` (issue 12)."""
+    from cluster_sessions.loader import BUILTIN_POOLS
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    copy = elsewhere / "train-demo.yaml"
+    copy.write_text((BUILTIN_POOLS.parent / "sessions" / "train-demo.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    loaded = load_session(copy)
+    assert loaded.pool.name == "local" and loaded.pool_file == BUILTIN_POOLS / "local.yaml"
+
+
+def test_pools_are_looked_up_in_the_directories_of_the_environment_first(tree, tmp_path,
+                                                                          monkeypatch):
+    mine = tmp_path / "my-pools"
+    mine.mkdir()
+    (mine / "local.yaml").write_text(POOL.replace("name: lab", "name: local"))
+    session = tree(SESSION.replace("pool: lab", "pool: local"), where=".")
+    monkeypatch.setenv("CLUSTER_SESSIONS_POOLS", f"/nonexistent:{mine}")
+    assert load_session(session).pool_file == mine / "local.yaml"
+    monkeypatch.delenv("CLUSTER_SESSIONS_POOLS")
+    assert load_session(session).pool_file != mine / "local.yaml"

@@ -298,8 +298,32 @@ def _cwd() -> Path | None:
         return None
 
 
+POOLS_ENV = "CLUSTER_SESSIONS_POOLS"
+"""Directories (``:``-separated) to look in for a pool given by name."""
+BUILTIN_POOLS = Path(__file__).resolve().parents[2] / "stacks" / "pools"
+"""The project's own pools (``local``, the embedded default), found from anywhere."""
+
+
+def pool_dirs(near: Path | None = None) -> list[Path]:
+    """Where a pool *name* is looked up, in this order (the first file found wins):
+
+    1. beside the definition: ``<its folder>/../pools`` and ``<its folder>/pools`` (the
+       ``stacks/sessions`` + ``stacks/pools`` layout, wherever it is copied);
+    2. each directory of ``$CLUSTER_SESSIONS_POOLS``;
+    3. ``stacks/pools`` of the working directory;
+    4. the project's own ``stacks/pools`` (so ``pool: local`` always resolves).
+    """
+    dirs = [near.parent / "pools", near / "pools"] if near is not None else []
+    dirs += [Path(d) for d in os.environ.get(POOLS_ENV, "").split(os.pathsep) if d]
+    cwd = _cwd()
+    if cwd is not None:
+        dirs.append(cwd / "stacks" / "pools")
+    dirs.append(BUILTIN_POOLS)
+    return list(dict.fromkeys(dirs))
+
+
 def pool_candidates(session_file: Path, pool_ref: str) -> list[Path]:
-    """Where a session's ``pool:`` may point: a path, or a name under ``stacks/pools/``.
+    """Where a session's ``pool:`` may point: a path, or a name looked up in :func:`pool_dirs`.
 
     Raises DefinitionError (at ``pool``) for a ``~user`` that does not exist."""
     cwd = _cwd()
@@ -318,10 +342,7 @@ def pool_candidates(session_file: Path, pool_ref: str) -> list[Path]:
             return [ref]
         return [d / ref for d in (base, cwd) if d is not None]
     names = [f"{pool_ref}.yaml", f"{pool_ref}.yml"]
-    dirs = [base.parent / "pools", base / "pools"] if base is not None else []
-    if cwd is not None:
-        dirs.append(cwd / "stacks" / "pools")
-    return [d / n for d in dirs for n in names]
+    return [d / n for d in pool_dirs(base) for n in names]
 
 
 def _is_file(path: Path, unusable: list[str]) -> bool:

@@ -43,14 +43,15 @@ IMAGE_LATEST = "cluster-sessions/debian-sshd:latest"
 # --- pools --------------------------------------------------------------------------------------
 
 
-def pool_path(ref: str, project: Path | None = None) -> Path:
-    """A pool file: a path, or a name looked up in ``stacks/pools/`` (cwd, then the project)."""
+def pool_path(ref: str) -> Path:
+    """A pool file: a path, or a name looked up where a definition's ``pool:`` is
+    (:func:`cluster_sessions.loader.pool_dirs`)."""
+    from ..loader import pool_dirs
+
     path = Path(ref).expanduser()
     if "/" in ref or ref.endswith((".yaml", ".yml")) or path.is_file():
         return path
-    dirs = [Path.cwd() / "stacks" / "pools"]
-    if project is not None:
-        dirs.append(project / "stacks" / "pools")
+    dirs = pool_dirs()
     for d in dirs:
         for ext in (".yaml", ".yml"):
             if (d / f"{ref}{ext}").is_file():
@@ -69,7 +70,7 @@ def load_pool(ref: str) -> tuple[Pool, Path]:
     if not ref:
         raise CommandError("the pool must not be empty", Exit.INVALID)
     try:
-        path = pool_path(ref, _project())
+        path = pool_path(ref)
     except (OSError, RuntimeError) as exc:  # a name too long, ~nosuchuser, cwd deleted, ...
         why = getattr(exc, "strerror", None) or str(exc)
         raise CommandError(f"cannot look up pool {ref!r}: {why}", Exit.INVALID) from None
