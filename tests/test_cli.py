@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -90,7 +91,9 @@ def test_schema_describes_both_kinds(capsys):
     code, out, _ = run(capsys, "schema")
     doc = json.loads(out)
     assert code == 0
-    assert set(doc["$defs"]) == {"ClusterSession", "AgentPool"}
+    assert [one["$ref"] for one in doc["oneOf"]] == ["#/$defs/ClusterSession",
+                                                     "#/$defs/AgentPool"]
+    assert {"ClusterSession", "AgentPool", "Resources", "Agent"} <= set(doc["$defs"])
     session = doc["$defs"]["ClusterSession"]
     assert session["additionalProperties"] is False
     assert {"name", "pool", "image", "cluster", "resources"} <= set(session["properties"])
@@ -264,3 +267,61 @@ def test_an_empty_file_or_pool_argument_is_an_error(capsys, argv, tmp_path):
         main(argv)
     assert err.value.code == 2
     assert "must not be empty" in capsys.readouterr().err
+
+
+# --- sessionctl schema: what an editor checks against (issue 12) ------------------------------
+
+def whole_schema_validator():
+    import jsonschema
+
+    from cluster_sessions.driver.cli import definitions_schema
+
+    schema = definitions_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def definition_files() -> list[Path]:
+    stacks = Path(__file__).resolve().parent.parent / "stacks"
+    fixtures = Path(__file__).resolve().parent / "fixtures"
+    return sorted([*stacks.glob("sessions/*.yaml"), *stacks.glob("pools/*.yaml"),
+                   *fixtures.rglob("*.yaml")])
+
+
+@pytest.mark.parametrize("path", definition_files(), ids=lambda p: p.name)
+def test_every_example_and_test_definition_is_valid_against_the_schema(path):
+    import yaml
+
+    validator = whole_schema_validator()
+    document = yaml.safe_load(path.read_text())
+    errors = [e.message for e in validator.iter_errors(document)]
+    assert errors == [], f"{path}: {errors}"
+
+
+@pytest.mark.parametrize("change", [
+    {"resources": {"mem": "4 gigs"}},
+    {"resources": {"mem": -1}},
+    {"cluster": {"size": "four"}},
+    {"colour": "blue"},
+    {"env": {"A": 1}},
+    {"kind": "Cluster"},
+])
+def test_definitions_the_loader_refuses_for_their_type_fail_the_schema_too(change):
+    import yaml
+
+    validator = whole_schema_validator()
+    stacks = Path(__file__).resolve().parent.parent / "stacks"
+    document = yaml.safe_load((stacks / "sessions" / "train-demo.yaml").read_text())
+    for key, value in change.items():
+        document[key] = {**document[key], **value} if isinstance(value, dict) and isinstance(
+            document.get(key), dict) else value
+    assert list(validator.iter_errors(document)), change
+
+
+def test_the_schema_has_no_reference_that_leads_nowhere():
+    from cluster_sessions.driver.cli import definitions_schema
+
+    text = json.dumps(definitions_schema())
+    defs = definitions_schema()["$defs"]
+    for ref in set(re.findall(r'"\$ref": "#/\$defs/([^"]+)"', text)):
+        assert ref in defs, ref

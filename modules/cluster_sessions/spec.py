@@ -14,10 +14,18 @@ import unicodedata
 from typing import Annotated, Literal
 from urllib.parse import unquote, urlsplit
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, StrictBool
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    StrictBool,
+    WithJsonSchema,
+)
 
 from .terminal import is_hidden
-from .units import MAX_BYTES, format_size, parse_size
+from .units import MAX_BYTES, SIZE_JSON_SCHEMA, format_size, parse_size
 
 SESSION_NAME = re.compile(r"^(?=.{4,64}$)\w[\w.-]*\w$", re.ASCII)
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -87,9 +95,13 @@ def _listed(value: object) -> object:
     return tuple(value) if isinstance(value, list) else value
 
 
-Size = Annotated[int, BeforeValidator(_size), PlainSerializer(format_size, return_type=str)]
-Memory = Annotated[int, BeforeValidator(_memory), PlainSerializer(format_size, return_type=str)]
-ShmSize = Annotated[int, BeforeValidator(_shmem), PlainSerializer(format_size, return_type=str)]
+_SIZE_SCHEMA = WithJsonSchema(SIZE_JSON_SCHEMA, mode="validation")
+Size = Annotated[int, BeforeValidator(_size), PlainSerializer(format_size, return_type=str),
+                 _SIZE_SCHEMA]
+Memory = Annotated[int, BeforeValidator(_memory),
+                   PlainSerializer(format_size, return_type=str), _SIZE_SCHEMA]
+ShmSize = Annotated[int, BeforeValidator(_shmem), PlainSerializer(format_size, return_type=str),
+                    _SIZE_SCHEMA]
 UserId = Annotated[int, Field(ge=MIN_USER_ID, le=2**31 - 2)]
 Port = Annotated[int, Field(strict=True, ge=1, le=65535)]
 NonEmpty = Annotated[str, Field(strict=True, min_length=1)]

@@ -13,6 +13,16 @@ from fractions import Fraction
 _FACTORS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 _SIZE = re.compile(r"(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[kmgt]?)(?:ib|b|i)?",
                    re.IGNORECASE | re.ASCII)
+SIZE_JSON_SCHEMA = {
+    "anyOf": [
+        {"type": "string",
+         "pattern": r"^\s*[0-9]+(\.[0-9]+)?\s*([kKmMgGtT]?)([iI][bB]|[bB]|[iI])?\s*$"},
+        {"type": "integer", "minimum": 1},
+    ],
+    "description": "a size: a number with k, m, g or t (1024-based), e.g. 512m or 4g; "
+                   "or whole bytes",
+}
+"""What :func:`parse_size` accepts, for ``sessionctl schema`` (editors check sizes with it)."""
 MAX_BYTES = 2**63 - 1
 """Docker keeps memory as a signed 64-bit count of bytes."""
 _MAX_DIGITS = 40  # far beyond MAX_BYTES in any unit; keeps huge numbers out of the arithmetic

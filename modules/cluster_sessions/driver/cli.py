@@ -87,16 +87,27 @@ def plan_table(plan: ClusterPlan) -> str:
     return "\n".join(printable(line) for line in lines)
 
 
-def cmd_schema(args: argparse.Namespace) -> int:
+def definitions_schema(kind: str | None = None) -> dict:
+    """The JSON Schema of one kind, or of both (``oneOf``), with every ``$ref`` resolvable:
+    each kind's own ``$defs`` are lifted to the top of the combined document."""
     schemas = {"ClusterSession": Session.model_json_schema(mode="validation"),
                "AgentPool": Pool.model_json_schema(mode="validation")}
-    out = schemas[args.kind] if args.kind else {
+    if kind:
+        return schemas[kind]
+    defs: dict = {}
+    for name, schema in schemas.items():
+        defs.update(schema.pop("$defs", {}))
+        defs[name] = schema
+    return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "cluster-sessions definitions",
         "oneOf": [{"$ref": f"#/$defs/{k}"} for k in schemas],
-        "$defs": schemas,
+        "$defs": defs,
     }
-    json.dump(out, sys.stdout, indent=2)
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    json.dump(definitions_schema(args.kind), sys.stdout, indent=2)
     print()
     return Exit.OK
 
