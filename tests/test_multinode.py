@@ -160,7 +160,10 @@ def _leave_all(lab: Lab, engine: Engine) -> None:
 def test_pool_check_reports_every_agent_of_the_lab(lab, capsys):
     code = cli.main(["pool", "check", str(lab.pool_file)])
     out, err = capsys.readouterr()
-    assert code == 0, err
+    # every agent works, but the pool's swarm is not formed yet: exit 1, saying so (issue 12)
+    assert code == 1, err
+    assert err.strip().splitlines()[-1].startswith("pool mnlab: the swarm is not formed"), err
+    assert "failed the check" not in err
     rows = {line.split()[0]: line.split() for line in out.splitlines()[1:4]}
     assert list(rows) == ["agent1", "agent2", "agent3"]
     for name, row in rows.items():
@@ -170,7 +173,8 @@ def test_pool_check_reports_every_agent_of_the_lab(lab, capsys):
 
     code = cli.main(["pool", "check", str(lab.pool_file), "--json"])
     doc = json.loads(capsys.readouterr().out)
-    assert code == 0 and doc["ok"]
+    assert code == 1 and not doc["ok"] and doc["swarm_formed"] is False
+    assert all(a["ok"] for a in doc["agents"])
     ids = {a["engine_id"] for a in doc["agents"]}
     assert len(ids) == 3  # three engines, not one seen three times
     assert {a["via"] for a in doc["agents"]} == {

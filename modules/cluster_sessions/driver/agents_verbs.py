@@ -109,13 +109,15 @@ def check_table(reports: Sequence[Any]) -> str:
                      for row in rows)
 
 
-def report_document(pool: Pool, reports: Sequence[Any], notes: Sequence[str]) -> dict:
+def report_document(pool: Pool, reports: Sequence[Any], notes: Sequence[str],
+                    swarm_formed: bool = True) -> dict:
     def free(f):
         return None if f is None else {"cpu": f.millicpu / 1000, "mem": f.mem,
                                        "gpus": list(f.gpus)}
     return {
         "pool": pool.name,
-        "ok": all(r.ok for r in reports),
+        "ok": all(r.ok for r in reports) and swarm_formed,
+        "swarm_formed": swarm_formed,
         "agents": [{
             "name": r.name,
             "via": r.via,
@@ -165,7 +167,8 @@ def cmd_pool_check(args: argparse.Namespace) -> int:
         elif all(r.engine for r in reports):
             notes.append(f"swarm: {len(pool.agents)} nodes, manager {pool.swarm.manager}")
     if args.json:
-        json.dump(report_document(pool, reports, notes), sys.stdout, indent=2)
+        json.dump(report_document(pool, reports, notes, swarm_formed=not swarm_problems),
+                  sys.stdout, indent=2)
         print()
     else:
         print(check_table(reports))
