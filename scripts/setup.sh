@@ -1,34 +1,50 @@
 #!/usr/bin/env bash
 # Set up a fresh Debian 12 machine for cluster-sessions (run as root):
-#   1. Debian packages: the Docker engine, debootstrap, OpenSSH, busybox/dash (tests), iproute2
-#   2. Python packages: requirements.txt (and requirements-dev.txt with --dev), sessionctl on PATH
+#   1. Debian packages: the Docker engine, debootstrap, OpenSSH, busybox/dash (tests),
+#      iproute2, python3-venv (the project's own virtual environment: Debian's Python has no
+#      pip and refuses system-wide installs, PEP 668)
+#   2. Python packages in .venv/: requirements.txt (requirements-dev.txt with --dev) and the
+#      project itself; sessionctl linked into /usr/local/bin
 #   3. a running Docker engine (scripts/ensure-docker.sh)
 #   4. the demo image cluster-sessions/debian-sshd:latest, built from Debian packages
-#   5. the Pulumi CLI: checked; with --install-pulumi (or CLUSTER_SESSIONS_INSTALL_PULUMI=1)
-#      installed with Pulumi's official installer where the network allows it. It is opt-in
-#      because that installer downloads from Pulumi's own servers, not a package registry.
-# Idempotent: a second run only checks.
+#   5. the Pulumi CLI, from Pulumi's release archive with its checksum verified
+#      (scripts/install-pulumi.sh), into ~/.pulumi/bin and linked into /usr/local/bin; by
+#      default except with --dev. If it cannot be installed, set-up says what to install and
+#      exits 1 (--no-pulumi skips it; --install-pulumi asks for it with --dev too).
+# Idempotent: a second run only checks. --no-engine skips 3 and 4 (e.g. in a chroot).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 dev=0
-install_pulumi=${CLUSTER_SESSIONS_INSTALL_PULUMI:-0}
+engine=1
+bin_dir=${CLUSTER_SESSIONS_BIN_DIR:-/usr/local/bin}  # where sessionctl and pulumi are linked
+pulumi=${CLUSTER_SESSIONS_INSTALL_PULUMI:-default}
 for arg in "$@"; do
     case "$arg" in
         --dev) dev=1 ;;
-        --install-pulumi) install_pulumi=1 ;;
-        -h|--help) sed -n '2,10p' "$0"
-                   echo "usage: scripts/setup.sh [--dev] [--install-pulumi]"; exit 0 ;;
+        --install-pulumi) pulumi=1 ;;
+        --no-pulumi) pulumi=0 ;;
+        --no-engine) engine=0 ;;
+        -h|--help) sed -n '2,15p' "$0"
+                   echo "usage: scripts/setup.sh [--dev] [--install-pulumi|--no-pulumi] [--no-engine]"
+                   exit 0 ;;
         *) echo "setup: unknown option $arg" >&2; exit 2 ;;
     esac
 done
+if [ "$pulumi" = default ]; then
+    pulumi=$((1 - dev))  # the main job needs it; the tests do not
+fi
 say() { echo "setup: $*" >&2; }
 
 if [ "$(id -u)" -ne 0 ]; then
     say "must run as root (installs Debian packages, starts dockerd)"; exit 1
 fi
 
-packages=(docker.io debootstrap openssh-client openssh-server busybox dash iproute2 iptables kmod)
+packages=(python3 python3-venv ca-certificates curl)
+if [ "$engine" -eq 1 ]; then
+    packages+=(docker.io debootstrap openssh-client openssh-server busybox dash iproute2 iptables
+               kmod)
+fi
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -40,33 +56,48 @@ if ((${#missing[@]})); then
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# The project's own virtual environment: works on Debian's Python (no pip, PEP 668) and on any
+# other python3 alike. Python 3.11 or newer.
+python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+    || { say "Python 3.11 or newer is needed (found $(python3 --version 2>&1))"; exit 1; }
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
+    say "creating the virtual environment .venv/"
+    rm -rf .venv
+    python3 -m venv .venv
+fi
 reqs=requirements.txt
 [ "$dev" -eq 1 ] && reqs=requirements-dev.txt
-say "installing Python packages from $reqs and the project (sessionctl)"
-python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore -r "$reqs" -e .
+say "installing Python packages from $reqs and the project (sessionctl) into .venv/"
+.venv/bin/python -m pip install -q --disable-pip-version-check -r "$reqs" -e .
+mkdir -p "$bin_dir"
+ln -sf "$PWD/.venv/bin/sessionctl" "$bin_dir/sessionctl"
+say "sessionctl: $bin_dir/sessionctl -> $PWD/.venv/bin/sessionctl"
 
-bash scripts/ensure-docker.sh
-
-say "building or reusing the demo image (first build: about a minute)"
-tag=$(python3 -m cluster_sessions.lab.image)
-docker tag "$tag" cluster-sessions/debian-sshd:latest
-say "image $tag, tagged cluster-sessions/debian-sshd:latest"
-
-version=$(python3 -c 'from importlib.metadata import version; print(version("pulumi"))')
-if ! command -v pulumi >/dev/null 2>&1 && [ "$install_pulumi" = 1 ]; then
-    say "installing the pulumi CLI $version with the official installer"
-    if command -v curl >/dev/null 2>&1 &&
-        curl -fsSL --max-time 60 https://get.pulumi.com | sh -s -- --version "$version" >&2; then
-        export PATH="$HOME/.pulumi/bin:$PATH"
-        say "installed into ~/.pulumi/bin (add it to PATH)"
-    else
-        say "could not download the pulumi CLI (no network to get.pulumi.com?)"
-    fi
+if [ "$engine" -eq 1 ]; then
+    bash scripts/ensure-docker.sh
+    say "building or reusing the demo image (first build: about a minute)"
+    tag=$(.venv/bin/python -m cluster_sessions.lab.image)
+    docker tag "$tag" cluster-sessions/debian-sshd:latest
+    say "image $tag, tagged cluster-sessions/debian-sshd:latest"
 fi
-if command -v pulumi >/dev/null 2>&1; then
-    say "pulumi CLI: $(pulumi version)"
+
+version=$(.venv/bin/python -c 'from importlib.metadata import version; print(version("pulumi"))')
+installed=$(command -v pulumi 2>/dev/null || true)
+[ -n "$installed" ] || [ ! -x "$HOME/.pulumi/bin/pulumi" ] || installed=$HOME/.pulumi/bin/pulumi
+if [ -n "$installed" ]; then
+    say "pulumi CLI: $installed ($("$installed" version 2>/dev/null || echo 'does not run'))"
+elif [ "$pulumi" = 1 ]; then
+    if bash scripts/install-pulumi.sh "$version"; then
+        ln -sf "${PULUMI_HOME:-$HOME/.pulumi}/bin/pulumi" "$bin_dir/pulumi"
+        say "pulumi CLI: $bin_dir/pulumi -> ${PULUMI_HOME:-$HOME/.pulumi}/bin/pulumi"
+    else
+        .venv/bin/python -c 'from cluster_sessions.driver.engine import how_to_install
+print(how_to_install())' >&2
+        say "the pulumi CLI could not be installed (see above); the offline verbs work, the" \
+            "engine verbs exit 4 until it is. Re-run with --no-pulumi to finish without it."
+        exit 1
+    fi
 else
-    say "the pulumi CLI is not installed; 'sessionctl up' will exit 4 until it is."
-    python3 -c 'from cluster_sessions.driver.engine import how_to_install; print(how_to_install())' >&2 || true
+    say "not installing the pulumi CLI (--dev or --no-pulumi); 'sessionctl up' says how to"
 fi
 say "done"

@@ -252,17 +252,16 @@ def install_instructions(sdk_version: str, docker_version: str) -> str:
         "the pulumi CLI is missing: not on PATH and not in ~/.pulumi/bin.",
         "The engine verbs (preview, up, destroy, refresh) drive it through the Automation API; "
         "the offline verbs (validate, plan, render, diff) do not need it.",
-        f"Install it, preferably the version matching the pulumi SDK here ({sdk_version}):",
-        f"  curl -fsSL https://get.pulumi.com | sh -s -- --version {sdk_version}"
-        "    # official installer, into ~/.pulumi/bin",
+        f"Install it, the version matching the pulumi SDK here ({sdk_version}):",
+        f"  bash scripts/install-pulumi.sh {sdk_version}"
+        "    # the release archive, SHA-256 checked, into ~/.pulumi/bin",
+        f"  or: curl -fsSL https://get.pulumi.com | sh -s -- --version {sdk_version}"
+        "    # Pulumi's installer",
         f"  or unpack {archive} and put its pulumi/ directory on PATH",
-        "  or: brew install pulumi/tap/pulumi",
         "then check with `pulumi version`. The first engine run also fetches the docker provider "
         f"plugin (or: pulumi plugin install resource docker {docker_version}).",
-        "Both downloads need internet access (get.pulumi.com, github.com). A machine without "
-        "it, such as the sandbox this project is built and tested in, cannot fetch them: copy "
-        "the archive and ~/.pulumi/plugins in from a machine that can, or run the engine verbs "
-        "there.",
+        "Both come from get.pulumi.com and github.com; if they cannot be reached from here, copy "
+        "the archive and ~/.pulumi/plugins over from a machine where they can.",
     ])
 
 

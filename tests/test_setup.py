@@ -1,0 +1,133 @@
+"""The set-up's pulumi step (scripts/install-pulumi.sh) and the install instructions (issue 12).
+
+The real download cannot happen here, so ``curl`` is replaced on PATH by a stand-in that serves
+files from a local directory the way the release server would, or fails like a machine with no
+route to it. Everything else is the real script: checksum check, unpacking, the version check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+PROJECT = Path(__file__).resolve().parent.parent
+SCRIPT = PROJECT / "scripts" / "install-pulumi.sh"
+VERSION = "3.272.0"
+ARCHIVE = f"pulumi-v{VERSION}-linux-x64.tar.gz"
+
+FAKE_CURL = """#!/bin/sh
+# curl -fsSL ... -o FILE URL: copy $SERVE/<last path part of URL> to FILE, or fail like curl
+out= url=
+while [ "$#" -gt 0 ]; do
+    case $1 in (-o) out=$2; shift ;; (-*) ;; (*) url=$1 ;; esac
+    shift
+done
+[ -n "$SERVE" ] || { echo "curl: (6) Could not resolve host: get.pulumi.com" >&2; exit 6; }
+[ -f "$SERVE/${url##*/}" ] || { echo "curl: (22) 404" >&2; exit 22; }
+cp "$SERVE/${url##*/}" "$out"
+"""
+
+
+def archive_bytes(version: str = VERSION) -> bytes:
+    """A release archive: pulumi/pulumi that answers ``pulumi version``."""
+    script = f"#!/bin/sh\n[ \"$1\" = version ] && echo v{version}\n".encode()
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        info = tarfile.TarInfo("pulumi/pulumi")
+        info.size, info.mode = len(script), 0o755
+        tar.addfile(info, io.BytesIO(script))
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    if os.uname().machine != "x86_64":
+        pytest.skip("the stand-in serves the x64 archive")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "curl").write_text(FAKE_CURL)
+    (bin_dir / "curl").chmod(0o755)
+    return {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path / "home"),
+            "PULUMI_HOME": str(tmp_path / "home" / ".pulumi")}
+
+
+def serve(tmp_path: Path, archive: bytes, listed: bytes | None = None) -> Path:
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / ARCHIVE).write_bytes(archive)
+    digest = hashlib.sha256(archive if listed is None else listed).hexdigest()
+    (served / f"pulumi-{VERSION}-checksums.txt").write_text(
+        f"{'0' * 64}  pulumi-v{VERSION}-darwin-x64.tar.gz\n{digest}  {ARCHIVE}\n")
+    return served
+
+
+def install(env: dict[str, str], served: Path | None) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), VERSION],
+                          env={**env, "SERVE": str(served) if served else ""},
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_a_verified_archive_is_installed_where_sessionctl_looks(tmp_path, env):
+    from cluster_sessions.driver.engine import find_pulumi
+
+    result = install(env, serve(tmp_path, archive_bytes()))
+    assert result.returncode == 0, result.stderr
+    assert "sha256 verified" in result.stderr
+    found = find_pulumi({"PATH": "/nonexistent", "HOME": env["HOME"]})
+    assert found == Path(env["PULUMI_HOME"]) / "bin" / "pulumi"
+    assert subprocess.run([found, "version"], capture_output=True, text=True).stdout.strip() \
+        == f"v{VERSION}"
+
+
+def test_a_checksum_mismatch_installs_nothing_and_fails(tmp_path, env):
+    result = install(env, serve(tmp_path, archive_bytes(), listed=b"something else"))
+    assert result.returncode == 1
+    assert "checksum mismatch" in result.stderr
+    assert not (Path(env["PULUMI_HOME"]) / "bin").exists()
+
+
+def test_no_network_fails_with_the_reason(env):
+    result = install(env, None)
+    assert result.returncode == 1
+    assert "cannot download" in result.stderr and "Could not resolve host" in result.stderr
+    assert not (Path(env["PULUMI_HOME"]) / "bin").exists()
+
+
+def test_the_install_instructions_are_said_once_and_plainly():
+    from cluster_sessions.driver.engine import how_to_install
+
+    text = how_to_install()
+    assert "brew" not in text
+    assert "sandbox" not in text and "built and tested" not in text
+    assert "scripts/install-pulumi.sh" in text
+
+
+@pytest.mark.slow
+def test_setup_exits_1_when_the_cli_was_asked_for_and_cannot_be_downloaded(tmp_path, env):
+    """The whole set-up (without the engine) in a copy of the project: the pulumi step fails
+    as on a machine that cannot reach the download, and set-up says so and exits 1."""
+    if os.geteuid() != 0:
+        pytest.skip("set-up runs as root")
+    copy = tmp_path / "project"
+    files = subprocess.run(["git", "-C", str(PROJECT), "ls-files", "-z"], capture_output=True,
+                           check=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        if (PROJECT / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            (copy / name).write_bytes((PROJECT / name).read_bytes())
+    result = subprocess.run(
+        ["bash", "scripts/setup.sh", "--no-engine", "--install-pulumi"], cwd=copy,
+        env={**os.environ, **env, "PATH": f"{env['PATH']}:/usr/sbin:/sbin:/usr/local/bin",
+             "SERVE": "", "CLUSTER_SESSIONS_BIN_DIR": str(tmp_path / "linked")},
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "the pulumi CLI could not be installed" in result.stderr
+    assert "setup: done" not in result.stderr
+    assert result.stderr.count("the pulumi CLI is missing") == 1  # said once
+    assert (tmp_path / "linked" / "sessionctl").resolve() == copy / ".venv" / "bin" / "sessionctl"
