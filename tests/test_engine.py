@@ -358,12 +358,13 @@ def test_engine_failure_message_prefers_error_diagnostics_then_stderr_then_outpu
     assert engine.engine_error_message([], [], [])
 
 
-def test_install_instructions_say_how_and_why_not_here():
+def test_install_instructions_say_how_and_where_from():
     text = engine.install_instructions("3.272.0", "5.2.0")
+    assert "bash scripts/install-pulumi.sh 3.272.0" in text
     assert "curl -fsSL https://get.pulumi.com | sh -s -- --version 3.272.0" in text
     assert "pulumi-v3.272.0-linux-x64.tar.gz" in text
     assert "pulumi plugin install resource docker 5.2.0" in text
-    assert "internet access" in text
+    assert "get.pulumi.com and github.com" in text
 
 
 # --- exit paths through `sessionctl` -------------------------------------------------------------
