@@ -131,3 +131,96 @@ def test_setup_exits_1_when_the_cli_was_asked_for_and_cannot_be_downloaded(tmp_p
     assert "setup: done" not in result.stderr
     assert result.stderr.count("the pulumi CLI is missing") == 1  # said once
     assert (tmp_path / "linked" / "sessionctl").resolve() == copy / ".venv" / "bin" / "sessionctl"
+
+
+# --- the README's set-up on a plain Debian 12 (system Python, no pip) --------------------------
+
+PLAIN_PACKAGES = ("python3",)  # what a plain Debian 12 has of Python: no pip, no venv
+
+
+def plain_rootfs_tarball() -> Path:
+    """A minimal Debian 12 root filesystem with only the system Python, cached by recipe."""
+    from cluster_sessions.lab.image import SUITE, cache_dir, debian_mirror
+
+    source = debian_mirror()
+    recipe = f"{SUITE} minbase {','.join(PLAIN_PACKAGES)}"
+    digest = hashlib.sha256(recipe.encode()).hexdigest()[:12]
+    tarball = cache_dir() / "rootfs" / f"plain-{digest}.tar"
+    if tarball.is_file():
+        return tarball
+    tarball.parent.mkdir(parents=True, exist_ok=True)
+    build = Path(tempfile_dir(tarball.parent))
+    command = ["debootstrap", "--variant=minbase", f"--include={','.join(PLAIN_PACKAGES)}"]
+    if source.keyring and Path(source.keyring).is_file():
+        command.append(f"--keyring={source.keyring}")
+    subprocess.run([*command, SUITE, str(build / "root"), source.uri], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=900)
+    partial = tarball.with_suffix(".partial")
+    subprocess.run(["tar", "-C", str(build / "root"), "-cf", str(partial), "."], check=True)
+    partial.rename(tarball)
+    subprocess.run(["rm", "-rf", str(build)], check=True)
+    return tarball
+
+
+def tempfile_dir(parent: Path) -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(dir=parent, prefix="build-")
+
+
+@pytest.mark.slow
+def test_the_readme_set_up_works_on_a_plain_debian_12(tmp_path):
+    """The README's set-up (without the engine, which a chroot cannot run) on a Debian 12 root
+    filesystem with the system Python only, then `sessionctl validate` and `plan` there."""
+    import shutil
+
+    from .conftest import skip_or_fail
+
+    if os.geteuid() != 0 or shutil.which("debootstrap") is None or shutil.which("chroot") is None:
+        skip_or_fail("the plain-Debian set-up test needs root, debootstrap and chroot")
+    root = tmp_path / "root"
+    root.mkdir()
+    subprocess.run(["tar", "-C", str(root), "-xf", str(plain_rootfs_tarball())], check=True)
+    assert subprocess.run(["chroot", str(root), "python3", "-m", "pip", "--version"],
+                          capture_output=True).returncode != 0  # really no pip
+    project = root / "project"
+    files = subprocess.run(["git", "-C", str(PROJECT), "ls-files", "-z"], capture_output=True,
+                           check=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        if (PROJECT / name).is_file():
+            (project / name).parent.mkdir(parents=True, exist_ok=True)
+            (project / name).write_bytes((PROJECT / name).read_bytes())
+    # the host's network settings: name resolution and the certificate bundle pip trusts here
+    shutil.copy("/etc/resolv.conf", root / "etc" / "resolv.conf")
+    shutil.copy("/etc/ssl/certs/ca-certificates.crt", root / "host-ca.crt")
+    mounts = []
+    try:
+        for fs, where in (("proc", "proc"), ("sysfs", "sys")):
+            subprocess.run(["mount", "-t", fs, fs, str(root / where)], check=True)
+            mounts.append(root / where)
+        subprocess.run(["mount", "--bind", "/dev", str(root / "dev")], check=True)
+        mounts.append(root / "dev")
+        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+               "HOME": "/root", "LANG": "C.UTF-8", "PIP_CERT": "/host-ca.crt",
+               "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+        setup = subprocess.run(
+            ["chroot", str(root), "bash", "-c",
+             "cd /project && bash scripts/setup.sh --no-engine --no-pulumi"],
+            env=env, capture_output=True, text=True, timeout=1500)
+        assert setup.returncode == 0, setup.stderr[-4000:]
+        assert "setup: done" in setup.stderr
+        validate = subprocess.run(
+            ["chroot", str(root), "bash", "-c",
+             "cd /project && sessionctl validate stacks/sessions/*.yaml stacks/pools/*.yaml"],
+            env=env, capture_output=True, text=True, timeout=120)
+        assert validate.returncode == 0, validate.stderr
+        plan = subprocess.run(
+            ["chroot", str(root), "bash", "-c",
+             "cd /tmp && sessionctl plan /project/stacks/sessions/train-demo.yaml"],
+            env=env, capture_output=True, text=True, timeout=120)
+        assert plan.returncode == 0, plan.stderr
+        assert "main1" in plan.stdout and "sub3" in plan.stdout
+        print(f"\n{setup.stderr}\n{validate.stdout}\n{plan.stdout}")
+    finally:
+        for mount in reversed(mounts):
+            subprocess.run(["umount", "-l", str(mount)], check=False)
