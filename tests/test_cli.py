@@ -55,8 +55,7 @@ def test_plan_of_the_multi_node_example_spreads_over_the_lab(capsys):
     code, out, _ = run(capsys, "plan", str(STACKS / "sessions" / "multi-demo.yaml"), "--json")
     doc = json.loads(out)
     assert code == 0 and doc["network"]["driver"] == "overlay"
-    assert [c["agent"] for c in doc["containers"]] == (
-        ["agent1"] * 3 + ["agent2"] * 3 + ["agent3"] * 2)
+    assert [c["agent"] for c in doc["containers"]] == ["agent1"] * 6 + ["agent2"] * 2
 
 
 def test_plan_with_pool_override_can_be_pending_and_exits_3(tmp_path, capsys):
@@ -325,3 +324,22 @@ def test_the_schema_has_no_reference_that_leads_nowhere():
     defs = definitions_schema()["$defs"]
     for ref in set(re.findall(r'"\$ref": "#/\$defs/([^"]+)"', text)):
         assert ref in defs, ref
+
+
+def test_pool_may_be_given_by_name_on_the_command_line(capsys):
+    definition = str(STACKS / "sessions" / "multi-demo.yaml")
+    by_name = run(capsys, "plan", definition, "--pool", "lab3", "--json")
+    by_file = run(capsys, "plan", definition, "--pool", str(STACKS / "pools" / "lab3.yaml"),
+                  "--json")
+    assert by_name[0] == 0 and by_name[1] == by_file[1]
+    code, _, err = run(capsys, "plan", definition, "--pool", "nosuchpool")
+    assert code == 2 and "no pool 'nosuchpool' found" in err
+
+
+@pytest.mark.docker
+def test_plan_probe_says_which_pool_it_probed_and_what_it_found(docker_client, capsys):
+    code, out, err = run(capsys, "plan", str(STACKS / "sessions" / "solo.yaml"), "--probe")
+    assert code in (0, 3), err
+    lines = err.splitlines()
+    assert lines[0] == f"probed pool local ({STACKS / 'pools' / 'local.yaml'}), free now:"
+    assert lines[1].startswith("  local: cpu ") and ", mem " in lines[1]

@@ -362,9 +362,15 @@ def load_session(session_file: Path, pool_file: Path | None = None) -> Loaded:
 
 
 def with_pool(session: Session, session_file: Path, pool_file: Path | None = None) -> Loaded:
+    """``pool_file``: a file that replaces the definition's pool (``--pool``), or a pool name
+    looked up like the definition's own ``pool:``."""
     file = str(session_file)
+    ref = session.pool
+    if pool_file is not None and "/" not in str(pool_file) and pool_file.suffix not in (
+            ".yaml", ".yml") and not pool_file.exists():
+        ref, pool_file = str(pool_file), None  # a name given on the command line
     if pool_file is None:
-        candidates = pool_candidates(session_file, session.pool)
+        candidates = pool_candidates(session_file, ref)
         unusable: list[str] = []
         pool_file = next((c for c in candidates if _is_file(c, unusable)), None)
         if pool_file is None:
@@ -372,7 +378,7 @@ def with_pool(session: Session, session_file: Path, pool_file: Path | None = Non
             notes = "".join(f"; cannot look at {u}" for u in dict.fromkeys(unusable))
             if _cwd() is None:
                 notes += "; the working directory no longer exists"
-            raise DefinitionError([Problem(file, "pool", f"no pool {session.pool!r} found "
+            raise DefinitionError([Problem(file, "pool", f"no pool {ref!r} found "
                                            f"(looked for {looked}){notes}")])
     pool = load_file(pool_file, expect="AgentPool")
     assert isinstance(pool, Pool)

@@ -33,6 +33,11 @@ def _plan_for(args: argparse.Namespace) -> ClusterPlan:
         from ..agents.capacity import probe_free
 
         free = probe_free(loaded.pool, exclude_session=loaded.session.name)
+        print(f"probed pool {printable(loaded.pool.name)} ({printable(loaded.pool_file)}), "
+              "free now:", file=sys.stderr)
+        for f in free:
+            print(f"  {printable(f.name)}: cpu {f.millicpu / 1000:g}, mem {format_size(f.mem)}, "
+                  f"gpus {','.join(map(str, f.gpus)) or '-'}", file=sys.stderr)
     return build_plan(loaded.session, loaded.pool, free)
 
 
@@ -136,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help="print the whole plan as JSON, with each container's environment")
     p.add_argument("--probe", action="store_true",
-                   help="plan against live free capacity read from the agents (over SSH)")
+                   help="plan against live free capacity read from the agents (over SSH); "
+                   "says which pool and what it found")
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("schema", help="print the JSON Schema of the definition kinds",
@@ -170,8 +176,9 @@ def nonempty(value: str) -> str:
 def add_session_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", type=nonempty,
                    help="a ClusterSession definition (YAML)")
-    p.add_argument("--pool", metavar="POOLFILE", type=nonempty,
-                   help="use this AgentPool file instead of the one the session names")
+    p.add_argument("--pool", metavar="POOL", type=nonempty,
+                   help="use this pool instead of the one the session names: an AgentPool file, "
+                   "or a name looked up like the definition's pool:")
 
 
 def quiet_libraries() -> None:
