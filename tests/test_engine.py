@@ -377,6 +377,8 @@ def test_missing_cli_exits_4_with_install_instructions(tmp_path, without_pulumi_
     assert "pulumi CLI is missing" in err
     assert "https://get.pulumi.com" in err
     assert "Traceback" not in err
+    assert "\\n" not in err  # the instructions arrive as lines, not as one escaped line
+    assert any(line.startswith("  bash scripts/install-pulumi.sh") for line in err.splitlines())
 
 
 def test_missing_cli_with_json_prints_a_summary(tmp_path, without_pulumi_cli, capsys):

@@ -200,7 +200,12 @@ def main(argv: list[str] | None = None) -> int:
             print(problem, file=sys.stderr)
         return Exit.INVALID
     except CommandError as exc:
-        print(f"sessionctl {args.verb}: {printable(exc)}", file=sys.stderr)
+        # our own messages may span lines (install instructions): print them as lines, each
+        # made printable (the names they quote are validated to hold no control characters)
+        first, *rest = str(exc).split("\n")
+        print(f"sessionctl {args.verb}: {printable(first)}", file=sys.stderr)
+        for line in rest:
+            print(printable(line), file=sys.stderr)
         return exc.code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
