@@ -67,6 +67,17 @@ def serve(tmp_path: Path, archive: bytes, listed: bytes | None = None) -> Path:
     return served
 
 
+def copy_project(destination: Path) -> Path:
+    """The files git tracks (a fresh clone's content, without .venv or caches)."""
+    files = subprocess.run(["git", "-C", str(PROJECT), "ls-files", "-z"], capture_output=True,
+                           check=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        if (PROJECT / name).is_file():
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
+            (destination / name).write_bytes((PROJECT / name).read_bytes())
+    return destination
+
+
 def install(env: dict[str, str], served: Path | None) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(SCRIPT), VERSION],
                           env={**env, "SERVE": str(served) if served else ""},
@@ -114,13 +125,7 @@ def test_setup_exits_1_when_the_cli_was_asked_for_and_cannot_be_downloaded(tmp_p
     as on a machine that cannot reach the download, and set-up says so and exits 1."""
     if os.geteuid() != 0:
         pytest.skip("set-up runs as root")
-    copy = tmp_path / "project"
-    files = subprocess.run(["git", "-C", str(PROJECT), "ls-files", "-z"], capture_output=True,
-                           check=True).stdout.decode().split("\0")
-    for name in filter(None, files):
-        if (PROJECT / name).is_file():
-            (copy / name).parent.mkdir(parents=True, exist_ok=True)
-            (copy / name).write_bytes((PROJECT / name).read_bytes())
+    copy = copy_project(tmp_path / "project")
     result = subprocess.run(
         ["bash", "scripts/setup.sh", "--no-engine", "--install-pulumi"], cwd=copy,
         env={**os.environ, **env, "PATH": f"{env['PATH']}:/usr/sbin:/sbin:/usr/local/bin",
@@ -183,13 +188,7 @@ def test_the_readme_set_up_works_on_a_plain_debian_12(tmp_path):
     subprocess.run(["tar", "-C", str(root), "-xf", str(plain_rootfs_tarball())], check=True)
     assert subprocess.run(["chroot", str(root), "python3", "-m", "pip", "--version"],
                           capture_output=True).returncode != 0  # really no pip
-    project = root / "project"
-    files = subprocess.run(["git", "-C", str(PROJECT), "ls-files", "-z"], capture_output=True,
-                           check=True).stdout.decode().split("\0")
-    for name in filter(None, files):
-        if (PROJECT / name).is_file():
-            (project / name).parent.mkdir(parents=True, exist_ok=True)
-            (project / name).write_bytes((PROJECT / name).read_bytes())
+    copy_project(root / "project")
     # the host's network settings: name resolution and the certificate bundle pip trusts here
     shutil.copy("/etc/resolv.conf", root / "etc" / "resolv.conf")
     shutil.copy("/etc/ssl/certs/ca-certificates.crt", root / "host-ca.crt")
