@@ -82,7 +82,7 @@ def test_pool_up_without_a_swarm_manager_is_invalid(capsys):
 
 @pytest.mark.parametrize(("ref", "words"), [("", "must not be empty"),
                                             ("p" * 300, "File name too long"),
-                                            ("~nosuchuser/p.yaml", "cannot look up pool")])
+                                            ("~nosuchuser/p.yaml", "no user 'nosuchuser'")])
 def test_a_pool_that_cannot_be_looked_up_is_invalid_input(capsys, ref, words):
     assert cli.main(["pool", "check", ref]) == Exit.INVALID
     err = capsys.readouterr().err
@@ -212,3 +212,34 @@ def test_an_agent_that_is_not_an_ssh_server_is_one_line_not_a_traceback(tmp_path
     lines = [line for line in err.splitlines() if line.strip()]
     assert [line.split(":")[0] for line in lines] == ["agent liar", "agent liar2",
                                                      "pool liar"], err
+
+
+def test_pool_verbs_and_definitions_find_a_pool_name_in_the_same_place(tmp_path, monkeypatch,
+                                                                        capsys):
+    """One lookup rule (loader.find_pool): a name in $CLUSTER_SESSIONS_POOLS is found by the
+    pool verbs and by a definition outside the project alike (issue 12)."""
+    from cluster_sessions.loader import load_session
+
+    mine = tmp_path / "my-pools"
+    mine.mkdir()
+    pool = write_pool(mine / "shared.yaml", agent("a", f"unix://{tmp_path}/no.sock"))
+    session = tmp_path / "elsewhere" / "s.yaml"
+    session.parent.mkdir()
+    session.write_text(yaml.safe_dump({"kind": "ClusterSession", "name": "lookup",
+                                       "pool": "shared", "image": "x"}))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CLUSTER_SESSIONS_POOLS", str(mine))
+    assert V.pool_path("shared") == pool == load_session(session).pool_file
+    monkeypatch.delenv("CLUSTER_SESSIONS_POOLS")
+    assert cli.main(["pool", "check", "shared"]) == Exit.INVALID
+    verb_err = capsys.readouterr().err
+    assert cli.main(["validate", str(session)]) == Exit.INVALID
+    definition_err = capsys.readouterr().err
+    def looked(err: str) -> list[str]:
+        return err.split("(looked for ", 1)[1].rstrip(")\n").split(", ")
+
+    # the definition looks beside itself first, then where the verbs look, in the same order
+    assert looked(definition_err)[:2] == [str(session.parent.parent / "pools" / "shared.yaml"),
+                                          str(session.parent.parent / "pools" / "shared.yml")]
+    assert looked(definition_err)[4:] == looked(verb_err)
+    assert verb_err.startswith("sessionctl pool: no pool 'shared' found")

@@ -343,3 +343,47 @@ def test_plan_probe_says_which_pool_it_probed_and_what_it_found(docker_client, c
     lines = err.splitlines()
     assert lines[0] == f"probed pool local ({STACKS / 'pools' / 'local.yaml'}), free now:"
     assert lines[1].startswith("  local: cpu ") and ", mem " in lines[1]
+
+
+# --- what a user reads: --version and help (issue 12) ------------------------------------------
+
+def test_version_is_the_checkouts_own(capsys):
+    import tomllib
+
+    pyproject = tomllib.loads((STACKS.parent / "pyproject.toml").read_text())
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out == f"sessionctl {pyproject['project']['version']}\n"
+
+
+def _every_parser():
+    """The top-level parser and every verb's and sub-verb's, with the path that reaches it."""
+    import argparse
+
+    from cluster_sessions.driver.cli import build_parser
+
+    todo = [((), build_parser())]
+    while todo:
+        path, parser = todo.pop()
+        yield path, parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                helps = {a.dest: a.help for a in action._choices_actions}
+                for name, sub in action.choices.items():
+                    assert helps.get(name), f"{' '.join((*path, name))} has no one-line help"
+                    todo.append(((*path, name), sub))
+
+
+def test_every_verb_has_help_and_no_jargon():
+    seen = set()
+    for path, parser in _every_parser():
+        seen.add(" ".join(path))
+        text = parser.format_help()
+        assert parser.description or not path, f"{' '.join(path)}: no description"
+        for jargon in ("contract", "(top)", "(top):"):
+            assert jargon not in text.lower(), (path, jargon)
+        for action in parser._actions:
+            if action.option_strings and action.dest != "help":
+                assert action.help, f"{' '.join(path)} {action.option_strings[0]}: no help"
+    assert {"schema", "lab down", "lab status", "pool sweep", "refresh"} <= seen

@@ -539,3 +539,48 @@ def test_a_missing_cli_is_exit_4_even_without_yes(tmp_path, without_pulumi_cli, 
     session = write_session(tmp_path)
     assert main([argv[0], str(session), *argv[1:]]) == Exit.MISSING
     assert "pulumi CLI is missing" in capsys.readouterr().err
+
+
+# --- one check order for every engine verb (issue 12) -----------------------------------------
+
+ENGINE_VERBS = [("preview",), ("up",), ("destroy",), ("refresh",), ("pool", "up"),
+                ("pool", "destroy")]
+
+
+def _verb_argv(verb: tuple[str, ...], session: Path, pool: Path, *rest: str) -> list[str]:
+    return [*verb, str(pool if verb[0] == "pool" else session), *rest]
+
+
+@pytest.mark.parametrize("verb", ENGINE_VERBS, ids=" ".join)
+def test_every_engine_verb_checks_definition_then_cli_then_yes(tmp_path, monkeypatch, no_tty,
+                                                               capsys, verb):
+    """definition (exit 2) -> pulumi CLI (exit 4) -> --yes (exit 2), as the README says, and
+    nothing reaches the engine on the way."""
+    monkeypatch.setattr(engine, "open_stack", lambda *a, **k: pytest.fail("stack opened"))
+    monkeypatch.setattr(engine, "docker_answers", lambda host: None)
+    session = write_session(tmp_path)
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(pool.read_text() + "swarm: {manager: agent1}\n")
+    cli_missing = tmp_path / "empty-bin"
+    cli_missing.mkdir()
+    monkeypatch.setenv("PATH", str(cli_missing))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("PULUMI_HOME", raising=False)
+
+    # 1. a bad definition is reported first, though the CLI is missing and --yes absent
+    good = (pool if verb[0] == "pool" else session).read_text()
+    (pool if verb[0] == "pool" else session).write_text(good + "colour: blue\n")
+    assert main(_verb_argv(verb, session, pool)) == Exit.INVALID
+    assert "colour: unknown key" in capsys.readouterr().err
+    (pool if verb[0] == "pool" else session).write_text(good)
+
+    # 2. then the CLI, whether or not --yes was given
+    for yes in ([], ["--yes"]) if verb[-1] in engine.CONFIRM else ([],):
+        assert main(_verb_argv(verb, session, pool, *yes)) == Exit.MISSING, yes
+        assert "pulumi CLI is missing" in capsys.readouterr().err
+
+    # 3. then --yes, for the verbs that change something
+    monkeypatch.setattr(engine, "find_pulumi", lambda env: Path("/usr/bin/true"))
+    if verb[-1] in engine.CONFIRM:
+        assert main(_verb_argv(verb, session, pool)) == Exit.INVALID
+        assert "--yes" in capsys.readouterr().err

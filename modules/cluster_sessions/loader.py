@@ -322,13 +322,18 @@ def pool_dirs(near: Path | None = None) -> list[Path]:
     return list(dict.fromkeys(dirs))
 
 
-def pool_candidates(session_file: Path, pool_ref: str) -> list[Path]:
-    """Where a session's ``pool:`` may point: a path, or a name looked up in :func:`pool_dirs`.
+class PoolNotFound(LookupError):
+    """A pool reference that leads to no file; the message says where it looked, or why not."""
 
-    Raises DefinitionError (at ``pool``) for a ``~user`` that does not exist."""
+
+def pool_candidates(session_file: Path | None, pool_ref: str) -> list[Path]:
+    """Where a pool reference may point: a path (relative to the definition's folder, then the
+    working directory), or a name looked up in :func:`pool_dirs`.
+
+    Raises PoolNotFound for a ``~user`` that does not exist."""
     cwd = _cwd()
     try:
-        base: Path | None = session_file.resolve().parent
+        base = session_file.resolve().parent if session_file is not None else None
     except OSError:  # a relative name, and the working directory is gone
         base = None
     if "/" in pool_ref or pool_ref.endswith((".yaml", ".yml")):
@@ -336,13 +341,30 @@ def pool_candidates(session_file: Path, pool_ref: str) -> list[Path]:
             ref = Path(pool_ref).expanduser()
         except RuntimeError:  # ~nosuchuser
             user = pool_ref[1:].split("/", 1)[0]
-            raise DefinitionError([Problem(str(session_file), "pool", f"{pool_ref!r}: there "
-                                           f"is no user {user!r} for '~{user}'")]) from None
+            raise PoolNotFound(f"{pool_ref!r}: there is no user {user!r} for '~{user}'") from None
         if ref.is_absolute():
             return [ref]
         return [d / ref for d in (base, cwd) if d is not None]
     names = [f"{pool_ref}.yaml", f"{pool_ref}.yml"]
     return [d / n for d in pool_dirs(base) for n in names]
+
+
+def find_pool(ref: str, session_file: Path | None = None, *, given: bool = False) -> Path:
+    """The pool file a reference means: the one rule for a definition's ``pool:``, ``--pool``
+    and the pool verbs' POOL (``given``: typed on the command line, where a file that exists
+    as written is that file, even without ``/`` or ``.yaml``). Raises PoolNotFound."""
+    unusable: list[str] = []
+    if given and _is_file(Path(ref), unusable):
+        return Path(ref)
+    candidates = pool_candidates(session_file, ref)
+    found = next((c for c in candidates if _is_file(c, unusable)), None)
+    if found is None:
+        looked = ", ".join(dict.fromkeys(str(c) for c in candidates)) or "nowhere"
+        notes = "".join(f"; cannot look at {u}" for u in dict.fromkeys(unusable))
+        if _cwd() is None:
+            notes += "; the working directory no longer exists"
+        raise PoolNotFound(f"no pool {ref!r} found (looked for {looked}){notes}")
+    return found
 
 
 def _is_file(path: Path, unusable: list[str]) -> bool:
@@ -362,24 +384,16 @@ def load_session(session_file: Path, pool_file: Path | None = None) -> Loaded:
 
 
 def with_pool(session: Session, session_file: Path, pool_file: Path | None = None) -> Loaded:
-    """``pool_file``: a file that replaces the definition's pool (``--pool``), or a pool name
-    looked up like the definition's own ``pool:``."""
+    """``pool_file``: a pool given on the command line (``--pool``, a file or a name) that
+    replaces the definition's own ``pool:``; both are found by :func:`find_pool`."""
     file = str(session_file)
-    ref = session.pool
-    if pool_file is not None and "/" not in str(pool_file) and pool_file.suffix not in (
-            ".yaml", ".yml") and not pool_file.exists():
-        ref, pool_file = str(pool_file), None  # a name given on the command line
-    if pool_file is None:
-        candidates = pool_candidates(session_file, ref)
-        unusable: list[str] = []
-        pool_file = next((c for c in candidates if _is_file(c, unusable)), None)
+    try:
         if pool_file is None:
-            looked = ", ".join(dict.fromkeys(str(c) for c in candidates)) or "nowhere"
-            notes = "".join(f"; cannot look at {u}" for u in dict.fromkeys(unusable))
-            if _cwd() is None:
-                notes += "; the working directory no longer exists"
-            raise DefinitionError([Problem(file, "pool", f"no pool {ref!r} found "
-                                           f"(looked for {looked}){notes}")])
+            pool_file = find_pool(session.pool, session_file)
+        else:
+            pool_file = find_pool(str(pool_file), session_file, given=True)
+    except PoolNotFound as exc:
+        raise DefinitionError([Problem(file, "pool", str(exc))]) from None
     pool = load_file(pool_file, expect="AgentPool")
     assert isinstance(pool, Pool)
     if (session.cluster.mode == "multi-node" and pool.swarm is None

@@ -44,20 +44,14 @@ IMAGE_LATEST = "cluster-sessions/debian-sshd:latest"
 
 
 def pool_path(ref: str) -> Path:
-    """A pool file: a path, or a name looked up where a definition's ``pool:`` is
-    (:func:`cluster_sessions.loader.pool_dirs`)."""
-    from ..loader import pool_dirs
+    """A pool file: a file as written, or found as a definition's ``pool:`` is
+    (:func:`cluster_sessions.loader.find_pool`, the one lookup rule)."""
+    from ..loader import PoolNotFound, find_pool
 
-    path = Path(ref).expanduser()
-    if "/" in ref or ref.endswith((".yaml", ".yml")) or path.is_file():
-        return path
-    dirs = pool_dirs()
-    for d in dirs:
-        for ext in (".yaml", ".yml"):
-            if (d / f"{ref}{ext}").is_file():
-                return d / f"{ref}{ext}"
-    looked = ", ".join(str(d / f"{ref}.yaml") for d in dirs)
-    raise CommandError(f"no pool {ref!r} (looked for {looked})", Exit.INVALID)
+    try:
+        return find_pool(ref, given=True)
+    except PoolNotFound as exc:
+        raise CommandError(str(exc), Exit.INVALID) from None
 
 
 def _project() -> Path | None:
@@ -441,7 +435,8 @@ def register(subparsers) -> None:
         "pool", help="check an agent pool, build or remove its swarm, sweep leftovers",
         description="Agent pools: `check` probes every agent; `up`/`destroy` build or remove "
         "the pool's Docker Swarm (a pool stack, through the Automation API); `sweep` removes "
-        "what a session left behind. POOL is a pool name (stacks/pools/NAME.yaml) or a file.",
+        "what a session left behind. POOL is a pool file, or a name looked up as a definition's "
+        "`pool` is ($CLUSTER_SESSIONS_POOLS, ./stacks/pools, the project's stacks/pools).",
         epilog=EPILOG, formatter_class=fmt)
     verbs = pool.add_subparsers(dest="pool_verb", required=True, metavar="ACTION")
 
@@ -530,5 +525,6 @@ def register(subparsers) -> None:
                           "and sshd are up, per agent, and where its pool file is. Exit 0 when "
                           "all is up, 1 otherwise.")
     state_arg(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true",
+                   help="print the state as JSON (lab, per-agent processes, pool file)")
     p.set_defaults(func=cmd_lab_status)

@@ -156,14 +156,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def version() -> str:
-    """The installed package's version, or the checkout's when it is run from a clone."""
+    """The version of the code that runs: the checkout's ``pyproject.toml`` when this module
+    sits in one (a clone run with PYTHONPATH, an editable install), else the installed
+    package's metadata. An installed copy elsewhere must not name another checkout's version."""
+    import tomllib
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version as installed
 
+    pyproject = Path(__file__).resolve().parents[3] / "pyproject.toml"
+    try:
+        project = tomllib.loads(pyproject.read_text())["project"]
+        if project.get("name") == "cluster-sessions":
+            return str(project["version"])
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        pass
     try:
         return installed("cluster-sessions")
     except PackageNotFoundError:
-        return "(not installed)"
+        return "unknown (neither installed nor in its checkout)"
 
 
 def nonempty(value: str) -> str:
@@ -177,8 +187,10 @@ def add_session_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", type=nonempty,
                    help="a ClusterSession definition (YAML)")
     p.add_argument("--pool", metavar="POOL", type=nonempty,
-                   help="use this pool instead of the one the session names: an AgentPool file, "
-                   "or a name looked up like the definition's pool:")
+                   help="use this pool instead of the one the session names: an AgentPool "
+                   "file, or a pool name, looked up as the definition's `pool` is: beside the "
+                   "definition, in $CLUSTER_SESSIONS_POOLS, ./stacks/pools, the project's "
+                   "stacks/pools")
 
 
 def quiet_libraries() -> None:
