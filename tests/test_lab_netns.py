@@ -246,6 +246,26 @@ class TestLab:
         hosts = [line.split()[0] for line in lab.known_hosts.read_text().splitlines()]
         assert hosts == ["10.251.100.11", "10.251.100.12"]
 
+    def test_the_walkthroughs_multi_node_demo_fits_the_labs_own_pool(self, lab, capsys):
+        """README's lab walkthrough, one pool: `plan multi-demo --pool <lab's pool> --probe`
+        plans against what the lab's agents really have, says so, and fits (issue 12)."""
+        from cluster_sessions.driver.cli import main
+        from tests.conftest import STACKS
+
+        code = main(["plan", str(STACKS / "sessions" / "multi-demo.yaml"), "--pool",
+                     str(lab.pool_file), "--probe", "--json"])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        lines = err.splitlines()
+        assert lines[0] == f"probed pool {lab.pool_file.stem} ({lab.pool_file}), free now:"
+        assert [line.split(":")[0].strip() for line in lines[1:]] == ["agent1", "agent2"]
+        assert all(", mem " in line and "cpu " in line for line in lines[1:])
+        plan = json.loads(out)
+        assert plan["status"] == "scheduled" and len(plan["containers"]) == 8
+        per_agent = [c["agent"] for c in plan["containers"]]
+        print(err, {a: per_agent.count(a) for a in set(per_agent)})
+        assert set(per_agent) <= {"agent1", "agent2"}
+
     def test_status_and_idempotent_up(self, lab, tmp_path):
         assert netns.lab_status(lab.state_dir).state == "up"
         t0 = time.monotonic()
