@@ -193,6 +193,33 @@ def test_a_value_already_set_wins(shell, four, preset):
     assert seen == {**env, **expected_derived(env)}
 
 
+TRAPPED = ["sed", "printf", "cat", "env", "id", "grep", "cut", "tr", "awk", "expr", "head",
+           "mkdir", "hostname", "sh", "test", "["]
+
+
+def test_starts_no_program_whatever_path_says(shell, four, tmp_path):
+    """The root entrypoint sources it with the container's env, whose PATH is the definition's:
+    a program found on that PATH would run as root. Even a hand-made host list that needs JSON
+    escaping is handled with built-ins."""
+    directory, env = four
+    traps = tmp_path / "traps"
+    traps.mkdir()
+    marks = tmp_path / "marks"
+    for name in TRAPPED:
+        trap = traps / name
+        trap.write_text(f"#!/bin/sh\n: > {marks}.{name.strip('[')}\n")
+        trap.chmod(0o755)
+    hosts = 'main1,sub"1,sub\\2,sub3'
+    env = {**env, "BACKENDAI_CLUSTER_HOSTS": hosts}
+    result = subprocess.run([shell, "-c", '. ./cluster-env.sh; printf "%s" "$TF_CONFIG"'],
+                            env={**env, "PATH": str(traps)}, cwd=directory,
+                            capture_output=True, timeout=30, check=False)
+    assert result.returncode == 0, result.stderr.decode()
+    assert not list(tmp_path.glob("marks.*"))
+    assert json.loads(result.stdout)["cluster"]["worker"] == [
+        "main1:29500", 'sub"1:29501', "sub\\2:29502", "sub3:29503"]
+
+
 def test_a_user_master_port_is_the_base_of_the_tf_ports_and_reaches_torchrun(shell, four):
     directory, env = four
     seen = env_after(shell, directory, {**env, "MASTER_PORT": "31000"})
@@ -305,6 +332,7 @@ names = st.one_of(
 # Names a shell or the dynamic loader reads at start-up: kept out of the container's env and
 # given to the user's processes only (exec-env.sh); their values must survive byte for byte too.
 STARTUP = ["BASH_ENV", "ENV", "IFS", "PS4", "SHELLOPTS", "BASHOPTS", "CDPATH", "GLOBIGNORE",
+           "BASH_COMPAT", "BASH_LOADABLES_PATH", "EXECIGNORE", "MUSL_LOCPATH", "POSIXLY_CORRECT",
            "PROMPT_COMMAND", "TMPDIR", "LD_PRELOAD", "LD_LIBRARY_PATH"]
 startup_names = st.sampled_from(STARTUP)
 values = st.one_of(
@@ -327,8 +355,8 @@ def check_chain(shell: str, directory: Path, static: dict[str, str],
     expected.update(at_exec)
 
     # Nothing passed: static-env.sh fills it in (except PATH: a shell always has one).
-    script = (f". ./static-env.sh\n. ./cluster-env.sh\n. ./exec-env.sh\n"
-              f"exec {sys.executable} -c \"$DUMP\"")
+    script = (f"set -- {sys.executable} -c \"$DUMP\"\n"
+              ". ./static-env.sh\n. ./cluster-env.sh\n. ./exec-env.sh\nexec \"$@\"")
     result = run(shell, script, {"DUMP": DUMP}, directory)
     assert result.returncode == 0, result.stderr.decode()
     got = {k: bytes.fromhex(v).decode("utf-8", "surrogateescape")
@@ -336,18 +364,21 @@ def check_chain(shell: str, directory: Path, static: dict[str, str],
     assert {k: got.get(k) for k in expected if k != "PATH"} == {
         k: v for k, v in expected.items() if k != "PATH"}
 
-    # The entrypoint's _cs_save_env: built-ins only, into the command's and ssh's files.
+    # The entrypoint's _cs_save_env: built-ins only, into the command's and ssh's files; the
+    # variables kept out of the container's env are not among them (no root shell reads them).
     command_env, saved = directory / "command-env", directory / "environment"
-    script = ('. ./static-env.sh; . ./cluster-env.sh; . ./exec-env.sh; export -p > "$1"; '
+    script = ('. ./static-env.sh; . ./cluster-env.sh; export -p > "$1"; '
               '. ./save-env.sh > "$2"')
     result = subprocess.run([shell, "-c", script, "sh", str(command_env), str(saved)],
                             env=static, cwd=directory, capture_output=True, timeout=30,
                             check=False)
     assert result.returncode == 0, result.stderr.decode()
 
-    # The command, as command.sh loads it: in a clean environment, as the user.
-    script = f'. "$1"; exec {sys.executable} -c "$0"'
-    result = subprocess.run([shell, "-c", script, DUMP, str(command_env)], env={},
+    # The command, as command.sh loads it: in a clean environment, as the user, with the kept-out
+    # variables put on the exec by exec-env.sh.
+    script = '. "$1"; shift; . "$0"; exec "$@"'
+    result = subprocess.run([shell, "-c", script, str(directory / "exec-env.sh"),
+                             str(command_env), sys.executable, "-c", DUMP], env={},
                             capture_output=True, timeout=30, check=False)
     assert result.returncode == 0, result.stderr.decode()
     got = {k: bytes.fromhex(v).decode("utf-8", "surrogateescape")
@@ -359,6 +390,7 @@ def check_chain(shell: str, directory: Path, static: dict[str, str],
     sshd_env = {"HOME": "/nonexistent", "USER": "work", "LOGNAME": "work", "SHELL": shell,
                 "PATH": "/usr/bin:/bin", "SSH_CONNECTION": "10.0.0.1 1 10.0.0.2 2200",
                 "SSH_ORIGINAL_COMMAND": f'exec {sys.executable} -c "$DUMP"', "DUMP": DUMP}
+    shutil.copyfile(directory / "exec-env.sh", directory / "exec-env")  # as setup.sh installs it
     result = subprocess.run([shell, str(directory / "ssh-session.sh")], env=sshd_env,
                             capture_output=True, timeout=30, check=False)
     assert result.returncode == 0, result.stderr.decode()

@@ -633,6 +633,19 @@ STARTUP_HOOKS = {
     "PS4": "$(touch /tmp/ps4.$(id -u)) ",
     "LD_PRELOAD": "/opt/preload/mark.so",
 }
+# Programs that shadow the real ones on the definition's PATH and leave /tmp/path.<euid>: the
+# root entrypoint must find nothing on it (built-ins and absolute paths only).
+PATH_TRAPS = ["printf", "env", "id", "sed", "cat", "grep", "cut", "head", "tr", "mkdir", "install",
+              "chown", "chmod", "stat", "rm", "mv", "ln", "cp", "date", "sleep", "kill", "setpriv",
+              "runuser", "su", "sshd", "ssh-keygen", "useradd", "usermod", "groupadd", "getent"]
+PATH_TRAP = """#!/bin/sh
+: > "/tmp/path.$(/usr/bin/id -u)"
+for d in /usr/local/sbin /usr/local/bin /usr/sbin /usr/bin /sbin /bin; do
+    [ -x "$d/${0##*/}" ] && exec "$d/${0##*/}" "$@"
+done
+exit 127
+"""
+TRAPPED_PATH = "/opt/preload/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 @pytest.fixture(scope="module")
@@ -650,6 +663,11 @@ def preload_dir(tmp_path_factory) -> Path:
     (directory / "mark.c").write_text(PRELOAD_C)
     subprocess.run([compiler, "-shared", "-fPIC", "-o", str(directory / "mark.so"),
                     str(directory / "mark.c")], check=True)
+    (directory / "bin").mkdir()
+    for name in PATH_TRAPS:
+        (directory / "bin" / name).write_text(PATH_TRAP)
+        (directory / "bin" / name).chmod(0o755)
+    (directory / "bin").chmod(0o755)
     directory.chmod(0o755)
     (directory / "mark.so").chmod(0o755)
     return directory
@@ -657,9 +675,10 @@ def preload_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def hooked(session_factory, preload_dir) -> Running:
-    """Two containers whose definition sets every start-up hook a root process could honour."""
+    """Two containers whose definition sets every start-up hook a root process could honour, and
+    a PATH whose first directory shadows the programs the set-up uses."""
     return session_factory(session_def(
-        unique("hooked"), 2, env=STARTUP_HOOKS,
+        unique("hooked"), 2, env={**STARTUP_HOOKS, "PATH": TRAPPED_PATH},
         mounts=[{"source": str(preload_dir), "target": "/opt/preload", "read_only": True}]))
 
 
@@ -692,6 +711,7 @@ def test_start_up_hooks_reach_the_command_and_ssh_sessions_byte_for_byte(hooked)
             assert b"xtrace" in over_ssh[name].split(b":"), over_ssh[name]
         else:
             assert over_ssh[name] == value.encode(), name
+    assert command["PATH"] == TRAPPED_PATH.encode()
     # the user's own processes honour them: the command (sleep) loaded the preload as the user,
     # and the user's bash over ssh traced with the user's PS4 (bash run by sshd reads ~/.bashrc
     # instead of BASH_ENV: that is bash's rule, not ours)
@@ -718,20 +738,25 @@ def test_an_image_account_that_is_a_system_one_is_never_taken_over(
         remove(docker_client, running)
 
 
-@pytest.mark.parametrize("target", ["/home/work", "/home/work/.ssh"])
+@pytest.mark.parametrize("target, home_exists", [
+    ("/home/work", True), ("/home/work/.ssh", True), ("/home", True), ("/home", False)])
 def test_a_mounted_home_or_ssh_directory_is_never_changed(docker_client, image, tmp_path,
-                                                          target):
-    """Validation refuses such mounts; the entrypoint holds the line on its own too."""
+                                                          target, home_exists):
+    """Validation refuses such mounts; the entrypoint holds the line on its own too: not the
+    home, not a directory above it (where it would create the home), not its .ssh."""
     from docker.types import Mount
 
-    host_dir = tmp_path / "victim"
-    (host_dir / ".ssh").mkdir(parents=True)
-    (host_dir / ".ssh" / "authorized_keys").write_text("ssh-ed25519 AAAA victim\n")
-    mounted = host_dir if target == "/home/work" else host_dir / ".ssh"
-    for path in (host_dir, host_dir / ".ssh", host_dir / ".ssh" / "authorized_keys"):
-        os_chown(path, 4242, 4242)
-    host_dir.chmod(0o750)
-    before = snapshot(host_dir)
+    homes = tmp_path / "homes"
+    host_dir = homes / "work"
+    homes.mkdir()
+    if home_exists:
+        (host_dir / ".ssh").mkdir(parents=True)
+        (host_dir / ".ssh" / "authorized_keys").write_text("ssh-ed25519 AAAA victim\n")
+        for path in (host_dir, host_dir / ".ssh", host_dir / ".ssh" / "authorized_keys"):
+            os_chown(path, 4242, 4242)
+        host_dir.chmod(0o750)
+    mounted = {"/home": homes, "/home/work": host_dir, "/home/work/.ssh": host_dir / ".ssh"}
+    before = snapshot(homes)
     session = session_def(unique("homemount"), 1)
     plan, _ = render_to(tmp_path / "bundle", session.model_copy(update={"image": image}))
     container = docker_client.containers.run(
@@ -740,13 +765,13 @@ def test_a_mounted_home_or_ssh_directory_is_never_changed(docker_client, image, 
         environment=dict(plan.containers[0].env),
         mounts=[Mount(BUNDLE_DIR, str(tmp_path / "bundle" / "main1"), type="bind",
                       read_only=True),
-                Mount(target, str(mounted), type="bind")])
+                Mount(target, str(mounted[target]), type="bind")])
     try:
         result = container.wait(timeout=60)
         logs = container.logs().decode()
         assert result["StatusCode"] == 70, logs
         assert f"{target} is a mount point" in logs, logs
-        assert snapshot(host_dir) == before
+        assert snapshot(homes) == before
     finally:
         container.remove(force=True)
 

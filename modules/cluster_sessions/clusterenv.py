@@ -38,22 +38,30 @@ STARTUP_NAMES = frozenset({
     "GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH",
     "MALLOC_ARENA_MAX", "MALLOC_ARENA_TEST", "MALLOC_CHECK_", "MALLOC_MMAP_MAX_",
     "MALLOC_MMAP_THRESHOLD_", "MALLOC_PERTURB_", "MALLOC_TOP_PAD_", "MALLOC_TRACE",
-    "MALLOC_TRIM_THRESHOLD_", "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TMPDIR",
-    "TZDIR",
-    "BASH_ENV", "BASHOPTS", "BASH_XTRACEFD", "CDPATH", "ENV", "FPATH", "GLOBIGNORE", "IFS",
+    "MALLOC_TRIM_THRESHOLD_", "MUSL_LOCPATH", "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF",
+    "RES_OPTIONS", "TMPDIR", "TZDIR",
+    "BASHOPTS", "CDPATH", "ENV", "EXECIGNORE", "FPATH", "GLOBIGNORE", "IFS", "POSIXLY_CORRECT",
     "PROMPT_COMMAND", "PS4", "SHELLOPTS",
 })
+# Prefixes of such names: the dynamic loader's LD_* and bash's own BASH_* (BASH_ENV,
+# BASH_XTRACEFD, BASH_COMPAT, BASH_LOADABLES_PATH, ...).
+STARTUP_PREFIXES = ("LD_", "BASH_")
+# Locale variables: a value with a '/' is a path the C library loads locale data from.
+LOCALE_NAMES = frozenset({"LANG", "LANGUAGE", "LC_ALL", "LC_ADDRESS", "LC_COLLATE", "LC_CTYPE",
+                          "LC_IDENTIFICATION", "LC_MEASUREMENT", "LC_MESSAGES", "LC_MONETARY",
+                          "LC_NAME", "LC_NUMERIC", "LC_PAPER", "LC_TELEPHONE", "LC_TIME"})
 
 
-def read_at_startup(name: str) -> bool:
+def read_at_startup(name: str, value: str = "") -> bool:
     """True for a variable that must never be in effect for a root process (see above)."""
-    return name.startswith("LD_") or name in STARTUP_NAMES
+    return (name.startswith(STARTUP_PREFIXES) or name in STARTUP_NAMES
+            or (name in LOCALE_NAMES and "/" in value))
 
 
 def split_user_env(user_env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     """(what goes into the container's env, what only the user's processes get)."""
-    ordinary = {k: v for k, v in user_env.items() if not read_at_startup(k)}
-    at_exec = {k: v for k, v in user_env.items() if read_at_startup(k)}
+    ordinary = {k: v for k, v in user_env.items() if not read_at_startup(k, v)}
+    at_exec = {k: v for k, v in user_env.items() if read_at_startup(k, v)}
     return ordinary, at_exec
 
 
