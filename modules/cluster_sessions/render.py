@@ -141,24 +141,30 @@ def pack(files: Sequence[RenderedFile]) -> str:
 
     Each file gets its exact text (``printf '%s'`` of a single-quoted word: quotes, ``$(...)``,
     backticks, newlines and a missing final newline survive byte for byte; the text holds no
-    NUL) and its mode. It is written to a temporary name created 0600 (umask 077), given its
-    mode and renamed into place, so a private key is never readable by others, not even for a
-    moment, and a reader never sees half a file. A directory created for a file is 0755, one
-    holding a secret file 0700 (as ``sessionctl render`` makes them). Deterministic: the same
-    files give the same script. Exits non-zero at the first step that fails.
+    NUL) and its mode. The old files are removed first (one ``rm``), so every file is created
+    afresh, never written through a link, with its mode from the umask it is created under: a
+    private key is never readable by others, not even for a moment. Only modes with execute
+    bits need a ``chmod`` (one per mode). A directory created for a file is 0755, one holding a
+    secret file 0700 (as ``sessionctl render`` makes them). Few processes on purpose: a pack
+    runs at every container start, before sshd listens. Deterministic: the same files give the
+    same script. Exits non-zero at the first step that fails.
 
     Used where the files cannot be mounted: the Pulumi ``Session`` uploads one pack of the
-    public files and one of the private keys, and :func:`pack_entrypoint_argv` unpacks them.
+    public files and one of the private keys, and :func:`pack_entrypoint_argv` unpacks them
+    (into a directory only root can write: nobody reads a file while it is being replaced).
     """
     lines = [
         "# cluster-session pack, written by cluster_sessions.render.pack: /bin/sh PACK DIR",
         "set -eu",
         '[ "$#" -eq 1 ] && [ -n "$1" ] || { echo "usage: /bin/sh PACK DIR" >&2; exit 64; }',
-        "umask 077",
         '[ -d "$1" ] || (umask 022 && mkdir -p -- "$1")',
     ]
     private_dirs = {posixpath.dirname(f.path) for f in files if f.secret} - {""}
     made: set[str] = set()
+    targets: list[str] = []
+    writes: list[str] = []
+    by_mode: dict[int, list[str]] = {}
+    umask = None
     for f in files:
         path = posixpath.normpath(f.path)
         if path.startswith(("/", "../")) or path in (".", "..") or path != f.path:
@@ -170,18 +176,24 @@ def pack(files: Sequence[RenderedFile]) -> str:
                 continue
             made.add(parent)
             where = '"$1"/' + shlex.quote(parent)
-            if parent in private_dirs:
-                lines.append(f"mkdir -p -- {where} && chmod 700 {where}")
+            if parent in private_dirs:  # an earlier pack may have made it 0755
+                lines.append(f"[ -d {where} ] || mkdir -m 700 -- {where}; chmod 700 -- {where}")
             else:
-                lines.append(f"[ -d {where} ] || {{ mkdir -- {where} && chmod 755 {where}; }}")
-        head, name = posixpath.split(path)
+                lines.append(f"[ -d {where} ] || mkdir -m 755 -- {where}")
         target = '"$1"/' + shlex.quote(path)
-        temporary = '"$1"/' + shlex.quote(posixpath.join(head, f".{name}.unpack"))
-        lines += [
-            f"printf '%s' {shlex.quote(f.content)} > {temporary}",
-            f"chmod {f.mode & 0o7777:o} {temporary}",
-            f"mv -f -- {temporary} {target}",
-        ]
+        targets.append(target)
+        mode = f.mode & 0o7777
+        wanted = 0o666 & ~mode  # a file is created 0666 & ~umask
+        if wanted != umask:
+            writes.append(f"umask {wanted:03o}")
+            umask = wanted
+        writes.append(f"printf '%s' {shlex.quote(f.content)} > {target}")
+        if mode & 0o7111:
+            by_mode.setdefault(mode, []).append(target)
+    if targets:
+        lines.append("rm -f -- " + " ".join(targets))
+    lines += writes
+    lines += [f"chmod {mode:o} -- " + " ".join(paths) for mode, paths in sorted(by_mode.items())]
     return "\n".join(lines) + "\n"
 
 
@@ -190,30 +202,36 @@ def pack_entrypoint_argv() -> list[str]:
 
     Unpacks every pack into :data:`BUNDLE_DIR` (exit 70 with a message if one fails, 64 if not
     run as root, as the entrypoint itself), then execs the bundled entrypoint with the
-    container's command (docker appends CMD after the ``sh -c`` script's ``$0``). The work is
-    done in a subshell, so the entrypoint sees the environment exactly as the container got it,
-    and every program it starts as root (``id``, the packs' ``mkdir``/``chmod``/``mv``) runs
-    under ``env -i`` with a fixed PATH: nothing of the definition's env is in effect for them.
-    Unpacking again at every start (docker restart) rewrites the same files.
+    container's command (docker appends CMD after the ``sh -c`` script's ``$0``). The checks run
+    in a subshell with built-ins only (the root check reads ``/proc/self/status``), so the
+    entrypoint sees the environment exactly as the container got it, and the packs run in one
+    shell under ``env -i`` with a fixed PATH: nothing of the definition's env is in effect for
+    them or the programs they start. Unpacking again at every start (docker restart) rewrites
+    the same files.
     """
     bundle = shlex.quote(BUNDLE_DIR)
-    clean = f'"$env" -i PATH={ROOT_PATH} LC_ALL=C'
+    unpack = "\n".join([
+        "found=",
+        'for pack in "$1"/*.pack; do',
+        '  [ -f "$pack" ] || continue',
+        "  found=1",
+        '  (. "$pack")',
+        '  [ "$?" -eq 0 ] || { echo "cluster-session: error: cannot unpack $pack into $1" >&2;'
+        " exit 70; }",
+        "done",
+        '[ -n "$found" ] || { echo "cluster-session: error: no *.pack in $1" >&2; exit 70; }',
+    ])
     script = "\n".join([
         "(",
-        "  env=/usr/bin/env",
-        '  [ -x "$env" ] || env=/bin/env',
-        f'  [ "$({clean} id -u)" = 0 ] || {{ echo "cluster-session: error: must run as root'
+        "  euid=",
+        "  while read -r key _ euid _; do [ \"$key\" != Uid: ] || break; done < /proc/self/status",
+        '  [ "$euid" = 0 ] || { echo "cluster-session: error: must run as root'
         ' (it creates the user and starts sshd); do not set the container\'s user" >&2;'
         ' exit 64; }',
-        "  found=",
-        f"  for pack in {bundle}/*.pack; do",
-        '    [ -f "$pack" ] || continue',
-        "    found=1",
-        f'    {clean} /bin/sh "$pack" {bundle} || {{ echo "cluster-session: error: cannot unpack'
-        f' $pack into {BUNDLE_DIR}" >&2; exit 70; }}',
-        "  done",
-        f'  [ -n "$found" ] || {{ echo "cluster-session: error: no *.pack in {BUNDLE_DIR}" >&2;'
-        " exit 70; }",
+        "  env=/usr/bin/env",
+        '  [ -x "$env" ] || env=/bin/env',
+        f'  exec "$env" -i PATH={ROOT_PATH} LC_ALL=C /bin/sh -c {shlex.quote(unpack)} unpack'
+        f" {bundle}",
         ") || exit",
         f'exec /bin/sh {bundle}/entrypoint.sh "$@"',
     ])
