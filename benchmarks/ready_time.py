@@ -511,29 +511,7 @@ def tar_of(uploads: list[dict]) -> bytes:
 # Proposed entrypoint changes, applied to the rendered text for a measurement only (the
 # templates are not this script's to change): (exact old text, new text) pairs.
 ENTRYPOINT_EDITS: dict[str, tuple[tuple[str, str], ...]] = {
-    # the bash peer wait looks at its probes' marks again 20 ms after starting them, and ends
-    # at once if every peer has answered, instead of after the full tick (0.1 s)
-    "recheck": ((
-        '    read -r -t "$((ticks / 10)).$((ticks % 10))" -u 9 _ || :\n',
-        '    read -r -t 0.02 -u 9 _ || :\n'
-        '    all=1\n'
-        '    for peer in "${missing[@]}"; do [[ -e $marks/$peer ]] || { all=; break; }; done\n'
-        '    [[ -z $all ]] || exit 0\n'
-        '    read -r -t "$((ticks / 10)).$((ticks % 10))" -u 9 _ || :\n',
-    ),),
-    # one `install` per file instead of rm + cp + chown + chmod
-    "put": ((
-        '        rm -f "$2"\n        cp "$1" "$2"\n'
-        '        chown "$4" "$2"\n        chmod "$3" "$2"\n',
-        '        install -m "$3" -o "${4%%:*}" -g "${4#*:}" "$1" "$2"\n',
-    ),),
-    # append the group and passwd lines (the entrypoint's own fallback) instead of
-    # groupadd/useradd, which lock, back up and rewrite the files and copy /etc/skel
-    "user": (
-        ('groupadd -g "$gid" "$name"', 'echo "$name:x:$gid:" >> /etc/group'),
-        ('useradd -o -u "$uid" -g "$gid" -m -s "$shell" "$name"',
-         'echo "$name:x:$uid:$gid::/home/$name:$shell" >> /etc/passwd'),
-    ),
+    # (none open: the last ones, put/user/recheck, are in the templates now; docs/benchmarks.md)
 }
 
 
@@ -559,11 +537,13 @@ class Experiment:
         return [tar_of(public), tar_of(secret)]
 
     def edit(self, upload: dict) -> dict:
-        if (self.edits or self.kex) and upload["file"].endswith("/public.pack"):
-            # the Session uploads the public files packed (render.pack): edit them unpacked
+        if (self.edits or self.kex) and upload["file"].endswith("/bundle.pack"):
+            # the Session uploads the bundle packed (render.pack): edit the files unpacked
             return {**upload, "content": pack([
                 RenderedFile(f.path, self.edit({"file": f"/{f.path}", "content": f.content})
-                             ["content"], f.mode) for f in unpacked(upload["content"])])}
+                             ["content"], f.mode, secret=f.path.startswith("ssh/id")
+                             or f.path.endswith("_key"))
+                for f in unpacked(upload["content"])])}
         if self.edits and upload["file"].endswith("/entrypoint.sh"):
             text = upload["content"]
             for name in self.edits:
@@ -598,7 +578,7 @@ def unpacked(script: str) -> list[RenderedFile]:
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "pack").write_text(script)
         subprocess.run(["/bin/sh", f"{tmp}/pack", f"{tmp}/out"], check=True)
-        order = re.findall(r'^mv -f -- \S+ "\$1"/(\S+)$', script, re.MULTILINE)
+        order = re.findall(r'> "\$1"/(\S+)$', script, re.MULTILINE)
         return [RenderedFile(path, (Path(tmp) / "out" / path).read_text(),
                              (Path(tmp) / "out" / path).stat().st_mode & 0o7777)
                 for path in order]
@@ -611,13 +591,8 @@ def tail(watch: LogWatch, lines: int = 15) -> str:
 # Where a traced (sh -x) entrypoint is, by the first trace line that matches, in order.
 PHASES: tuple[tuple[str, re.Pattern], ...] = (
     ("env (static, derived, save)", re.compile(r"^\+ \. .*static-env\.sh")),
-    ("checks (root, sshd)", re.compile(r"^\+ id -u")),
-    ("user (group, passwd, shadow)", re.compile(r"^\+ grep -q \^\[\^:\]\*:\[\^:\]\*:")),
-    ("home, skel, ~/.ssh copies", re.compile(r"^\+ stat -c %u /")),
-    ("run dir, host key, sshd files", re.compile(r"^\+ chown 0:0 /run/")),
-    ("sshd -t", re.compile(r"^\+ \S*sshd -t ")),
-    ("sshd started (in the background)", re.compile(r"^\+ \S*sshd -D ")),
-    ("peer wait (own sshd starting meanwhile)", re.compile(r"^\+ _cs_wait_peers ")),
+    ("set-up (user, files, sshd started in the background)", re.compile(r"^\+ .*/setup\.sh ")),
+    ("peer wait (own sshd starting meanwhile)", re.compile(r"^\+ .*/wait-peers\.sh ")),
     ("(ready)", READY),
 )
 

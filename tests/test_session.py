@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shlex
 import subprocess
 from pathlib import Path
 
@@ -20,7 +19,13 @@ import yaml
 
 from cluster_sessions import keystore
 from cluster_sessions.loader import load_session
-from cluster_sessions.plan import ClusterPlan, build_plan, container_labels, network_labels
+from cluster_sessions.plan import (
+    BUNDLE_DIGEST_LABEL,
+    ClusterPlan,
+    build_plan,
+    container_labels,
+    network_labels,
+)
 from cluster_sessions.program import InvalidDefinition
 from cluster_sessions.render import BUNDLE_DIR, pack, pack_entrypoint_argv, render_container
 from cluster_sessions.session import TYPE_TOKEN, SessionArgs, SessionPending
@@ -261,7 +266,8 @@ def test_mounts_are_binds_for_paths_and_volumes_for_names(run: Run):
 def test_labels_identify_session_host_and_role(run: Run):
     for c in run.plan.containers:
         labels = run.container(c.host).plain_inputs["labels"]
-        assert {x["label"]: x["value"] for x in labels} == container_labels(run.plan, c)
+        assert {x["label"]: x["value"] for x in labels
+                if x["label"] != BUNDLE_DIGEST_LABEL} == container_labels(run.plan, c)
     labels = run.network.plain_inputs["labels"]
     assert {x["label"]: x["value"] for x in labels} == network_labels(run.plan)
 
@@ -292,51 +298,74 @@ def test_network_is_a_bridge_or_an_attachable_overlay_with_the_pools_options(run
     assert ("encrypted" in options) == net.encrypted
 
 
-def test_uploads_are_two_packs_and_only_the_private_keys_pack_is_secret(run: Run, tmp_path):
+def test_the_bundle_is_one_secret_upload_and_a_label_digests_its_public_files(run: Run,
+                                                                              tmp_path):
     _id, state = run.engine.state[run.keys.urn]
     material = keystore.from_state(state)
     for c in run.plan.containers:
         reg = run.container(c.host)
         uploads = reg.inputs["uploads"]
         assert not is_secret(uploads), f"{reg.urn}: the whole upload list is secret"
-        assert [u["file"] for u in uploads] == [f"{BUNDLE_DIR}/public.pack",
-                                                f"{BUNDLE_DIR}/secret.pack"], reg.urn
-        public, secret = uploads
+        assert [u["file"] for u in uploads] == [f"{BUNDLE_DIR}/bundle.pack"], reg.urn
+        (bundle,) = uploads
         files = render_container(run.plan, c, material)
 
-        # public: not secret (a preview shows entrypoint changes), readable, no private key
-        assert not is_secret(public["content"]), f"{reg.urn}: the public pack is secret"
-        assert public["permissions"] == "0644", reg.urn
-        assert public["executable"] is False, reg.urn
-        same = _digest(public["content"]) == _digest(pack([f for f in files if not f.secret]))
-        assert same, f"{reg.urn}: the public pack is not pack() of the public files"
-        entrypoint = next(f for f in files if f.path == "entrypoint.sh")
-        assert shlex.quote(entrypoint.content) in public["content"], reg.urn
-
-        # secret: a secret, 0600 from the start, and the only place the private keys are
-        assert is_secret(secret["content"]), f"{reg.urn}: the private keys' pack is not secret"
-        assert secret["permissions"] == "0600", f"{reg.urn}: the private keys are readable"
-        secret_text = secret["content"]["value"]
-        same = _digest(secret_text) == _digest(pack([f for f in files if f.secret]))
-        assert same, f"{reg.urn}: the secret pack is not pack() of the private keys"
+        # a secret, 0600 from the start: it holds the private keys
+        assert is_secret(bundle["content"]), f"{reg.urn}: the bundle is not secret"
+        assert bundle["permissions"] == "0600", f"{reg.urn}: the private keys are readable"
+        assert bundle["executable"] is False, reg.urn
+        text = bundle["content"]["value"]
+        assert _digest(text) == _digest(pack(files)), f"{reg.urn}: not pack() of the bundle"
         for key in (material.user, material.hosts[c.host]):
-            body = key.private_openssh.strip()
             # (booleans only: never print key material)
-            assert (body in secret_text) is True, f"{reg.urn}: a private key is not packed"
-            assert (body in public["content"]) is False, f"{reg.urn}: a private key is public"
+            assert (key.private_openssh.strip() in text) is True, f"{reg.urn}: key not packed"
 
-        # unpacked as the entrypoint does, they are exactly the rendered bundle
+        # the label: the digest of the public files, in the clear (a preview shows a change)
+        labels = {x["label"]: x["value"] for x in reg.inputs["labels"]}
+        digest = labels[BUNDLE_DIGEST_LABEL]
+        assert not is_secret(digest), f"{reg.urn}: the bundle digest is secret"
+        public = pack([f for f in files if not f.secret])
+        assert digest == hashlib.sha256(public.encode()).hexdigest(), reg.urn
+        assert all(f.secret is False for f in files if f.path == "entrypoint.sh")
+
+        # unpacked as the entrypoint does, it is exactly the rendered bundle
         out = tmp_path / c.host
-        for upload, text in ((public, public["content"]), (secret, secret_text)):
-            script = tmp_path / upload["file"].rsplit("/", 1)[1]
-            script.write_text(text)
-            subprocess.run(["/bin/sh", str(script), str(out)], check=True)
+        script = tmp_path / f"{c.host}.pack"
+        script.write_text(text)
+        subprocess.run(["/bin/sh", str(script), str(out)], check=True)
         unpacked = {str(p.relative_to(out)): p for p in out.rglob("*") if p.is_file()}
         assert sorted(unpacked) == sorted(f.path for f in files), reg.urn
         for f in files:
             same = _digest(unpacked[f.path].read_text()) == _digest(f.content)
             assert same, f"{reg.urn}: {f.path} unpacks differently"
             assert unpacked[f.path].stat().st_mode & 0o7777 == f.mode, f"{reg.urn}: {f.path}"
+        assert (out / "ssh").stat().st_mode & 0o777 == 0o700, reg.urn
+
+
+def test_the_bundle_digest_follows_the_public_files_and_never_the_private_keys(run: Run):
+    """What a preview can see of the secret upload: a public change moves the digest, a
+    different private key (same public keys) does not, and the digest never holds a key."""
+    from dataclasses import replace
+
+    from cluster_sessions.render import RenderedFile
+    from cluster_sessions.session import bundle_pack
+
+    _id, state = run.engine.state[run.keys.urn]
+    material = keystore.from_state(state)
+    c = run.plan.containers[0]
+    files = render_container(run.plan, c, material)
+    packed, digest = bundle_pack(files)
+    assert bundle_pack(list(files)) == (packed, digest)  # deterministic: no diff on re-run
+    other_private = [replace(f, content=f.content + "changed\n") if f.secret else f
+                     for f in files]
+    assert bundle_pack(other_private)[1] == digest
+    assert bundle_pack(other_private)[0] != packed
+    edited = [replace(f, content=f.content + "# changed\n") if f.path == "entrypoint.sh" else f
+              for f in files]
+    assert bundle_pack(edited)[1] != digest
+    assert bundle_pack([*files, RenderedFile("extra", "x\n", 0o644)])[1] != digest
+    for key in (material.user, material.hosts[c.host]):
+        assert (key.private_openssh.strip() in digest) is False
 
 
 def test_keys_are_one_resource_with_secret_private_outputs(run: Run):

@@ -83,6 +83,9 @@ class ClusterPlan:
 
 
 LABEL_PREFIX = "cluster-sessions"
+# Set by the Session component, not the plan: the SHA-256 of a container's public files (its
+# bundle is one secret upload; the label shows a change to them in a preview).
+BUNDLE_DIGEST_LABEL = f"{LABEL_PREFIX}.bundle-digest"
 
 
 def container_labels(plan: ClusterPlan, container: ContainerPlan) -> dict[str, str]:

@@ -9,19 +9,21 @@ It maps the plan onto Docker resources and decides nothing the plan already deci
   attaches, so their containers refer to it by name);
 - the SSH key material (:class:`~cluster_sessions.keystore.SessionKeys`), made once and kept;
 - one ``docker.Container`` per plan entry, named ``<session>-<host>``, with the static env, the
-  rendered files as two uploads under :data:`~cluster_sessions.render.BUNDLE_DIR` (the public
-  files packed into ``public.pack``, the private keys into ``secret.pack``, a secret, 0600;
-  the entrypoint unpacks them: :func:`~cluster_sessions.render.pack_entrypoint_argv`),
-  resources, mounts, labels and restart policy. Only main1 publishes ports.
+  rendered files as one upload under :data:`~cluster_sessions.render.BUNDLE_DIR`
+  (``bundle.pack``, a secret, 0600: it holds the private keys; the entrypoint unpacks it:
+  :func:`~cluster_sessions.render.pack_entrypoint_argv`), a label with the digest of the
+  public files (so a preview shows an entrypoint change), resources, mounts, labels and
+  restart policy. Only main1 publishes ports.
 
-  Two uploads, not one per file: the provider copies each upload into the container with its
-  own request, 60-270 ms apiece (docs/benchmarks.md).
+  One upload, not one per file: the provider copies each upload into the container with its
+  own request, 50-270 ms apiece before the container starts (docs/benchmarks.md).
 
 A pending plan raises :class:`SessionPending` before anything is registered.
 """
 
 from __future__ import annotations
 
+import hashlib
 import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +34,13 @@ import pulumi_docker as docker
 
 from . import keys
 from .keystore import SessionKeys
-from .plan import ClusterPlan, ContainerPlan, container_labels, network_labels
+from .plan import (
+    BUNDLE_DIGEST_LABEL,
+    ClusterPlan,
+    ContainerPlan,
+    container_labels,
+    network_labels,
+)
 from .render import BUNDLE_DIR, RenderedFile, pack, pack_entrypoint_argv, render_container
 from .spec import SSH_PORT, Agent, Pool
 
@@ -117,11 +125,9 @@ def memory_mb(size: int) -> int:
     return -(-size // MIB)
 
 
-PUBLIC_PACK = posixpath.join(BUNDLE_DIR, "public.pack")
-SECRET_PACK = posixpath.join(BUNDLE_DIR, "secret.pack")
-# Spelled as the provider reads them back ("0" + octal), so they never show as a diff.
-PUBLIC_PACK_PERMISSIONS = "0644"
-SECRET_PACK_PERMISSIONS = "0600"
+BUNDLE_PACK = posixpath.join(BUNDLE_DIR, "bundle.pack")
+# Spelled as the provider reads it back ("0" + octal), so it never shows as a diff.
+BUNDLE_PACK_PERMISSIONS = "0600"
 
 
 def check_rendered(files: Sequence[RenderedFile], material: keys.SessionKeys,
@@ -136,9 +142,16 @@ def check_rendered(files: Sequence[RenderedFile], material: keys.SessionKeys,
     return list(files)
 
 
-def packs(files: Sequence[RenderedFile]) -> tuple[str, str]:
-    """(public pack, secret pack) of one container's bundle: see :func:`render.pack`."""
-    return pack([f for f in files if not f.secret]), pack([f for f in files if f.secret])
+def bundle_pack(files: Sequence[RenderedFile]) -> tuple[str, str]:
+    """(the pack of one container's whole bundle, the digest of its public files).
+
+    One upload, because the provider copies each upload with a request of its own (about
+    50 ms apiece, before the container starts); it is secret since it holds the private keys.
+    The digest (SHA-256 of :func:`render.pack` of the files that are not secret) goes on a
+    label, so that a preview still shows when the entrypoint or any public file changes.
+    """
+    public = pack([f for f in files if not f.secret])
+    return pack(files), hashlib.sha256(public.encode()).hexdigest()
 
 
 class Session(pulumi.ComponentResource):
@@ -234,22 +247,19 @@ class Session(pulumi.ComponentResource):
             ),
         )
 
-    def _build_uploads(self, c: ContainerPlan, material: pulumi.Output[keys.SessionKeys]
-                       ) -> list[docker.ContainerUploadArgs]:
+    def _build_bundle(self, c: ContainerPlan, material: pulumi.Output[keys.SessionKeys]
+                      ) -> tuple[list[docker.ContainerUploadArgs], pulumi.Output[str]]:
+        """(the one upload of the bundle, a secret; the digest of its public files, not)."""
         plan = self.plan
         packed = material.apply(
-            lambda k: packs(check_rendered(render_container(plan, c, k), k, c.host)))
-        # The keys resource is secret as a whole; only the private keys' pack stays secret, so
-        # that a preview shows changes to the entrypoint and the public files.
-        public = pulumi.Output.unsecret(packed.apply(lambda p: p[0]))
-        secret = pulumi.Output.secret(packed.apply(lambda p: p[1]))
-        return [
-            docker.ContainerUploadArgs(file=PUBLIC_PACK, content=public, executable=False,
-                                       permissions=PUBLIC_PACK_PERMISSIONS),
-            # 0600 from the first byte on: it holds the private keys
-            docker.ContainerUploadArgs(file=SECRET_PACK, content=secret, executable=False,
-                                       permissions=SECRET_PACK_PERMISSIONS),
-        ]
+            lambda k: bundle_pack(check_rendered(render_container(plan, c, k), k, c.host)))
+        content = pulumi.Output.secret(packed.apply(lambda p: p[0]))
+        # The keys resource is secret as a whole; the digest of the public files is not, so a
+        # preview shows changes to the entrypoint and the public files.
+        digest = pulumi.Output.unsecret(packed.apply(lambda p: p[1]))
+        # 0600 from the first byte on: it holds the private keys
+        return [docker.ContainerUploadArgs(file=BUNDLE_PACK, content=content, executable=False,
+                                           permissions=BUNDLE_PACK_PERMISSIONS)], digest
 
     def _build_container(self, c: ContainerPlan,
                          material: pulumi.Output[keys.SessionKeys]) -> docker.Container:
@@ -270,6 +280,10 @@ class Session(pulumi.ComponentResource):
             )
             for m in plan.mounts
         ] or None
+        uploads, digest = self._build_bundle(c, material)
+        labels = [docker.ContainerLabelArgs(label=k, value=v)
+                  for k, v in container_labels(plan, c).items()]
+        labels.append(docker.ContainerLabelArgs(label=BUNDLE_DIGEST_LABEL, value=digest))
         return docker.Container(
             c.container_name,
             name=c.container_name,
@@ -281,8 +295,8 @@ class Session(pulumi.ComponentResource):
                 aliases=[c.host],
             )],
             envs=[f"{k}={v}" for k, v in c.env.items()],
-            uploads=self._build_uploads(c, material),
-            # unpacks the two uploads into BUNDLE_DIR, then execs the bundled entrypoint.sh
+            uploads=uploads,
+            # unpacks the upload into BUNDLE_DIR, then execs the bundled entrypoint.sh
             entrypoints=pack_entrypoint_argv(),
             command=list(session.command),
             cpus=f"{res.cpu:g}",
@@ -290,8 +304,7 @@ class Session(pulumi.ComponentResource):
             shm_size=memory_mb(res.shmem),
             gpus=f"device={','.join(map(str, c.gpus))}" if c.gpus else None,
             mounts=mounts,
-            labels=[docker.ContainerLabelArgs(label=k, value=v)
-                    for k, v in container_labels(plan, c).items()],
+            labels=labels,
             restart=session.restart,
             must_run=True,
             # docker-init as PID 1: it reaps what sshd sessions leave behind and passes signals
