@@ -53,7 +53,7 @@ from cluster_sessions.spec import MAX_CLUSTER_SIZE  # noqa: E402
 
 CASES = [(10, 3), (100, 25), (1_000, 250), (MAX_CLUSTER_SIZE, MAX_CLUSTER_SIZE // 4)]
 RENDER_SIZES = [16, 64, 256, 1_024]
-PULUMI_SIZES = [16, 64, 256]
+PULUMI_SIZES = [16, 64, 256, 1024]
 PER_AGENT = 4  # containers per agent in every case
 
 

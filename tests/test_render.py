@@ -227,7 +227,8 @@ SHELL_TEMPLATE_VALUE = re.compile(
 def test_every_interpolated_value_goes_through_a_quoting_filter(template):
     text = (TEMPLATES / template).read_text()
     if template.endswith(".sh.j2"):
-        allowed = (r"\|\s*shquote", r"\|\s*shname", r"\|\s*map\('shquote'\)\|join\(' '\)")
+        allowed = (r"\|\s*shquote", r"\|\s*shname", r"\|\s*shwords",
+                   r"\|\s*map\('shquote'\)\|join\(' '\)")
     else:
         allowed = (r"\|\s*word", r"\|\s*public_key")
     for match in SHELL_TEMPLATE_VALUE.finditer(text):
@@ -418,3 +419,21 @@ def test_a_real_sshd_accepts_the_rendered_config(tmp_path):
     result = subprocess.run([sshd, "-t", "-f", str(broken)], capture_output=True, text=True,
                             check=False)
     assert result.returncode != 0
+
+
+def test_files_the_same_in_every_container_are_rendered_once_per_session():
+    plan, keys, bundles = render(size=3)
+    shared = {path: [by_path(files)[path].content for files in bundles.values()]
+              for path in ("ssh/config", "ssh/known_hosts", "ssh/authorized_keys")}
+    for path, texts in shared.items():
+        assert all(t is texts[0] for t in texts), f"{path} rendered once per container"
+    # another session, or the same plan with other keys, never gets the first one's files
+    other_keys = generate_session_keys(plan.hosts)
+    again = by_path(render_container(plan, plan.containers[0], other_keys))
+    assert again["ssh/known_hosts"].content != shared["ssh/known_hosts"][0]
+    assert again["ssh/authorized_keys"].content != shared["ssh/authorized_keys"][0]
+    for host, key in other_keys.hosts.items():
+        assert key.public_openssh.split()[1] in again["ssh/known_hosts"].content, host
+    bigger, _, bundles4 = render(size=4)
+    assert "sub3" in by_path(bundles4["main1"])["ssh/config"].content
+    assert bigger is not plan

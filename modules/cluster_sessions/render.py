@@ -15,6 +15,7 @@ interpolates a value without one of these filters.
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 import shlex
@@ -87,7 +88,17 @@ HOST_KEY = "ssh/ssh_host_ed25519_key"
 
 
 def shquote(value: object) -> str:
-    return shlex.quote(str(value))
+    return _quote(str(value))
+
+
+@functools.lru_cache(maxsize=8192)
+def _quote(text: str) -> str:  # cached: every container's peer list quotes the same host names
+    return shlex.quote(text)
+
+
+def shwords(values: Sequence[object]) -> str:
+    """Values as shell words: each one quoted, separated by spaces."""
+    return " ".join(shquote(v) for v in values)
 
 
 def shname(value: object) -> str:
@@ -124,7 +135,8 @@ def _environment() -> jinja2.Environment:
         comment_start_string="{##",
         comment_end_string="##}",
     )
-    env.filters.update(shquote=shquote, shname=shname, word=word, public_key=public_key)
+    env.filters.update(shquote=shquote, shwords=shwords, shname=shname, word=word,
+                       public_key=public_key)
     return env
 
 
@@ -250,6 +262,22 @@ def _host_keys(plan: ClusterPlan, keys: SessionKeys) -> Mapping[str, KeyPair]:
     return keys.hosts
 
 
+# Files that are the same in every container of a session, and list every host: rendered once
+# per session, not once per container (render time grows linearly with the size).
+SHARED = frozenset({"ssh/config", "ssh/known_hosts", "ssh/authorized_keys"})
+_last_shared: list = []  # [plan, keys, {path: text}]: the last session rendered
+
+
+def _shared(plan: ClusterPlan, keys: SessionKeys, context: dict) -> dict[str, str]:
+    """The session-wide files, made once per (plan, keys)."""
+    if _last_shared and _last_shared[0] is plan and _last_shared[1] is keys:
+        return _last_shared[2]
+    texts = {path: _ENV.get_template(template).render(context)
+             for path, template, _ in LAYOUT if path in SHARED}
+    _last_shared[:] = [plan, keys, texts]
+    return texts
+
+
 def render_container(plan: ClusterPlan, container: ContainerPlan,
                      keys: SessionKeys) -> list[RenderedFile]:
     """The bundle of one container, in a fixed order that does not depend on the keys."""
@@ -262,7 +290,6 @@ def render_container(plan: ClusterPlan, container: ContainerPlan,
         "session": plan.name,
         "host": container.host,
         "hosts": list(plan.hosts),
-        "peers": [h for h in plan.hosts if h != container.host],
         "size": len(plan.containers),
         "env": list(container.env.items()),
         "exec_env": list(container.exec_env.items()),
@@ -276,7 +303,10 @@ def render_container(plan: ClusterPlan, container: ContainerPlan,
         "user_public_key": keys.user.public_openssh,
         "host_public_keys": [(h, host_keys[h].public_openssh) for h in plan.hosts],
     }
-    files = [RenderedFile(path, _ENV.get_template(template).render(context), mode)
+    shared = _shared(plan, keys, context)
+    context["peers"] = [h for h in plan.hosts if h != container.host]
+    files = [RenderedFile(path, shared[path] if path in shared
+                          else _ENV.get_template(template).render(context), mode)
              for path, template, mode in LAYOUT]
     own = host_keys[container.host]
     files += [
