@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up a fresh Debian 12 machine for cluster-sessions (run as root):
-#   1. Debian packages: the Docker engine, debootstrap, OpenSSH, busybox/dash (tests),
-#      iproute2, python3-venv (the project's own virtual environment: Debian's Python has no
+#   1. Debian packages: the Docker engine, debootstrap, OpenSSH, busybox/dash and shellcheck
+#      (tests, --dev), iproute2, python3-venv (the project's own virtual environment: Debian's Python has no
 #      pip and refuses system-wide installs, PEP 668)
 #   2. Python packages in .venv/: requirements.txt (requirements-dev.txt with --dev) and the
 #      project itself; sessionctl linked into /usr/local/bin
@@ -44,6 +44,9 @@ packages=(python3 python3-venv ca-certificates curl)
 if [ "$engine" -eq 1 ]; then
     packages+=(docker.io debootstrap openssh-client openssh-server busybox dash iproute2 iptables
                kmod)
+fi
+if [ "$dev" -eq 1 ]; then
+    packages+=(shellcheck)  # the tests check every rendered shell file with it
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -38,6 +38,7 @@ from .conftest import skip_or_fail
 POOL = Pool.model_validate({"kind": "AgentPool", "name": "p", "agents": [
     {"name": "a1", "docker_host": "unix:///x", "capacity": {"cpu": 64, "mem": "256g"}}]})
 REQUIRED = {"entrypoint.sh", "cluster-env.sh", "static-env.sh", "exec-env.sh", "save-env.sh",
+            "wait-peers.bash",
             "setup.sh", "wait-peers.sh", "start.sh", "command.sh", "ssh-session.sh",
             "profile.sh", "sshd_config", "ssh/config", "ssh/known_hosts", "ssh/authorized_keys",
             "ssh/id_cluster", "ssh/id_cluster.pub", "ssh/ssh_host_ed25519_key",
@@ -226,7 +227,7 @@ SHELL_TEMPLATE_VALUE = re.compile(
 @pytest.mark.parametrize("template", sorted(p.name for p in TEMPLATES.glob("*.j2")))
 def test_every_interpolated_value_goes_through_a_quoting_filter(template):
     text = (TEMPLATES / template).read_text()
-    if template.endswith(".sh.j2"):
+    if template.endswith((".sh.j2", ".bash.j2")):
         allowed = (r"\|\s*shquote", r"\|\s*shname", r"\|\s*shwords",
                    r"\|\s*map\('shquote'\)\|join\(' '\)")
     else:
@@ -437,3 +438,40 @@ def test_files_the_same_in_every_container_are_rendered_once_per_session():
     bigger, _, bundles4 = render(size=4)
     assert "sub3" in by_path(bundles4["main1"])["ssh/config"].content
     assert bigger is not plan
+
+
+def test_every_rendered_shell_file_passes_shellcheck(tmp_path):
+    """Every shell file a container runs: the bundle's scripts, a pack of the bundle and the
+    pack entrypoint (SC1091, "not following a sourced file", only says the sourced files are
+    checked on their own)."""
+    found = shutil.which("shellcheck")
+    if found is None:
+        skip_or_fail("shellcheck is not installed (apt-get install shellcheck)")
+    _, _, bundles = render(size=3, env={"X": "a\n'b'\n$(c)", "LD_PRELOAD": "/x.so",
+                                        "BASH_ENV": "`y`"})
+    files = bundles["sub1"]
+    scripts = [f for f in files if f.path.endswith(".sh")]
+    assert {f.path for f in scripts} >= {"entrypoint.sh", "setup.sh", "wait-peers.sh",
+                                         "start.sh", "command.sh", "cluster-env.sh",
+                                         "static-env.sh", "exec-env.sh", "save-env.sh",
+                                         "ssh-session.sh", "profile.sh"}
+    paths = []
+    for f in scripts:
+        path = tmp_path / f.path
+        path.write_text(f.content)
+        paths.append(path)
+    (tmp_path / "bundle.pack").write_text(pack(files))
+    (tmp_path / "pack-entrypoint.sh").write_text(pack_entrypoint_argv()[2])
+    paths += [tmp_path / "bundle.pack", tmp_path / "pack-entrypoint.sh"]
+    result = subprocess.run([found, "--shell=sh", "--exclude=SC1091", "--format=gcc",
+                             *map(str, paths)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    bash = tmp_path / "wait-peers.bash"
+    bash.write_text(by_path(files)["wait-peers.bash"].content)
+    result = subprocess.run([found, "--shell=bash", "--format=gcc", str(bash)],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    broken = tmp_path / "broken.sh"
+    broken.write_text('x=$1\nrm -rf $x/*\n')
+    assert subprocess.run([found, "--shell=sh", str(broken)], capture_output=True,
+                          check=False).returncode != 0

@@ -74,6 +74,7 @@ LAYOUT: tuple[tuple[str, str, int], ...] = (
     ("save-env.sh", "save-env.sh.j2", PUBLIC_MODE),
     ("setup.sh", "setup.sh.j2", PUBLIC_MODE),
     ("wait-peers.sh", "wait-peers.sh.j2", PUBLIC_MODE),
+    ("wait-peers.bash", "wait-peers.bash.j2", PUBLIC_MODE),
     ("start.sh", "start.sh.j2", PUBLIC_MODE),
     ("command.sh", "command.sh.j2", PUBLIC_MODE),
     ("ssh-session.sh", "ssh-session.sh.j2", EXEC_MODE),
@@ -167,8 +168,10 @@ def pack(files: Sequence[RenderedFile]) -> str:
     """
     lines = [
         "# cluster-session pack, written by cluster_sessions.render.pack: /bin/sh PACK DIR",
+        # the files' texts are single-quoted words: literal on purpose
+        "# shellcheck disable=SC1003,SC2016",
         "set -eu",
-        '[ "$#" -eq 1 ] && [ -n "$1" ] || { echo "usage: /bin/sh PACK DIR" >&2; exit 64; }',
+        'if [ "$#" -ne 1 ] || [ -z "$1" ]; then echo "usage: /bin/sh PACK DIR" >&2; exit 64; fi',
         '[ -d "$1" ] || (umask 022 && mkdir -p -- "$1")',
     ]
     private_dirs = {posixpath.dirname(f.path) for f in files if f.secret} - {""}
@@ -223,7 +226,7 @@ def pack_entrypoint_argv() -> list[str]:
     """
     bundle = shlex.quote(BUNDLE_DIR)
     unpack = "\n".join([
-        "found=",
+        "found=''",
         'for pack in "$1"/*.pack; do',
         '  [ -f "$pack" ] || continue',
         "  found=1",
@@ -234,8 +237,9 @@ def pack_entrypoint_argv() -> list[str]:
         '[ -n "$found" ] || { echo "cluster-session: error: no *.pack in $1" >&2; exit 70; }',
     ])
     script = "\n".join([
+        "# shellcheck disable=SC2016 # the unpacking script is one literal word for sh -c",
         "(",
-        "  euid=",
+        "  euid=''",
         "  while read -r key _ euid _; do [ \"$key\" != Uid: ] || break; done < /proc/self/status",
         '  [ "$euid" = 0 ] || { echo "cluster-session: error: must run as root'
         ' (it creates the user and starts sshd); do not set the container\'s user" >&2;'
