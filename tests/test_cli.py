@@ -218,6 +218,8 @@ def test_diff_markdown_and_json_carry_hostile_values_without_control_bytes(tmp_p
         ((f"pool: {POOL_FILE}", "pool: ~nosuchuser/p.yaml"), "pool"),
         ((f"pool: {POOL_FILE}", "pool: " + "p" * 300), "pool"),
         ((f"pool: {POOL_FILE}", "pool: /proc/kallsyms"), None),
+        (("kind: ClusterSession", "kind: ClusterSession\ndistributed: {slots: 0}"),
+         "distributed.slots"),
     ],
 )
 def test_invalid_input_exits_2_with_file_and_field(tmp_path, change, field):

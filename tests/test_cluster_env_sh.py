@@ -23,12 +23,16 @@ from hypothesis import strategies as st
 from cluster_sessions.keys import generate_session_keys
 from cluster_sessions.plan import build_plan
 from cluster_sessions.render import DEFAULT_MASTER_PORT, render_container
-from cluster_sessions.spec import Pool, Session
+from cluster_sessions.spec import BUNDLE_DIR, Pool, Session
 
 from .conftest import skip_or_fail
 
 DERIVED = ("MASTER_ADDR", "MASTER_PORT", "TF_CONFIG",
-           "PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
+           "PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT",
+           "CLUSTER_SESSION_HOSTFILE", "OMPI_MCA_orte_default_hostfile",
+           "PRTE_MCA_prte_default_hostfile", "HYDRA_HOST_FILE",
+           "OMPI_MCA_btl_vader_single_copy_mechanism", "OMPI_MCA_btl_tcp_if_include",
+           "OMPI_MCA_oob_tcp_if_include")
 NEVER = ("WORLD_SIZE", "RANK", "LOCAL_RANK")
 # Prints the process environment as {name: hex of the value}: exact bytes, whatever they are.
 DUMP = ("import json, os, sys; json.dump({k.decode('utf-8', 'surrogateescape'): v.hex() "
@@ -133,6 +137,13 @@ def expected_derived(env: dict[str, str]) -> dict[str, str]:
     if "MASTER_ADDR" in now:
         now.setdefault("PET_MASTER_ADDR", now["MASTER_ADDR"])
     now.setdefault("PET_MASTER_PORT", now["MASTER_PORT"])
+    now.setdefault("CLUSTER_SESSION_HOSTFILE", f"{BUNDLE_DIR}/hostfile")
+    now.setdefault("OMPI_MCA_orte_default_hostfile", now["CLUSTER_SESSION_HOSTFILE"])
+    now.setdefault("PRTE_MCA_prte_default_hostfile", now["CLUSTER_SESSION_HOSTFILE"])
+    now.setdefault("HYDRA_HOST_FILE", f"{BUNDLE_DIR}/hostfile.hydra")
+    now.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+    now.setdefault("OMPI_MCA_btl_tcp_if_include", "eth0")
+    now.setdefault("OMPI_MCA_oob_tcp_if_include", "eth0")
     return {k: v for k, v in now.items() if k not in env}
 
 
@@ -154,6 +165,13 @@ def test_derives_every_variable_for_a_cluster(shell, four):
         "PET_NODE_RANK": "2",
         "PET_MASTER_ADDR": "main1",
         "PET_MASTER_PORT": "29500",
+        "CLUSTER_SESSION_HOSTFILE": "/opt/cluster-session/hostfile",
+        "OMPI_MCA_orte_default_hostfile": "/opt/cluster-session/hostfile",
+        "PRTE_MCA_prte_default_hostfile": "/opt/cluster-session/hostfile",
+        "HYDRA_HOST_FILE": "/opt/cluster-session/hostfile.hydra",
+        "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
+        "OMPI_MCA_btl_tcp_if_include": "eth0",
+        "OMPI_MCA_oob_tcp_if_include": "eth0",
     }
     assert json.loads(seen["TF_CONFIG"])["task"] == {"type": "worker", "index": 2}
     assert seen == {**env, **expected_derived(env)}
@@ -181,6 +199,9 @@ def test_distributed_master_port_moves_master_port_and_every_tf_port(shell, tmp_
     {"TF_CONFIG": '{"mine": true}'},
     {"PET_NNODES": "2", "PET_NODE_RANK": "7"},
     {"PET_MASTER_ADDR": "elsewhere", "PET_MASTER_PORT": "1"},
+    {"CLUSTER_SESSION_HOSTFILE": "/home/work/my hosts"},  # the launchers follow the user's file
+    {"OMPI_MCA_orte_default_hostfile": "", "HYDRA_HOST_FILE": "x"},
+    {"OMPI_MCA_btl_vader_single_copy_mechanism": "cma"},
     {"MASTER_PORT": "not a port"},
     {name: f"user's {name}" for name in DERIVED},
 ], ids=lambda preset: ",".join(preset))
@@ -327,7 +348,11 @@ names = st.one_of(
     st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,11}", fullmatch=True),
     # the names cluster-env.sh uses inside its subshell, and the ones it derives
     st.sampled_from(["size", "hosts", "rank", "base", "workers", "i", "rest", "host",
-                     "_cs_rest", "_cs_done", "PATH", "MASTER_PORT", "MASTER_ADDR"]),
+                     "_cs_rest", "_cs_done", "_cs_c", "PATH", "MASTER_PORT", "MASTER_ADDR",
+                     "CLUSTER_SESSION_HOSTFILE", "OMPI_MCA_orte_default_hostfile",
+                     "PRTE_MCA_prte_default_hostfile", "HYDRA_HOST_FILE",
+                     "OMPI_MCA_btl_vader_single_copy_mechanism",
+                     "OMPI_MCA_btl_tcp_if_include"]),
 ).filter(lambda n: n not in SHELL_OWNED and not n.startswith("BACKENDAI_"))
 # Names a shell or the dynamic loader reads at start-up: kept out of the container's env and
 # given to the user's processes only (exec-env.sh); their values must survive byte for byte too.

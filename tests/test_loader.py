@@ -676,3 +676,29 @@ def test_pools_are_looked_up_in_the_directories_of_the_environment_first(tree, t
     assert load_session(session).pool_file == mine / "local.yaml"
     monkeypatch.delenv("CLUSTER_SESSIONS_POOLS")
     assert load_session(session).pool_file != mine / "local.yaml"
+
+
+# --- issue 11: hostfile slots ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("slots", "gpu", "words"), [
+    ("0", 0, "greater than or equal to 1"),
+    ("-2", 0, "greater than or equal to 1"),
+    ("1.5", 0, "integer"),
+    ("'4'", 0, "integer"),
+    ("four", 0, "integer"),
+    ("04", 0, "04"),  # YAML 1.1 would read an octal 4: refused, with how to write it
+    ("1:30", 0, "1:30"),  # ... and a sexagesimal 90
+    ("5", 4, "at most 4"),
+    ("1025", 0, "less than or equal to 1024"),
+])
+def test_bad_slots_are_refused_with_the_field_named(tree, slots, gpu, words):
+    text = SESSION.replace("gpu: 0", f"gpu: {gpu}") + f"distributed: {{slots: {slots}}}\n"
+    found = problems_of(tree(text))
+    assert any(p.startswith("distributed.slots: ") and words in p for p in found), found
+
+
+@pytest.mark.parametrize(("slots", "gpu"), [("1", 0), ("8", 0), ("4", 4), ("2", 4)])
+def test_good_slots_are_accepted(tree, slots, gpu):
+    text = SESSION.replace("gpu: 0", f"gpu: {gpu}") + f"distributed: {{slots: {slots}}}\n"
+    assert problems_of(tree(text)) == []

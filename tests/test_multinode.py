@@ -102,7 +102,8 @@ def lab(tmp_path_factory):
         pool_file.write_text(yaml.safe_dump(doc, sort_keys=False))
         clients = {a.name: docker.DockerClient(base_url=a.docker_host, timeout=120)
                    for a in info.agents}
-        image = ensure_images(list(clients.values()), progress=lambda _m: None)
+        # the demo image plus Open MPI and mpi4py, for the launcher test across agents
+        image = ensure_images(list(clients.values()), progress=lambda _m: None, flavour="mpi")
         yield Lab(info, pool_file, image, clients)
     finally:
         for c in clients.values():
@@ -359,6 +360,21 @@ def test_full_ssh_mesh_with_strict_host_keys_across_agents(spread):
     code, out = run_in(main1, "cp ~/.ssh/known_hosts /tmp/kh && sed -i '/^.sub2.:2200 /d' /tmp/kh "
                        f"&& ssh {STRICT} -o UserKnownHostsFile=/tmp/kh sub2 hostname")
     assert code != 0 and "Host key verification failed" in out
+
+
+def test_mpirun_across_three_agents_with_no_hostfile_or_host_flags(spread):
+    """Open MPI's launcher over the overlay: ranks on main1 and sub1 (agent1), sub2 (agent2)
+    and sub3 (agent3), started through the session's ssh mesh with strict host-key checking."""
+    main1 = spread.containers["main1"]
+    # (timeout: a launcher that tries an address another agent cannot reach hangs, not fails)
+    code, out = run_in(main1, f"timeout 120 ssh {STRICT} main1 'mpirun -np 4 hostname'")
+    assert code == 0, out
+    assert sorted(out.split()) == ["main1", "sub1", "sub2", "sub3"], out
+    program = ("from mpi4py import MPI; c = MPI.COMM_WORLD; print(c.allreduce(c.rank + 1))")
+    code, out = run_in(main1, f"timeout 120 ssh {STRICT} main1 "
+                              f"'mpirun -np 4 python3 -c \"{program}\"'")
+    assert code == 0, out
+    assert out.split() == ["10"] * 4, out
 
 
 def test_cluster_variables_as_specified_on_every_agent(spread):

@@ -164,3 +164,15 @@ def test_kernel_id_is_a_uuid(host):
     import uuid
 
     assert uuid.UUID(kernel_id("train-demo", host)).version == 5
+
+
+@pytest.mark.parametrize(("resources_gpu", "distributed", "slots"), [
+    (0, None, 1), (2, None, 2), (2, {"slots": 1}, 1), (0, {"slots": 6}, 6)])
+def test_plan_json_shows_the_hostfile_slots_of_every_container(resources_gpu, distributed,
+                                                                slots):
+    over = {"resources": {"cpu": 1, "mem": "2g", "shmem": "512m", "gpu": resources_gpu}}
+    if distributed:
+        over["distributed"] = distributed
+    plan = build_plan(session(**over), pool((8, 8)))
+    doc = json.loads(json.dumps(plan_to_dict(plan)))
+    assert [c["slots"] for c in doc["containers"]] == [slots] * 4

@@ -38,7 +38,7 @@ from .conftest import skip_or_fail
 POOL = Pool.model_validate({"kind": "AgentPool", "name": "p", "agents": [
     {"name": "a1", "docker_host": "unix:///x", "capacity": {"cpu": 64, "mem": "256g"}}]})
 REQUIRED = {"entrypoint.sh", "cluster-env.sh", "static-env.sh", "exec-env.sh", "save-env.sh",
-            "wait-peers.bash",
+            "wait-peers.bash", "hostfile", "hostfile.hydra",
             "setup.sh", "wait-peers.sh", "start.sh", "command.sh", "ssh-session.sh",
             "profile.sh", "sshd_config", "ssh/config", "ssh/known_hosts", "ssh/authorized_keys",
             "ssh/id_cluster", "ssh/id_cluster.pub", "ssh/ssh_host_ed25519_key",
@@ -475,3 +475,21 @@ def test_every_rendered_shell_file_passes_shellcheck(tmp_path):
     broken.write_text('x=$1\nrm -rf $x/*\n')
     assert subprocess.run([found, "--shell=sh", str(broken)], capture_output=True,
                           check=False).returncode != 0
+
+
+@pytest.mark.parametrize("over, slots", [
+    ({}, 1),
+    ({"resources": {"gpu": 2}}, 2),
+    ({"resources": {"gpu": 4}, "distributed": {"slots": 3}}, 3),
+    ({"distributed": {"slots": 8}}, 8),
+])
+def test_hostfiles_list_every_host_in_rank_order_with_its_slots(over, slots):
+    plan, _, bundles = render(size=3, **over)
+    assert [c.slots for c in plan.containers] == [slots] * 3
+    for files in bundles.values():
+        files = by_path(files)
+        assert files["hostfile"].content == "".join(
+            f"{h} slots={slots}\n" for h in ("main1", "sub1", "sub2"))
+        assert files["hostfile.hydra"].content == "".join(
+            f"{h}:{slots}\n" for h in ("main1", "sub1", "sub2"))
+        assert files["hostfile"].mode == 0o644 and not files["hostfile"].secret

@@ -7,7 +7,7 @@ entrypoint and the definition's command. Each session is shared by the tests of 
 (module-scoped fixtures) and always removed afterwards.
 
 Needs the test image (``cluster_sessions.lab.image``); the torch test also needs the torch
-directory (``cluster_sessions.lab.torchdir``). In CI (CLUSTER_SESSIONS_REQUIRE_DOCKER=1) a
+directory (``cluster_sessions.lab.pydirs``). In CI (CLUSTER_SESSIONS_REQUIRE_DOCKER=1) a
 missing engine is a failure, never a skip.
 """
 
@@ -584,7 +584,7 @@ dist.destroy_process_group()
 @pytest.mark.slow
 def test_torchrun_all_reduce_across_the_containers_with_no_rendezvous_flags(
         session_factory, tmp_path_factory):
-    from cluster_sessions.lab.torchdir import ensure_torch_dir
+    from cluster_sessions.lab.pydirs import ensure_torch_dir
 
     torch_dir = ensure_torch_dir()
     scripts = tmp_path_factory.mktemp("torch-script")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from .clusterenv import kernel_id, members, split_user_env, static_envs
 from .placement import Free, Request, place
-from .spec import SSH_PORT, Mount, Pool, Resources, Session
+from .spec import SSH_PORT, Mount, Pool, Resources, Session, slots_per_container
 from .units import format_size
 
 
@@ -29,6 +29,8 @@ class ContainerPlan:
     # the definition's variables kept out of ``env`` (clusterenv.read_at_startup): the
     # entrypoint gives them to the user's command and ssh sessions only
     exec_env: Mapping[str, str] = field(default_factory=dict)
+    # processes per container in the MPI/DeepSpeed hostfiles (spec.slots_per_container)
+    slots: int = 1
 
     @property
     def container_name(self) -> str:
@@ -135,6 +137,7 @@ def build_plan(session: Session, pool: Pool, free: Sequence[Free] | None = None)
             agent=slot.agent if slot else None,
             kernel_id=env["BACKENDAI_KERNEL_ID"], env=env,
             gpus=slot.gpus if slot else (), exec_env=exec_env,
+            slots=slots_per_container(session),
         )
         for m, env, slot in zip(group, envs, slots, strict=True)
     )
@@ -190,6 +193,7 @@ def plan_to_dict(plan: ClusterPlan) -> dict:
                 "kernel_id": c.kernel_id,
                 "env": dict(c.env),
                 "exec_env": dict(c.exec_env),
+                "slots": c.slots,
                 "resources": {
                     "cpu": res.cpu,
                     "mem": format_size(res.mem),

@@ -83,6 +83,8 @@ LAYOUT: tuple[tuple[str, str, int], ...] = (
     ("ssh/config", "ssh_config.j2", PUBLIC_MODE),
     ("ssh/known_hosts", "known_hosts.j2", PUBLIC_MODE),
     ("ssh/authorized_keys", "authorized_keys.j2", PUBLIC_MODE),
+    ("hostfile", "hostfile.j2", PUBLIC_MODE),
+    ("hostfile.hydra", "hostfile.hydra.j2", PUBLIC_MODE),
 )
 USER_KEY = "ssh/id_cluster"
 HOST_KEY = "ssh/ssh_host_ed25519_key"
@@ -268,7 +270,8 @@ def _host_keys(plan: ClusterPlan, keys: SessionKeys) -> Mapping[str, KeyPair]:
 
 # Files that are the same in every container of a session, and list every host: rendered once
 # per session, not once per container (render time grows linearly with the size).
-SHARED = frozenset({"ssh/config", "ssh/known_hosts", "ssh/authorized_keys"})
+SHARED = frozenset({"ssh/config", "ssh/known_hosts", "ssh/authorized_keys", "hostfile",
+                    "hostfile.hydra"})
 _last_shared: list = []  # [plan, keys, {path: text}]: the last session rendered
 
 
@@ -300,6 +303,8 @@ def render_container(plan: ClusterPlan, container: ContainerPlan,
         "user": session.user,
         "ssh_port": SSH_PORT,
         "run_dir": RUN_DIR,
+        "bundle_dir": BUNDLE_DIR,
+        "slots": container.slots,
         "root_path": ROOT_PATH,
         "readiness_timeout": session.readiness.timeout,
         "default_command": list(DEFAULT_COMMAND),

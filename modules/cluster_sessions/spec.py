@@ -37,6 +37,8 @@ DOCKER_HOST = re.compile(r"(unix|tcp|ssh|npipe)://\S+")
 # the square of the size: 2,048 keeps `plan --json` (~34 MB) and `render` (~16 s, ~60 MB of
 # memory, ~650 MB on disk) well inside 1 GB and 60 s (benchmarks/plan_scale.py, worst case).
 MAX_CLUSTER_SIZE = 2048
+# Processes per container in a hostfile: far beyond any machine, small enough to mean a count.
+MAX_SLOTS = 1024
 RESERVED_ENV_PREFIX = "BACKENDAI_"
 SSH_PORT = 2200
 BUNDLE_DIR = "/opt/cluster-session"
@@ -139,6 +141,9 @@ class Distributed(_Model):
     # 1024-32767: no privileged ports, and below Linux's ephemeral range (32768-60999), where a
     # fixed port may already be taken by an outgoing connection (EADDRINUSE).
     master_port: Annotated[int, Field(ge=1024, le=32767)] = 29500
+    # Processes per container in the MPI/DeepSpeed hostfiles ("slots"); default: the
+    # container's GPU count when it has GPUs, else 1. At most the GPUs when GPUs are set.
+    slots: Annotated[int, Field(ge=1, le=MAX_SLOTS)] | None = None
 
 
 class User(_Model):
@@ -261,6 +266,11 @@ def session_problems(session: Session) -> list[tuple[str, str]]:
                           f"passes at most {MAX_ARG_STRLEN - 1} (MAX_ARG_STRLEN, 128 KiB with "
                           "the terminating NUL): put large data in a mounted file"))
     found += _port_problems(session)
+    slots = session.distributed.slots if session.distributed is not None else None
+    if slots is not None and session.resources.gpu and slots > session.resources.gpu:
+        found.append(("distributed.slots", f"{slots} slots per container, but each container "
+                      f"has {session.resources.gpu} GPUs (resources.gpu): at most "
+                      f"{session.resources.gpu}, one process per GPU"))
     targets: set[str] = set()
     home = f"/home/{session.user.name}"
     for i, mount in enumerate(session.mounts):
@@ -374,6 +384,13 @@ def _text_problems(session: Session) -> list[tuple[str, str]]:
 
 
 DEFAULT_MASTER_PORT = 29500
+
+
+def slots_per_container(session: Session) -> int:
+    """The hostfiles' slots: distributed.slots, else the GPUs per container, else 1."""
+    if session.distributed is not None and session.distributed.slots is not None:
+        return session.distributed.slots
+    return session.resources.gpu or 1
 
 
 def _port_problems(session: Session) -> list[tuple[str, str]]:

@@ -28,6 +28,12 @@ from pathlib import Path
 Progress = Callable[[str], None]
 
 REPOSITORY = "cluster-sessions/debian-sshd"
+# Image flavours: the packages each adds to PACKAGES, and its repository. "mpi" carries Open MPI
+# and mpi4py for the launcher tests (tests/test_workloads.py).
+FLAVOURS: dict[str, tuple[str, ...]] = {
+    "sshd": (),
+    "mpi": ("openmpi-bin", "python3-mpi4py"),
+}
 SUITE = "bookworm"
 VARIANT = "minbase"
 # Beyond minbase: sshd and ssh/ssh-keyscan for the cluster wiring, python3 for torchrun, useradd
@@ -105,12 +111,20 @@ def locked(name: str, progress: Progress = print_to_stderr) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def recipe_digest() -> str:
+def packages(flavour: str = "sshd") -> tuple[str, ...]:
+    return (*PACKAGES, *FLAVOURS[flavour])
+
+
+def repository(flavour: str = "sshd") -> str:
+    return REPOSITORY if flavour == "sshd" else f"cluster-sessions/debian-{flavour}"
+
+
+def recipe_digest(flavour: str = "sshd") -> str:
     """12 hex digits of sha256 over the recipe; the mirror is left out, it changes no content."""
     recipe = {
         "suite": SUITE,
         "variant": VARIANT,
-        "packages": sorted(PACKAGES),
+        "packages": sorted(packages(flavour)),
         "trim": list(TRIM),
         "changes": list(CHANGES),
         "version": RECIPE_VERSION,
@@ -119,9 +133,9 @@ def recipe_digest() -> str:
     return hashlib.sha256(encoded).hexdigest()[:12]
 
 
-def default_tag() -> str:
+def default_tag(flavour: str = "sshd") -> str:
     """The tag :func:`ensure_image` produces for the current recipe, without building anything."""
-    return f"{REPOSITORY}:{recipe_digest()}"
+    return f"{repository(flavour)}:{recipe_digest(flavour)}"
 
 
 @dataclass(frozen=True)
@@ -227,17 +241,18 @@ def _remove_build_dir(build: Path) -> None:
     shutil.rmtree(build, ignore_errors=True)
 
 
-def _debootstrap(rootfs: Path, log: Path, progress: Progress) -> None:
+def _debootstrap(rootfs: Path, log: Path, progress: Progress,
+                 included: tuple[str, ...] = PACKAGES) -> None:
     if os.geteuid() != 0:
         raise ImageBuildError("building the image needs root (debootstrap)")
     if shutil.which("debootstrap") is None:
         raise ImageBuildError("debootstrap is not installed; run scripts/ensure-docker.sh as root")
     source = debian_mirror()
-    command = ["debootstrap", f"--variant={VARIANT}", f"--include={','.join(PACKAGES)}"]
+    command = ["debootstrap", f"--variant={VARIANT}", f"--include={','.join(included)}"]
     if source.keyring and Path(source.keyring).is_file():
         command.append(f"--keyring={source.keyring}")
     command += [SUITE, str(rootfs), source.uri]
-    progress(f"debootstrap {SUITE} with {', '.join(PACKAGES)} (about a minute; log: {log})")
+    progress(f"debootstrap {SUITE} with {', '.join(included)} (about a minute; log: {log})")
     started = time.monotonic()
     with open(log, "wb") as out:
         result = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=False)
@@ -283,17 +298,17 @@ def _check_rootfs(rootfs: Path) -> None:
         raise ImageBuildError(f"the built rootfs lacks {', '.join(missing)}")
 
 
-def tarball_path() -> Path:
-    return cache_dir() / "images" / f"debian-sshd-{recipe_digest()}.tar"
+def tarball_path(flavour: str = "sshd") -> Path:
+    return cache_dir() / "images" / f"debian-{flavour}-{recipe_digest(flavour)}.tar"
 
 
-def ensure_tarball(progress: Progress = print_to_stderr) -> Path:
+def ensure_tarball(progress: Progress = print_to_stderr, flavour: str = "sshd") -> Path:
     """The rootfs tarball for the current recipe, built with debootstrap if not yet cached.
 
     Callers hold the image lock, so any ``build-*`` directory found is an interrupted build's.
     The tarball appears under its final name only when complete.
     """
-    tarball = tarball_path()
+    tarball = tarball_path(flavour)
     if tarball.is_file():
         progress(f"reusing cached rootfs {tarball}")
         return tarball
@@ -304,7 +319,7 @@ def ensure_tarball(progress: Progress = print_to_stderr) -> Path:
     build = Path(tempfile.mkdtemp(prefix="build-", dir=tarball.parent))
     try:
         rootfs = build / "rootfs"
-        _debootstrap(rootfs, build / "debootstrap.out", progress)
+        _debootstrap(rootfs, build / "debootstrap.out", progress, packages(flavour))
         _trim(rootfs)
         _check_rootfs(rootfs)
         partial = build / "rootfs.tar"
@@ -352,14 +367,14 @@ def _import(client, tarball: Path, tag: str, progress: Progress) -> None:
     progress(f"imported {tag} in {time.monotonic() - started:.1f}s")
 
 
-def ensure_image(client=None, progress: Progress = print_to_stderr) -> str:
+def ensure_image(client=None, progress: Progress = print_to_stderr, flavour: str = "sshd") -> str:
     """Make sure the engine behind ``client`` (default: from the environment) has the image.
 
     Returns its tag. Reuses the tag if the engine has it, else the cached tarball, else builds.
     """
     import docker
 
-    tag = default_tag()
+    tag = default_tag(flavour)
     own_client = client is None
     if own_client:
         client = docker.from_env(timeout=600)
@@ -367,30 +382,30 @@ def ensure_image(client=None, progress: Progress = print_to_stderr) -> str:
         if _has_image(client, tag):
             progress(f"reusing image {tag} already on the engine")
             return tag
-        with locked(f"image-{recipe_digest()}", progress):
+        with locked(f"image-{recipe_digest(flavour)}", progress):
             if _has_image(client, tag):
                 progress(f"reusing image {tag} already on the engine")
                 return tag
-            _import(client, ensure_tarball(progress), tag, progress)
+            _import(client, ensure_tarball(progress, flavour), tag, progress)
         return tag
     finally:
         if own_client:
             client.close()
 
 
-def ensure_images(clients, progress: Progress = print_to_stderr) -> str:
+def ensure_images(clients, progress: Progress = print_to_stderr, flavour: str = "sshd") -> str:
     """:func:`ensure_image` for several engines (the lab's agents): the rootfs is built or
     found once, under the image lock, then imported into every engine that lacks the tag, in
     parallel (about 1.5x faster than one after the other). Returns the tag."""
     from concurrent.futures import ThreadPoolExecutor
 
-    tag = default_tag()
+    tag = default_tag(flavour)
     missing = [c for c in clients if not _has_image(c, tag)]
     if not missing:
         progress(f"reusing image {tag} already on {len(clients)} engine(s)")
         return tag
-    with locked(f"image-{recipe_digest()}", progress):
-        tarball = ensure_tarball(progress)
+    with locked(f"image-{recipe_digest(flavour)}", progress):
+        tarball = ensure_tarball(progress, flavour)
     with ThreadPoolExecutor(max_workers=len(missing)) as pool:
         list(pool.map(lambda c: _import(c, tarball, tag, progress), missing))
     return tag
@@ -404,14 +419,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tag-only", action="store_true", help="print the tag the recipe gives; build nothing"
     )
+    parser.add_argument("--flavour", choices=sorted(FLAVOURS), default="sshd",
+                        help="sshd: the demo image (default); mpi: with Open MPI and mpi4py")
     args = parser.parse_args(argv)
     if args.tag_only:
-        print(default_tag())
+        print(default_tag(args.flavour))
         return 0
     import docker.errors
 
     try:
-        print(ensure_image())
+        print(ensure_image(flavour=args.flavour))
     except (ImageBuildError, docker.errors.DockerException) as exc:
         print_to_stderr(f"error: {exc}")
         return 1
