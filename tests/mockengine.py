@@ -71,6 +71,7 @@ class Registration:
     additional_secret_outputs: list[str]
     delete_before_replace: bool
     custom: bool
+    ignore_changes: list[str] = field(default_factory=list)
 
     @property
     def provider_urn(self) -> str:
@@ -183,6 +184,7 @@ class _Monitor(MockMonitor):
             additional_secret_outputs=list(request.additionalSecretOutputs),
             delete_before_replace=request.deleteBeforeReplace,
             custom=request.custom,
+            ignore_changes=list(request.ignoreChanges),
         )
         with self.engine.lock:
             self.engine.registrations.append(reg)

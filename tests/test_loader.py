@@ -702,3 +702,15 @@ def test_bad_slots_are_refused_with_the_field_named(tree, slots, gpu, words):
 def test_good_slots_are_accepted(tree, slots, gpu):
     text = SESSION.replace("gpu: 0", f"gpu: {gpu}") + f"distributed: {{slots: {slots}}}\n"
     assert problems_of(tree(text)) == []
+
+
+@pytest.mark.parametrize("cpu", ["0.01", "0.05", "0.001"])
+def test_cpu_values_the_provider_reads_back_differently_are_refused(tree, cpu):
+    found = problems_of(tree(SESSION.replace("cpu: 2", f"cpu: {cpu}")))
+    assert any(p.startswith("resources.cpu: ") and "every up would replace" in p
+               for p in found), found
+
+
+@pytest.mark.parametrize("cpu", ["0.1", "0.011", "1", "10", "2.5"])
+def test_cpu_values_that_survive_the_read_back_are_accepted(tree, cpu):
+    assert problems_of(tree(SESSION.replace("cpu: 2", f"cpu: {cpu}"))) == []

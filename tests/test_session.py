@@ -27,6 +27,7 @@ from cluster_sessions.plan import (
     network_labels,
 )
 from cluster_sessions.program import InvalidDefinition
+from cluster_sessions.provider_facts import cpus_read_back, parse_cpus
 from cluster_sessions.render import BUNDLE_DIR, pack, pack_entrypoint_argv, render_container
 from cluster_sessions.session import TYPE_TOKEN, SessionArgs, SessionPending
 
@@ -244,7 +245,9 @@ def test_container_resources_are_per_container_in_docker_units(run: Run):
     res = run.plan.resources
     for c in run.plan.containers:
         inputs = run.container(c.host).plain_inputs
-        assert inputs["cpus"] == f"{res.cpu:g}"
+        # as the provider reads NanoCPUs back (helpers.go nanoInt64ToDecimalString)
+        assert inputs["cpus"] == cpus_read_back(round(res.cpu * 1e9))
+        assert parse_cpus(inputs["cpus"]) == round(res.cpu * 1e9)
         assert inputs["memory"] == float(-(-res.mem // 2**20))  # MB, numbers arrive as floats
         assert inputs["shmSize"] == float(-(-res.shmem // 2**20))
         if c.gpus:

@@ -105,7 +105,12 @@ def container_labels(plan: ClusterPlan, container: ContainerPlan) -> dict[str, s
 
 
 def network_labels(plan: ClusterPlan) -> dict[str, str]:
-    return {f"{LABEL_PREFIX}.session": plan.name, f"{LABEL_PREFIX}.session-id": plan.session_id}
+    """Labels of the session network; the MTU and encryption too, so that a change to them
+    replaces the network although the provider's ``options`` are not compared (Docker adds its
+    own there: session.py)."""
+    return {f"{LABEL_PREFIX}.session": plan.name, f"{LABEL_PREFIX}.session-id": plan.session_id,
+            f"{LABEL_PREFIX}.mtu": str(plan.network.mtu or ""),
+            f"{LABEL_PREFIX}.encrypted": "true" if plan.network.encrypted else "false"}
 
 
 def request_of(resources: Resources) -> Request:

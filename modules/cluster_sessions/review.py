@@ -8,7 +8,8 @@ component maps a plan onto resources and from the docker provider's schema:
   ``cpus``, ``shm_size``, ``gpus``, mounts, command, ports, labels (which carry cpu, mem and
   GPU ids, so a memory change replaces too) and uploads (the rendered files, which carry the
   host list, the container user and the readiness timeout). Only the restart policy is
-  updated in place.
+  updated in place. Which arguments force a replacement is the provider's schema, kept in
+  :mod:`cluster_sessions.provider_facts` (docs/provider-fidelity.md).
 - A size change rewrites every container's ``BACKENDAI_CLUSTER_SIZE``/``_HOSTS``/``_REPLICAS``,
   so every existing container is replaced, not only the added or removed ones.
 - A container that moves to another agent changes provider: replaced. A network change
@@ -26,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .plan import ClusterPlan, ContainerPlan
+from .provider_facts import CONTAINER_FORCE_NEW
 from .terminal import printable
 from .units import format_size
 
@@ -184,6 +186,28 @@ def _replace_reasons(old: ClusterPlan, new: ClusterPlan, o: ContainerPlan, n: Co
     return why
 
 
+# The docker.Container arguments each kind of change alters; whether that replaces the
+# container is the provider's schema (provider_facts.CONTAINER_FORCE_NEW), not ours to guess.
+_CHANGED_ARGS: dict[str, tuple[str, ...]] = {
+    "image": ("image",),
+    "user env": ("envs",),
+    "cluster variables": ("envs", "uploads"),
+    "resources": ("cpus", "memory", "shm_size", "labels"),  # the labels carry cpu and mem
+    "GPU ids": ("gpus", "labels"),
+    "mounts": ("mounts",),
+    "command": ("command",),
+    "published ports": ("ports",),
+    "rendered files": ("uploads", "labels"),  # the bundle and its digest label
+    "restart policy": ("restart",),
+}
+
+
+def _forces_new(reason: str) -> bool:
+    """Moves, another docker_host and a replaced network always make a new container."""
+    args = _CHANGED_ARGS.get(reason)
+    return args is None or any(CONTAINER_FORCE_NEW[a] for a in args)
+
+
 def diff_plans(old: ClusterPlan | None, new: ClusterPlan | None,
                old_hosts: Mapping[str, str] | None = None,
                new_hosts: Mapping[str, str] | None = None) -> Review:
@@ -254,11 +278,14 @@ def diff_plans(old: ClusterPlan | None, new: ClusterPlan | None,
                 continue
             cluster_changes[n.host] = _dict_changes(_cluster_env(o), _cluster_env(n))
             why = _replace_reasons(base, new, o, n, moved_agents, net_replaced)
-            if why:
-                actions.append(ContainerAction(n.host, REPLACE, o.agent, n.agent, tuple(why)))
-            elif base.session.restart != new.session.restart:
-                actions.append(ContainerAction(n.host, UPDATE, o.agent, n.agent,
-                                               ("restart policy",)))
+            if base.session.restart != new.session.restart:
+                why.append("restart policy")
+            replacing = [reason for reason in why if _forces_new(reason)]
+            if replacing:
+                actions.append(ContainerAction(n.host, REPLACE, o.agent, n.agent,
+                                               tuple(replacing)))
+            elif why:  # every change is one the provider applies in place
+                actions.append(ContainerAction(n.host, UPDATE, o.agent, n.agent, tuple(why)))
             else:
                 actions.append(ContainerAction(n.host, SAME, o.agent, n.agent))
         actions += [ContainerAction(o.host, REMOVE, o.agent, None, ("host no longer in the "

@@ -41,6 +41,7 @@ from .plan import (
     container_labels,
     network_labels,
 )
+from .provider_facts import NETWORK_IGNORED, cpus_argument
 from .render import BUNDLE_DIR, RenderedFile, pack, pack_entrypoint_argv, render_container
 from .spec import SSH_PORT, Agent, Pool
 
@@ -244,6 +245,10 @@ class Session(pulumi.ComponentResource):
                 parent=self,
                 provider=self.providers[net.agent],
                 delete_before_replace=True,  # the name is fixed: the old one must go first
+                # Docker adds its own options to an overlay (vxlanid_list), which the provider
+                # reads back: compared as they are, every up would replace the network. The
+                # labels carry the MTU and encryption, so a change to them still replaces it.
+                ignore_changes=list(NETWORK_IGNORED),
             ),
         )
 
@@ -299,7 +304,8 @@ class Session(pulumi.ComponentResource):
             # unpacks the upload into BUNDLE_DIR, then execs the bundled entrypoint.sh
             entrypoints=pack_entrypoint_argv(),
             command=list(session.command),
-            cpus=f"{res.cpu:g}",
+            # spelled as the provider reads it back ("1.0", not "1"): no change on the next up
+            cpus=cpus_argument(res.cpu),
             memory=memory_mb(res.mem),
             shm_size=memory_mb(res.shmem),
             gpus=f"device={','.join(map(str, c.gpus))}" if c.gpus else None,

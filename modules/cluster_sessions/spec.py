@@ -24,6 +24,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
+from .provider_facts import cpus_argument, cpus_read_back
 from .terminal import is_hidden
 from .units import MAX_BYTES, SIZE_JSON_SCHEMA, format_size, parse_size
 
@@ -266,6 +267,11 @@ def session_problems(session: Session) -> list[tuple[str, str]]:
                           f"passes at most {MAX_ARG_STRLEN - 1} (MAX_ARG_STRLEN, 128 KiB with "
                           "the terminating NUL): put large data in a mounted file"))
     found += _port_problems(session)
+    if cpus_argument(session.resources.cpu) is None:
+        found.append(("resources.cpu", f"{session.resources.cpu:g} CPUs: the docker provider "
+                      f"reads this back as {cpus_read_back(round(session.resources.cpu * 1e9))}, "
+                      "so every up would replace the containers; use 0.1 or more, or two "
+                      "significant digits (e.g. 0.011)"))
     slots = session.distributed.slots if session.distributed is not None else None
     if slots is not None and session.resources.gpu and slots > session.resources.gpu:
         found.append(("distributed.slots", f"{slots} slots per container, but each container "

@@ -1,0 +1,68 @@
+"""What the docker provider does with what the ``Session`` component passes it: one home for
+the evidence in ``docs/provider-fidelity.md``.
+
+Read from pulumi-docker 5.x, which bridges kreuzwerker/terraform-provider-docker v4.5.0
+(``upstream`` submodule at 5074970c): ``internal/provider/resource_docker_container.go`` (the
+schema: which arguments force a new container), ``resource_docker_container_funcs.go`` (create:
+create -> network connect -> uploads -> start; read: what comes back into the state) and
+``resource_docker_network*.go``. Pure: no pulumi, no I/O.
+
+Why it matters: after ``up`` the state holds what the provider *read back*; the next ``up``
+diffs the program's inputs against it. An argument we spell differently from the read-back
+shows as a change on every ``up``, and a change to an argument that forces a new resource
+replaces it.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+UPSTREAM = "kreuzwerker/terraform-provider-docker v4.5.0 (5074970c), bridged by pulumi-docker 5.x"
+
+# docker.Container arguments the Session passes, and whether a change to each replaces the
+# container (ForceNew in the schema) or is applied in place (resourceDockerContainerUpdate:
+# restart, memory, must_run). ``uploads`` is the provider's ``upload``.
+CONTAINER_FORCE_NEW: dict[str, bool] = {
+    "name": True, "image": True, "hostname": True, "networks_advanced": True, "envs": True,
+    "uploads": True, "entrypoints": True, "command": True, "cpus": True, "memory": False,
+    "shm_size": True, "gpus": True, "mounts": True, "labels": True, "restart": False,
+    "must_run": False, "init": False, "wait": False, "ports": True,
+}
+# docker.Network arguments the Session passes: every one forces a new network.
+NETWORK_FORCE_NEW: dict[str, bool] = {
+    "name": True, "driver": True, "attachable": True, "options": True, "labels": True,
+}
+# Read back from the engine and compared on the next up although Docker adds to it: an overlay
+# network's options gain "com.docker.network.driver.overlay.vxlanid_list". The Session ignores
+# changes to it; what it sets there (MTU, encryption) is carried by labels too.
+NETWORK_IGNORED = ("options",)
+
+NANO = 10**9
+
+
+def cpus_read_back(nano_cpus: int) -> str:
+    """The ``cpus`` string the provider writes into the state for ``HostConfig.NanoCPUs``
+    (helpers.go ``nanoInt64ToDecimalString``): nine decimals, then "x.y" when the text holds
+    exactly nine zeros, else the trailing zeros cut (so 1 CPU reads "1.0", 10 reads "10.")."""
+    if nano_cpus == 0:
+        return "0"
+    whole, frac = divmod(nano_cpus, NANO)
+    text = f"{whole}.{frac:09d}"
+    if text.count("0") == 9:
+        tenths = Fraction(nano_cpus, NANO) * 10  # big.Rat.FloatString(1): half away from 0
+        rounded = int(tenths + Fraction(1, 2))
+        return f"{rounded // 10}.{rounded % 10}"
+    return text.rstrip("0")
+
+
+def parse_cpus(text: str) -> int:
+    """NanoCPUs of a ``cpus`` string, as the provider parses it (docker/cli ``ParseCPUs``)."""
+    return int(Fraction(text if not text.endswith(".") else text + "0") * NANO)
+
+
+def cpus_argument(cpu: float) -> str | None:
+    """What to pass as ``cpus`` so that the provider reads the same text back (no diff on the
+    next up), or None when no spelling of this value survives its read-back."""
+    nano = round(cpu * NANO)
+    text = cpus_read_back(nano)
+    return text if parse_cpus(text) == nano else None

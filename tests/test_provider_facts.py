@@ -1,0 +1,119 @@
+"""The provider's read-back, as provider_facts models it from the provider's source
+(docs/provider-fidelity.md), and what the Session does so that nothing shows as a change on
+the next up."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cluster_sessions.provider_facts import (
+    CONTAINER_FORCE_NEW,
+    NETWORK_FORCE_NEW,
+    cpus_argument,
+    cpus_read_back,
+    parse_cpus,
+)
+
+from .test_session import Run
+
+
+# helpers.go nanoInt64ToDecimalString, worked by hand: FloatString(9); exactly nine zeros in
+# that text -> FloatString(1); else the trailing zeros trimmed.
+@pytest.mark.parametrize(("nano", "text"), [
+    (0, "0"), (10**9, "1.0"), (2 * 10**9, "2.0"), (16 * 10**9, "16.0"), (10 * 10**9, "10."),
+    (100 * 10**9, "100."), (5 * 10**8, "0.5"), (15 * 10**8, "1.5"), (25 * 10**7, "0.25"),
+    (10**8, "0.1"), (10**6, "0.0"), (10**7, "0.0"), (5 * 10**7, "0.1"), (101 * 10**7, "1.01"),
+])
+def test_cpus_read_back_follows_the_providers_formatting(nano, text):
+    assert cpus_read_back(nano) == text
+
+
+@given(st.integers(100, 4_096_000).map(lambda m: m / 1000))
+def test_every_cpu_value_of_at_least_a_tenth_survives_the_round_trip(cpu):
+    argument = cpus_argument(cpu)
+    assert argument is not None
+    assert parse_cpus(argument) == round(cpu * 10**9)  # the provider creates what was asked
+    assert cpus_read_back(parse_cpus(argument)) == argument  # and reads the same text back
+
+
+@pytest.mark.parametrize("cpu", [0.001, 0.01, 0.05])
+def test_values_the_provider_reads_back_differently_have_no_spelling(cpu):
+    assert cpus_argument(cpu) is None
+
+
+def test_the_table_covers_every_argument_the_session_passes():
+    run = Run("train-demo")
+    for c in run.plan.containers:
+        passed = {k for k, v in run.container(c.host).plain_inputs.items()
+                  if v not in (None, [], {}) and not k.startswith("__")}
+        known = {_camel(k) for k in CONTAINER_FORCE_NEW}
+        assert passed <= known, passed - known
+    passed = {k for k, v in run.network.plain_inputs.items()
+              if v not in (None, [], {}) and not k.startswith("__")}
+    assert passed <= {_camel(k) for k in NETWORK_FORCE_NEW}, passed
+
+
+def test_the_network_ignores_dockers_own_options_and_labels_carry_what_the_session_set():
+    run = Run("multi-demo")
+    net = run.network
+    assert net.ignore_changes == ["options"]
+    labels = {x["label"]: x["value"] for x in net.plain_inputs["labels"]}
+    assert labels["cluster-sessions.mtu"] == str(run.plan.network.mtu or "")
+    assert labels["cluster-sessions.encrypted"] == str(run.plan.network.encrypted).lower()
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def test_review_takes_replace_or_update_from_the_providers_schema(monkeypatch):
+    from cluster_sessions import provider_facts, review
+    from cluster_sessions.plan import build_plan
+
+    from .test_plan import pool, session
+
+    def actions(old, new):
+        return {(a.action, a.why) for a in review.diff_plans(old, new).containers}
+
+    base = build_plan(session(), pool((64, 0)))
+    restarting = build_plan(session(restart="always"), pool((64, 0)))
+    assert actions(base, restarting) == {(review.UPDATE, ("restart policy",))}
+    more_memory = build_plan(session(resources={"cpu": 2, "mem": "8g", "shmem": "1g",
+                                                "gpu": 0}), pool((64, 0)))
+    # memory is updated in place by the provider, but the mem label forces a new container
+    assert actions(base, more_memory) == {(review.REPLACE, ("resources",))}
+
+    # were the schema different, the review would follow it
+    monkeypatch.setitem(provider_facts.CONTAINER_FORCE_NEW, "restart", True)
+    assert actions(base, restarting) == {(review.REPLACE, ("restart policy",))}
+    for argument in ("labels", "cpus", "shm_size"):  # all a resources change can touch
+        monkeypatch.setitem(provider_facts.CONTAINER_FORCE_NEW, argument, False)
+    assert actions(base, more_memory) == {(review.UPDATE, ("resources",))}
+
+
+@pytest.mark.docker
+def test_docker_adds_its_own_option_to_an_overlay_which_the_provider_would_read_back(
+        docker_client):
+    """The evidence for NETWORK_IGNORED: the provider writes every one of Docker's ``Options``
+    into the state (rnf.go 185-194), and an overlay's include one nobody asked for."""
+    import uuid
+
+    joined = docker_client.info()["Swarm"]["LocalNodeState"] == "active"
+    if not joined:
+        docker_client.swarm.init(advertise_addr="127.0.0.1")
+    try:
+        network = docker_client.networks.create(
+            f"cspf-{uuid.uuid4().hex[:8]}", driver="overlay", attachable=True,
+            options={"com.docker.network.driver.mtu": "1450"})
+        try:
+            options = docker_client.api.inspect_network(network.id)["Options"]
+        finally:
+            network.remove()
+    finally:
+        if not joined:
+            docker_client.swarm.leave(force=True)
+    assert options["com.docker.network.driver.mtu"] == "1450"
+    assert set(options) - {"com.docker.network.driver.mtu"}, options  # e.g. vxlanid_list
