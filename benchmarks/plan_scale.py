@@ -9,8 +9,9 @@ placement has to choose and fill many agents. Four tables:
    one user key and one host key per container, timed on their own), then ``render_session``
    for every container. Each container's ``known_hosts`` and ``ssh/config`` list every host, so
    the rendered bytes grow as N^2; the table shows them.
-3. Pulumi registration under mocks, 16, 64, 256 containers: the real ``__main__.py`` run by
-   ``tests/mockengine.py`` (``pulumi.runtime.set_mocks``, as the tests do) on a definition and
+3. Pulumi registration under mocks, 16 ... 1,024 containers: the real ``__main__.py`` run by
+   ``cluster_sessions.emulation.engine`` (``pulumi.runtime.set_mocks``, as the tests do) on a
+   definition and
    pool generated in a temporary directory: load, plan, the keys resource, render, one
    ``docker.Provider`` per agent, the overlay network and one ``docker.Container`` per host,
    until every output has resolved.
@@ -136,7 +137,7 @@ def measure_pulumi(size: int, repeat: int, directory: Path
     CPU s is this process's CPU time (all threads): less sensitive than wall time to other
     work on the machine. Each run starts after the machine has settled (``quiet.settle``).
     """
-    from tests.mockengine import Engine, run_program
+    from cluster_sessions.emulation.engine import Engine, run_program
 
     name = f"bench-{size}"
     pool = directory / f"pool-{size}.yaml"

@@ -5,9 +5,10 @@ For each size N (default 2, 4, 8) and each run (default 5), two measurements, in
 (a) floor: a fresh bridge network, then N plain containers of the session image
     (``sleep infinity``) created and started in parallel, one thread each (what ``docker run -d``
     does), until every start call has returned (the container is running);
-(b) session: the real ``__main__.py`` runs under the mock engine of ``tests/mockengine.py`` with
-    a generated N-container definition; then the declared network and containers are created the
-    way the end-to-end test builds them (``tests/dockerbuild.py: DockerBuilder``: create on the
+(b) session: the real ``__main__.py`` runs under the mock engine (``cluster_sessions.emulation.
+    engine``) with a generated N-container definition; then the declared network and containers
+    are created the way the end-to-end test builds them (``cluster_sessions.emulation.
+    docker_builder.DockerBuilder``: create on the
     network with the declared env, labels, limits, mounts and ports, one ``put_archive`` per
     declared upload, start), the containers in parallel as the Pulumi engine would (its default
     parallelism is unbounded, and they depend only on the network); the clock runs from the
@@ -706,9 +707,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import docker
 
+    from cluster_sessions.emulation.docker_builder import DockerBuilder
+    from cluster_sessions.emulation.engine import Engine, run_program
     from cluster_sessions.lab.image import ensure_image
-    from tests.dockerbuild import DockerBuilder
-    from tests.mockengine import Engine, run_program
 
     client = docker.from_env(timeout=300)
     client.ping()
@@ -792,8 +793,7 @@ def checkout() -> str:
         return done.stdout.strip()
 
     head = git("rev-parse", "--short", "HEAD") or "unknown"
-    dirty = git("status", "--porcelain", "--", "templates", "modules/cluster_sessions",
-                "tests/dockerbuild.py", "tests/mockengine.py")
+    dirty = git("status", "--porcelain", "--", "templates", "modules/cluster_sessions")
     return f"{head}" + (" with uncommitted changes to the runtime/program" if dirty else "")
 
 

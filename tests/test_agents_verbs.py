@@ -13,10 +13,9 @@ import yaml
 from cluster_sessions.driver import agents_verbs as V
 from cluster_sessions.driver import cli
 from cluster_sessions.driver.errors import CommandError, Exit
+from cluster_sessions.emulation.engine import Engine, run_program
 from cluster_sessions.lab.netns import POOL_FILE_HEADER
 from tests.conftest import PROJECT, STACKS
-
-from .mockengine import Engine, run_program
 
 
 def write_pool(path: Path, *agents: dict, swarm: str | None = None) -> Path:

@@ -8,9 +8,10 @@ agent3 (a manager-worker and a worker-worker path).
 
 What runs for real: the agents module over SSH with strict host keys (pool check, probes,
 preflight), the swarm resources (through the pool program under the mock engine, and called
-directly), the session program under the mock engine with :class:`tests.dockerbuild.
-DockerBuilder` creating what it declares on each agent's engine, and the containers' own
-entrypoints, sshd and ssh. Order matters: the last tests take the swarm down and stop agents.
+directly), the session program under the mock engine with
+:class:`cluster_sessions.emulation.docker_builder.DockerBuilder` creating what it declares on
+each agent's engine, and the containers' own entrypoints, sshd and ssh. Order matters: the last
+tests take the swarm down and stop agents.
 """
 
 from __future__ import annotations
@@ -35,15 +36,19 @@ from cluster_sessions.agents import facts as F
 from cluster_sessions.agents import swarm as S
 from cluster_sessions.agents.connectors import agent_props, connector_for
 from cluster_sessions.driver import cli
+from cluster_sessions.emulation.docker_builder import (
+    DockerBuilder,
+    run_in,
+    ssh_mesh,
+    wait_until_ready,
+)
+from cluster_sessions.emulation.engine import Engine, run_program
 from cluster_sessions.lab import netns
 from cluster_sessions.lab.image import ensure_images
 from cluster_sessions.lab.netns import LabError
 from cluster_sessions.loader import load_file, load_session
 from cluster_sessions.plan import LABEL_PREFIX, build_plan
 from tests.conftest import PROJECT, clear_stale_lab, require_lab
-
-from .dockerbuild import DockerBuilder, run_in, ssh_mesh, wait_until_ready
-from .mockengine import Engine, run_program
 
 pytestmark = [pytest.mark.lab, pytest.mark.docker, pytest.mark.slow]
 

@@ -1,8 +1,9 @@
 """The Pulumi program and the Session component, run for real under Pulumi's mocks.
 
 Every test runs the project's own ``__main__.py`` with the config of a stack file in ``stacks/``
-(or of a fixture), through ``tests/mockengine.py``: the mock monitor records what the engine
-would receive (camelCase inputs, numbers as floats, secrets marked where they are), and keeps
+(or of a fixture), through ``cluster_sessions.emulation.engine``: the mock monitor records what
+the engine would receive (camelCase inputs, numbers as floats, secrets marked where they are),
+and keeps
 state between runs like two ``pulumi up``s. Assertions read recorded registrations and outputs
 resolved with ``await output.future()``; none depends on an ``apply`` that might not run.
 """
@@ -18,6 +19,15 @@ import pytest
 import yaml
 
 from cluster_sessions import keystore
+from cluster_sessions.emulation.engine import (
+    STACKS,
+    Engine,
+    Registration,
+    example_stacks,
+    is_secret,
+    run_program,
+)
+from cluster_sessions.emulation.engine import stack_config as stack_file_config
 from cluster_sessions.loader import load_session
 from cluster_sessions.plan import (
     BUNDLE_DIGEST_LABEL,
@@ -30,9 +40,6 @@ from cluster_sessions.program import InvalidDefinition
 from cluster_sessions.provider_facts import cpus_read_back, parse_cpus
 from cluster_sessions.render import BUNDLE_DIR, pack, pack_entrypoint_argv, render_container
 from cluster_sessions.session import TYPE_TOKEN, SessionArgs, SessionPending
-
-from .mockengine import STACKS, Engine, Registration, example_stacks, is_secret, run_program
-from .mockengine import stack_config as stack_file_config
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 CONTAINER = "docker:index/container:Container"

@@ -1,6 +1,6 @@
 """Test support: build what the Pulumi program declares on real Docker Engines, and use it.
 
-:class:`DockerBuilder` is the ``on_create`` hook of :class:`tests.mockengine.Engine`: for each
+:class:`DockerBuilder` is the ``on_create`` hook of :class:`.engine.Engine`: for each
 declared ``docker.Network`` and ``docker.Container`` it does what the Docker provider would do
 with the same inputs, on the engine of the resource's ``docker.Provider`` (its ``host``), so a
 multi-agent session lands on several engines (tests/test_multinode.py) exactly as declared,
@@ -15,11 +15,13 @@ import tarfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
-
 from cluster_sessions.plan import LABEL_PREFIX
 
-from .mockengine import Registration
+from .engine import Registration
+
+
+class SessionNotReady(AssertionError):
+    """A declared session did not come up (an AssertionError: a test that waits on it fails)."""
 
 MIB = 1024 * 1024
 READY_TIMEOUT = 150  # seconds: the entrypoint itself waits up to readiness.timeout (120 s)
@@ -27,7 +29,7 @@ PROVIDER_TYPE = "pulumi:providers:docker"
 
 
 class DockerBuilder:
-    """``on_create`` for :class:`~tests.mockengine.Engine`: the Docker provider's create, by hand.
+    """``on_create`` for :class:`.engine.Engine`: the Docker provider's create, by hand.
 
     Follows terraform-provider-docker's container create: create, leave the default bridge for
     ``networks_advanced`` (here: created straight onto the session network with its aliases),
@@ -197,7 +199,8 @@ def wait_until_ready(containers: dict, timeout: float = READY_TIMEOUT) -> None:
         for c in containers.values():
             c.reload()
             if c.status != "running":
-                pytest.fail(f"{c.name} is {c.status}: {c.logs(tail=30).decode(errors='replace')}")
+                raise SessionNotReady(
+                    f"{c.name} is {c.status}: {c.logs(tail=30).decode(errors='replace')}")
         code, last = run_in(main1, "ssh -o BatchMode=yes -o ConnectTimeout=5 "
                             f"{list(containers)[-1]} true")
         if code == 0:
@@ -205,7 +208,7 @@ def wait_until_ready(containers: dict, timeout: float = READY_TIMEOUT) -> None:
         time.sleep(0.5)
     logs = "\n".join(f"--- {h}\n{c.logs(tail=20).decode(errors='replace')}"
                      for h, c in containers.items())
-    pytest.fail(f"the session did not become ready in {timeout:.0f}s: {last}\n{logs}")
+    raise SessionNotReady(f"the session did not become ready in {timeout:.0f}s: {last}\n{logs}")
 
 
 def ssh_mesh(containers: dict, command: str = "hostname",

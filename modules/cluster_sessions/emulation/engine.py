@@ -1,5 +1,9 @@
 """A small stand-in for the Pulumi engine, for running the real ``__main__.py`` under mocks.
 
+Used by the tests and the benchmarks (not by the product): the emulation of what ``pulumi up``
+and the docker provider do, kept in one place (``docker_builder.py`` builds what is declared on
+a real engine; :mod:`cluster_sessions.provider_facts` is what the provider reads back).
+
 ``pulumi.runtime.set_mocks`` replaces the engine with a mock monitor. This one also
 
 - records every registration as the engine would receive it: the serialized inputs (camelCase,
@@ -34,7 +38,9 @@ from pulumi.runtime.mocks import MockMonitor
 from pulumi.runtime.settings import get_root_resource, reset_options
 from pulumi.runtime.sync_await import _sync_await
 
-PROJECT = Path(__file__).resolve().parent.parent
+from . import provider
+
+PROJECT = Path(__file__).resolve().parents[3]  # the checkout: modules/cluster_sessions/emulation
 MAIN = PROJECT / "__main__.py"
 STACKS = PROJECT / "stacks"
 PROJECT_NAME = "cluster-sessions"
@@ -93,6 +99,9 @@ class Engine:
     state: dict[str, tuple[str, dict]] = field(default_factory=dict)
     registrations: list[Registration] = field(default_factory=list)
     dynamic_calls: list[str] = field(default_factory=list)
+    # urn -> (create | same | update | replace, the arguments that differ): what the provider
+    # would do with the last run's registration, against the state the run before left
+    actions: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     # --- queries ----------------------------------------------------------------------------
@@ -142,14 +151,15 @@ class Engine:
         else:
             old = self.state.get(reg.urn)
             id_ = old[0] if old else f"{reg.name}-id"
-            outs = dict(inputs)
-            if reg.type == "docker:index/container:Container":
-                outs["ports"] = [
-                    {**p, "external": p.get("external") or 32768 + i}
-                    for i, p in enumerate(plain(inputs.get("ports") or []))
-                ]
+            news = plain(inputs)
+            if old is None:
+                self.actions[reg.urn] = (provider.CREATE, ())
+            else:
+                self.actions[reg.urn] = provider.diff(reg.type, plain(old[1]), news,
+                                                      reg.ignore_changes)
+            outs = provider.read_back(reg.type, inputs, news)
             if self.on_create and reg.custom:
-                outs.update(self.on_create(reg, plain(inputs)) or {})
+                outs.update(self.on_create(reg, news) or {})
         self.state[reg.urn] = (id_, outs)
         return id_, outs
 
@@ -211,6 +221,7 @@ def run_program(engine: Engine, stack: str, config: dict[str, str],
     given, runs instead of ``__main__.py`` (e.g. ``pool_program.run``).
     """
     engine.registrations = []
+    engine.actions = {}
     reset_options(project=PROJECT_NAME, stack=stack, preview=False)
     monitor = _Monitor(engine)
     pulumi.runtime.set_mocks(monitor.mocks, project=PROJECT_NAME, stack=stack, preview=False,
