@@ -59,6 +59,7 @@ CHANGES = {
     "size": ("cluster", lambda d: {**d, "cluster": {**d["cluster"], "size": 3}}),
     "readiness": ("readiness", lambda d: {**d, "readiness": {"timeout": 77}}),
     "nothing": ("", lambda d: d),
+    "batch": ("type", lambda d: {**d, "type": "batch", "command": ["sh", "-c", "exit 0"]}),
 }
 
 

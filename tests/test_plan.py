@@ -176,3 +176,10 @@ def test_plan_json_shows_the_hostfile_slots_of_every_container(resources_gpu, di
     plan = build_plan(session(**over), pool((8, 8)))
     doc = json.loads(json.dumps(plan_to_dict(plan)))
     assert [c["slots"] for c in doc["containers"]] == [slots] * 4
+
+
+def test_plan_json_says_whether_the_session_is_a_batch_job():
+    plan = build_plan(session(), pool((64, 0)))
+    assert plan_to_dict(plan)["type"] == "interactive"
+    batch = build_plan(session(type="batch", command=["python3", "job.py"]), pool((64, 0)))
+    assert plan_to_dict(batch)["type"] == "batch"

@@ -460,6 +460,11 @@ def test_every_rendered_shell_file_passes_shellcheck(tmp_path):
         path = tmp_path / f.path
         path.write_text(f.content)
         paths.append(path)
+    job = by_path(render(size=2, type="batch", command=["sh", "-c", "exit 3"])[2]["main1"])
+    assert "job exited with code" in job["command.sh"].content
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "command.sh").write_text(job["command.sh"].content)
+    paths.append(tmp_path / "job" / "command.sh")
     (tmp_path / "bundle.pack").write_text(pack(files))
     (tmp_path / "pack-entrypoint.sh").write_text(pack_entrypoint_argv()[2])
     paths += [tmp_path / "bundle.pack", tmp_path / "pack-entrypoint.sh"]

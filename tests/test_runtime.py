@@ -31,7 +31,13 @@ import pytest
 
 from cluster_sessions.driver.render_verb import write_bundle
 from cluster_sessions.keys import SessionKeys, generate_session_keys
-from cluster_sessions.plan import ClusterPlan, build_plan, container_labels, network_labels
+from cluster_sessions.plan import (
+    ClusterPlan,
+    build_plan,
+    container_command,
+    container_labels,
+    network_labels,
+)
 from cluster_sessions.render import BUNDLE_DIR, entrypoint_argv, render_session
 from cluster_sessions.spec import SSH_PORT, Pool, Session
 
@@ -148,7 +154,8 @@ def start(client, image: str, session: Session, directory: Path, *, init: bool =
         networking = client.api.create_networking_config({
             plan.network.name: client.api.create_endpoint_config(aliases=[c.host])})
         created = client.api.create_container(
-            image, command=list(session.command), name=c.container_name, hostname=c.host,
+            image, command=list(container_command(plan, c)), name=c.container_name,
+            hostname=c.host,
             entrypoint=entrypoint_argv() if before is None else [
                 "/bin/sh", "-c", f'{before} && exec /bin/sh "$0" "$@"', entrypoint_argv()[1]],
             environment=[f"{k}={v}" for k, v in c.env.items()],

@@ -481,3 +481,26 @@ def test_the_definition_must_be_configured():
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
+
+
+def test_a_batch_jobs_container_is_never_restarted_or_started_again(tmp_path):
+    """main1 of a batch session: restart "no" and must_run off (the provider starts a stopped
+    container again on the next up when must_run is on); the subs keep the definition's policy
+    and run nothing but the default command."""
+    definition = yaml.safe_load((STACKS / "sessions" / "train-demo.yaml").read_text())
+    definition.update(type="batch", command=["python3", "-c", "print(1)"], restart="always")
+    path = tmp_path / "batch.yaml"
+    path.write_text(yaml.safe_dump(definition))
+    engine = Engine()
+    run_program(engine, "train-demo", {"cluster-sessions:definition": str(path),
+                                       "cluster-sessions:pool":
+                                       str(STACKS / "pools" / "local.yaml")})
+    containers = {r.name.rsplit("-", 1)[1]: r.plain_inputs
+                  for r in engine.of_type(CONTAINER)}
+    assert containers["main1"]["restart"] == "no"
+    assert containers["main1"]["mustRun"] is False
+    assert containers["main1"]["command"] == ["python3", "-c", "print(1)"]
+    for host, inputs in containers.items():
+        if host != "main1":
+            assert inputs["restart"] == "always" and inputs["mustRun"] is True, host
+            assert inputs["command"] == ["sleep", "infinity"], host

@@ -12,7 +12,15 @@ from dataclasses import dataclass, field
 
 from .clusterenv import kernel_id, members, split_user_env, static_envs
 from .placement import Free, Request, place
-from .spec import SSH_PORT, Mount, Pool, Resources, Session, slots_per_container
+from .spec import (
+    DEFAULT_COMMAND,
+    SSH_PORT,
+    Mount,
+    Pool,
+    Resources,
+    Session,
+    slots_per_container,
+)
 from .units import format_size
 
 
@@ -88,6 +96,19 @@ LABEL_PREFIX = "cluster-sessions"
 # Set by the Session component, not the plan: the SHA-256 of a container's public files (its
 # bundle is one secret upload; the label shows a change to them in a preview).
 BUNDLE_DIGEST_LABEL = f"{LABEL_PREFIX}.bundle-digest"
+
+
+def runs_job(plan: ClusterPlan, container: ContainerPlan) -> bool:
+    """Whether this container runs the batch job: main1 of a batch session."""
+    return plan.session.type == "batch" and container.role == "main"
+
+
+def container_command(plan: ClusterPlan, container: ContainerPlan) -> tuple[str, ...]:
+    """The command a container is created with. In a batch session only main1 runs the job;
+    the subs stay up for ssh (spec.DEFAULT_COMMAND) until the session is torn down."""
+    if plan.session.type == "batch" and not runs_job(plan, container):
+        return DEFAULT_COMMAND
+    return tuple(plan.session.command)
 
 
 def container_labels(plan: ClusterPlan, container: ContainerPlan) -> dict[str, str]:
@@ -175,6 +196,7 @@ def plan_to_dict(plan: ClusterPlan) -> dict:
     mounts = [m.model_dump() for m in plan.mounts]
     return {
         "session": {"name": plan.name, "id": plan.session_id},
+        "type": plan.session.type,
         "mode": plan.mode,
         "status": plan.status,
         **({"reason": plan.reason} if plan.reason else {}),

@@ -26,14 +26,13 @@ from pathlib import Path
 import jinja2
 
 from .keys import KeyPair, SessionKeys
-from .plan import ClusterPlan, ContainerPlan
-from .spec import BUNDLE_DIR, RUN_DIR, SSH_PORT
+from .plan import ClusterPlan, ContainerPlan, runs_job
+from .spec import BUNDLE_DIR, DEFAULT_COMMAND, RUN_DIR, SSH_PORT
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 
 
 DEFAULT_MASTER_PORT = 29500  # PyTorch's convention; Kubeflow uses it too
-DEFAULT_COMMAND = ("sleep", "infinity")  # when neither the definition nor the image gives one
 # PATH of every program started as root in a container (the definition's PATH never is)
 ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -305,6 +304,7 @@ def render_container(plan: ClusterPlan, container: ContainerPlan,
         "run_dir": RUN_DIR,
         "bundle_dir": BUNDLE_DIR,
         "slots": container.slots,
+        "job": runs_job(plan, container),
         "root_path": ROOT_PATH,
         "readiness_timeout": session.readiness.timeout,
         "default_command": list(DEFAULT_COMMAND),

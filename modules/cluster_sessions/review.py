@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .plan import ClusterPlan, ContainerPlan
+from .plan import ClusterPlan, ContainerPlan, container_command, runs_job
 from .provider_facts import CONTAINER_FORCE_NEW
 from .terminal import printable
 from .units import format_size
@@ -171,7 +171,7 @@ def _replace_reasons(old: ClusterPlan, new: ClusterPlan, o: ContainerPlan, n: Co
         why.append("GPU ids")
     if so.mounts != sn.mounts:
         why.append("mounts")
-    if so.command != sn.command:
+    if container_command(old, o) != container_command(new, n):
         why.append("command")
     if n.host == "main1" and so.ports != sn.ports:
         why.append("published ports")
@@ -198,8 +198,13 @@ _CHANGED_ARGS: dict[str, tuple[str, ...]] = {
     "command": ("command",),
     "published ports": ("ports",),
     "rendered files": ("uploads", "labels"),  # the bundle and its digest label
-    "restart policy": ("restart",),
+    "restart policy": ("restart", "must_run"),
 }
+
+
+def _restart(plan: ClusterPlan, c: ContainerPlan) -> tuple[str, bool]:
+    """(restart policy, must_run) as the Session gives them: a batch job's are ("no", False)."""
+    return ("no", False) if runs_job(plan, c) else (plan.session.restart, True)
 
 
 def _forces_new(reason: str) -> bool:
@@ -278,7 +283,7 @@ def diff_plans(old: ClusterPlan | None, new: ClusterPlan | None,
                 continue
             cluster_changes[n.host] = _dict_changes(_cluster_env(o), _cluster_env(n))
             why = _replace_reasons(base, new, o, n, moved_agents, net_replaced)
-            if base.session.restart != new.session.restart:
+            if _restart(base, o) != _restart(new, n):
                 why.append("restart policy")
             replacing = [reason for reason in why if _forces_new(reason)]
             if replacing:

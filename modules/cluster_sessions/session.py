@@ -38,8 +38,10 @@ from .plan import (
     BUNDLE_DIGEST_LABEL,
     ClusterPlan,
     ContainerPlan,
+    container_command,
     container_labels,
     network_labels,
+    runs_job,
 )
 from .provider_facts import NETWORK_IGNORED, cpus_argument
 from .render import BUNDLE_DIR, RenderedFile, pack, pack_entrypoint_argv, render_container
@@ -303,7 +305,7 @@ class Session(pulumi.ComponentResource):
             uploads=uploads,
             # unpacks the upload into BUNDLE_DIR, then execs the bundled entrypoint.sh
             entrypoints=pack_entrypoint_argv(),
-            command=list(session.command),
+            command=list(container_command(plan, c)),
             # spelled as the provider reads it back ("1.0", not "1"): no change on the next up
             cpus=cpus_argument(res.cpu),
             memory=memory_mb(res.mem),
@@ -311,8 +313,10 @@ class Session(pulumi.ComponentResource):
             gpus=f"device={','.join(map(str, c.gpus))}" if c.gpus else None,
             mounts=mounts,
             labels=labels,
-            restart=session.restart,
-            must_run=True,
+            # A finished job stays finished: no restart policy, and must_run off, since the
+            # provider starts a stopped container again on the next up (provider-fidelity.md).
+            restart="no" if runs_job(plan, c) else session.restart,
+            must_run=not runs_job(plan, c),
             # docker-init as PID 1: it reaps what sshd sessions leave behind and passes signals
             # on to the command (the entrypoint execs it, so it would otherwise be PID 1).
             init=True,

@@ -40,6 +40,9 @@ DOCKER_HOST = re.compile(r"(unix|tcp|ssh|npipe)://\S+")
 MAX_CLUSTER_SIZE = 2048
 # Processes per container in a hostfile: far beyond any machine, small enough to mean a count.
 MAX_SLOTS = 1024
+# What a container runs when the definition (or, for subs of a batch session, the plan) gives
+# no command: nothing but staying up for ssh.
+DEFAULT_COMMAND = ("sleep", "infinity")
 RESERVED_ENV_PREFIX = "BACKENDAI_"
 SSH_PORT = 2200
 BUNDLE_DIR = "/opt/cluster-session"
@@ -171,6 +174,9 @@ class Session(_Model):
     name: NonEmpty
     pool: NonEmpty
     image: NonEmpty
+    # interactive: runs until destroyed. batch: main1's command is the job; the session ends
+    # (for `sessionctl wait`/`run`) when it does, with its exit code; subs stay up meanwhile.
+    type: Literal["interactive", "batch"] = "interactive"
     cluster: ClusterShape = ClusterShape()
     resources: Resources = Resources()
     mounts: Annotated[tuple[Mount, ...], BeforeValidator(_listed)] = ()
@@ -179,7 +185,7 @@ class Session(_Model):
     user: User = User()
     command: Annotated[
         tuple[NonEmpty, ...], BeforeValidator(_listed), Field(min_length=1)
-    ] = ("sleep", "infinity")
+    ] = DEFAULT_COMMAND
     ports: Annotated[tuple[PublishedPort, ...], BeforeValidator(_listed)] = ()
     readiness: Readiness = Readiness()
     restart: Literal["no", "on-failure", "always", "unless-stopped"] = "unless-stopped"
@@ -267,6 +273,9 @@ def session_problems(session: Session) -> list[tuple[str, str]]:
                           f"passes at most {MAX_ARG_STRLEN - 1} (MAX_ARG_STRLEN, 128 KiB with "
                           "the terminating NUL): put large data in a mounted file"))
     found += _port_problems(session)
+    if session.type == "batch" and "command" not in session.model_fields_set:
+        found.append(("command", "a batch session needs a command: main1 runs it as the job "
+                      "(e.g. command: [python3, train.py])"))
     if cpus_argument(session.resources.cpu) is None:
         found.append(("resources.cpu", f"{session.resources.cpu:g} CPUs: the docker provider "
                       f"reads this back as {cpus_read_back(round(session.resources.cpu * 1e9))}, "

@@ -11,6 +11,8 @@ class Exit(IntEnum):
     INVALID = 2
     PENDING = 3
     MISSING = 4
+    JOB_FAILED = 5  # the batch job ended with a non-zero exit code
+    JOB_LOST = 6  # the wait timed out, or a container died before the job ended
 
 
 class CommandError(Exception):

@@ -23,6 +23,7 @@ import json
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -392,6 +393,16 @@ def select_hosts(plan: ClusterPlan, present: Iterable[str], wanted: Sequence[str
     return [h for h in known if h in wanted]
 
 
+def positive_seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < 10**9:
+        raise argparse.ArgumentTypeError("must be a number of seconds > 0")
+    return seconds
+
+
 def parse_tail(value: str) -> int | str:
     if value == "all":
         return value
@@ -444,6 +455,98 @@ def show_logs(args: argparse.Namespace, plan: ClusterPlan, found: Survey) -> int
     return Exit.OK
 
 
+# --- wait: a batch job until it ends ------------------------------------------------------------
+
+POLL_S = 0.5
+
+
+@dataclass(frozen=True)
+class JobEnd:
+    """How waiting for a batch job ended."""
+
+    code: Exit
+    message: str
+    job_exit_code: int | None = None
+
+
+def job_outcome(plan: ClusterPlan, states: Mapping[str, Found | None]) -> JobEnd | None:
+    """Whether the job has ended, from the containers' current states (None: still running).
+
+    main1 exited: the job's own exit code decides (0 or 5). Before that, a sub that is not
+    running (exited, restarting, dead or gone) or a missing main1 ends the wait with 6."""
+    main = plan.containers[0]
+    job = states.get(main.host)
+    if job is None:
+        return JobEnd(Exit.JOB_LOST, f"{main.host}: container {main.container_name} not found")
+    if job.state in ("exited", "dead") and job.exit_code is not None:
+        if job.exit_code == 0:
+            return JobEnd(Exit.OK, f"the job on {main.host} succeeded (exit code 0)", 0)
+        return JobEnd(Exit.JOB_FAILED, f"the job on {main.host} failed with exit code "
+                      f"{job.exit_code}", job.exit_code)
+    for c in plan.containers[1:]:
+        sub = states.get(c.host)
+        if sub is None:
+            return JobEnd(Exit.JOB_LOST, f"{c.host} disappeared before the job ended")
+        if sub.state != "running":
+            code = f" (exit code {sub.exit_code})" if sub.exit_code is not None else ""
+            return JobEnd(Exit.JOB_LOST, f"{c.host} is {sub.state}{code} before the job ended")
+    return None
+
+
+def cmd_wait(args: argparse.Namespace, connect: Connect = connect) -> int:
+    loaded, plan = plan_for(args)
+    if plan.session.type != "batch":
+        raise CommandError(f"{args.file}: type: session {plan.name} is interactive; only a "
+                           "batch session (type: batch) has a job to wait for", Exit.INVALID)
+    found = survey(plan, loaded, agents_to_ask(plan, loaded), connect)
+    try:
+        for agent, why in found.unreachable.items():
+            print(f"sessionctl wait: agent {agent} did not answer: {why}", file=sys.stderr)
+        if found.unreachable:
+            return Exit.ENGINE
+        end = follow_job(args, plan, found)
+    finally:
+        found.close()
+    print(f"sessionctl wait: {end.message}", file=sys.stderr)
+    if args.json:
+        json.dump({"session": plan.name, "exit": int(end.code), "result": end.message,
+                   "job_exit_code": end.job_exit_code}, sys.stdout)
+        print()
+    return end.code
+
+
+def follow_job(args: argparse.Namespace, plan: ClusterPlan, found: Survey) -> JobEnd:
+    """main1's log lines (prefixed with the host) while polling every container's state."""
+    main = plan.containers[0].host
+    containers = {host: cs[0] for host, cs in found.containers.items() if cs}
+    printer = Printer(max(len(h) for h in plan.hosts))
+    if main in containers:
+        stream = containers[main].logs(stdout=True, stderr=True, stream=True, follow=True)
+        threading.Thread(target=pump, args=(main, stream, printer), daemon=True,
+                         name=f"logs-{main}").start()
+    deadline = time.monotonic() + args.timeout if args.timeout else None
+    while True:
+        states: dict[str, Found | None] = {}
+        for c in plan.containers:
+            container = containers.get(c.host)
+            try:
+                if container is not None:
+                    container.reload()
+                    states[c.host] = found_from_attrs(c.agent or "", container.attrs)
+                else:
+                    states[c.host] = None
+            except Exception:  # gone since the survey
+                states[c.host] = None
+        end = job_outcome(plan, states)
+        if end is not None:
+            time.sleep(POLL_S)  # the last log lines are on their way
+            return end
+        if deadline is not None and time.monotonic() >= deadline:
+            return JobEnd(Exit.JOB_LOST, f"the job on {main} did not end within "
+                          f"{args.timeout:g} s (it is still running)")
+        time.sleep(POLL_S)
+
+
 def register(subparsers) -> None:
     from .cli import EPILOG, add_session_args
 
@@ -474,3 +577,19 @@ def register(subparsers) -> None:
     p.add_argument("--timestamps", "-t", action="store_true",
                    help="show the engine's timestamp on each line")
     p.set_defaults(func=cmd_logs)
+
+    p = subparsers.add_parser(
+        "wait", help="follow a batch session's job until it ends; exit 0, 5 or 6",
+        description=textwrap.fill(
+            "Follow main1's log (each line prefixed with its host) until the batch job, "
+            "main1's command, ends. Exit 0 when it succeeded, 5 when it failed (its exit code "
+            "is printed), 6 when --timeout passed first or another container died or "
+            "disappeared before the job ended, 1 when an agent did not answer, 2 for a "
+            "definition that is not a batch session.", 79),
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_session_args(p)
+    p.add_argument("--timeout", type=positive_seconds, default=None, metavar="S",
+                   help="give up after S seconds (exit 6); default: wait as long as it runs")
+    p.add_argument("--json", action="store_true",
+                   help="also print the outcome as JSON on stdout (exit, result, job_exit_code)")
+    p.set_defaults(func=cmd_wait)

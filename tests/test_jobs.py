@@ -1,0 +1,129 @@
+"""Batch sessions: main1's command is the job; its end is logged with its exit code, which is
+the container's; the subs stay up; ``sessionctl wait`` follows it and exits 0, 5 or 6. Real
+engine, real entrypoints, containers named and labelled as the Session component makes them."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import yaml
+
+from cluster_sessions.driver import cli
+from cluster_sessions.plan import build_plan, container_command, runs_job
+
+from .test_runtime import (  # noqa: F401 (fixtures used by name)
+    POOL,
+    image,
+    session_def,
+    session_factory,
+    unique,
+)
+
+
+def batch(name: str, script: str, size: int = 2, **over):
+    return session_def(unique(name), size, type="batch", command=["sh", "-c", script],
+                       resources={"cpu": 0.5, "mem": "512m", "shmem": "64m"}, **over)
+
+
+def test_only_main1_runs_the_job_and_it_is_never_restarted():
+    session = batch("plan", "exit 0", size=3)
+    plan = build_plan(session, POOL)
+    assert [runs_job(plan, c) for c in plan.containers] == [True, False, False]
+    assert container_command(plan, plan.containers[0]) == ("sh", "-c", "exit 0")
+    assert container_command(plan, plan.containers[1]) == ("sleep", "infinity")
+
+
+def run_wait(tmp_path, session, image_tag: str, *extra: str, capsys) -> tuple[int, str, str]:
+    """``sessionctl wait`` on a definition file of ``session`` (pool: the local engine)."""
+    data = session.model_dump(mode="json", exclude_defaults=False)
+    data["image"] = image_tag
+    data["pool"] = "local"
+    path = tmp_path / f"{session.name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    code = cli.main(["wait", str(path), *extra])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.docker
+def test_a_failing_job_ends_main1_with_its_code_and_wait_exits_5(
+        session_factory, image, tmp_path, capsys):  # noqa: F811
+    session = batch("fail", "echo working on $(hostname); sleep 1; exit 3")
+    running = session_factory(session, wait=False)
+    code, out, err = run_wait(tmp_path, session, image, "--timeout", "90", "--json",
+                              capsys=capsys)
+    assert code == 5, err
+    assert "main1 | working on main1" in out
+    assert "the job on main1 failed with exit code 3" in err
+    assert '"job_exit_code": 3' in out
+    main1 = running.containers["main1"]
+    main1.reload()
+    assert main1.attrs["State"]["ExitCode"] == 3
+    assert b"cluster-session[main1]: job exited with code 3" in running.logs("main1")
+    sub1 = running.containers["sub1"]
+    sub1.reload()
+    assert sub1.status == "running"  # the subs stay up until the session is torn down
+
+
+@pytest.mark.docker
+def test_a_succeeding_job_gets_its_exact_environment_and_wait_exits_0(
+        session_factory, image, tmp_path, capsys):  # noqa: F811
+    session = batch("ok", 'test "$MASTER_ADDR" = main1 && test "$X" = "a b" && echo fine',
+                    env={"X": "a b"})
+    session_factory(session, wait=False)
+    code, out, err = run_wait(tmp_path, session, image, "--timeout", "90", capsys=capsys)
+    assert code == 0, err
+    assert "main1 | fine" in out
+    assert "succeeded (exit code 0)" in err
+
+
+@pytest.mark.docker
+def test_a_timeout_or_a_sub_that_dies_first_exits_6(
+        session_factory, image, tmp_path, capsys):  # noqa: F811
+    session = batch("slow", "sleep 600")
+    running = session_factory(session, wait=False)
+    code, _, err = run_wait(tmp_path, session, image, "--timeout", "3", capsys=capsys)
+    assert code == 6, err
+    assert "did not end within 3 s" in err
+    running.containers["sub1"].kill()
+    time.sleep(1)
+    code, _, err = run_wait(tmp_path, session, image, "--timeout", "60", capsys=capsys)
+    assert code == 6, err
+    assert "sub1 is exited" in err and "before the job ended" in err
+
+
+@pytest.mark.docker
+def test_docker_stop_reaches_the_job_and_is_logged(session_factory, image):  # noqa: F811
+    session = batch("stop", "trap 'echo got TERM; exit 7' TERM; sleep 600 & wait")
+    running = session_factory(session, wait=False)
+    main1 = running.containers["main1"]
+    deadline = time.monotonic() + 60
+    while b"ready:" not in running.logs("main1") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(0.5)
+    main1.stop(timeout=20)
+    main1.reload()
+    logs = running.logs("main1")
+    assert main1.attrs["State"]["ExitCode"] == 7, logs
+    assert b"got TERM" in logs and b"job exited with code 7" in logs
+
+
+def test_wait_refuses_an_interactive_session(tmp_path, capsys):
+    path = tmp_path / "interactive.yaml"
+    path.write_text(yaml.safe_dump({"kind": "ClusterSession", "name": "inter-active",
+                                    "pool": "local", "image": "img"}))
+    assert cli.main(["wait", str(path)]) == 2
+    assert "only a batch session" in capsys.readouterr().err
+
+
+def test_a_batch_session_without_a_command_is_refused(tmp_path, capsys):
+    path = tmp_path / "batch.yaml"
+    path.write_text(yaml.safe_dump({"kind": "ClusterSession", "name": "no-command",
+                                    "pool": "local", "image": "img", "type": "batch"}))
+    assert cli.main(["validate", str(path)]) == 2
+    assert f"{path}: command: a batch session needs a command" in capsys.readouterr().err
+    path.write_text(yaml.safe_dump({"kind": "ClusterSession", "name": "bad-type",
+                                    "pool": "local", "image": "img", "type": "batchh"}))
+    assert cli.main(["validate", str(path)]) == 2
+    assert f"{path}: type: " in capsys.readouterr().err
