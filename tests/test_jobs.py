@@ -4,7 +4,9 @@ engine, real entrypoints, containers named and labelled as the Session component
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -127,3 +129,84 @@ def test_a_batch_session_without_a_command_is_refused(tmp_path, capsys):
                                     "pool": "local", "image": "img", "type": "batchh"}))
     assert cli.main(["validate", str(path)]) == 2
     assert f"{path}: type: " in capsys.readouterr().err
+
+
+class EmulatedEngine:
+    """The engine verbs `run` calls, done by the program under the engine-backed mocks: `up`
+    runs the real __main__.py and builds what it declares on the real engine, `destroy`
+    removes it (the Automation API itself needs the pulumi CLI, absent here)."""
+
+    def __init__(self, client):
+        from cluster_sessions.emulation.docker_builder import DockerBuilder
+        from cluster_sessions.emulation.engine import Engine
+
+        self.builder = DockerBuilder(client)
+        self.engine = Engine(on_create=self.builder)
+        self.calls: list[str] = []
+
+    def __call__(self, args) -> int:
+        from cluster_sessions.emulation.engine import run_program
+
+        self.calls.append(args.verb)
+        assert args.yes is True
+        if args.verb == "up":
+            name = yaml.safe_load(Path(args.file).read_text())["name"]
+            run_program(self.engine, name, {"cluster-sessions:definition": args.file})
+        elif args.verb == "destroy":
+            self.builder.remove_all()
+        return 0
+
+
+def write_definition(tmp_path, name: str, image_tag: str, script: str) -> str:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({
+        "kind": "ClusterSession", "name": name, "pool": "local", "image": image_tag,
+        "type": "batch", "command": ["sh", "-c", script], "cluster": {"size": 2},
+        "resources": {"cpu": 0.5, "mem": "512m", "shmem": "64m"}}))
+    return str(path)
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(("script", "code", "words"), [
+    ("echo training; exit 0", 0, "succeeded (exit code 0)"),
+    ("echo training; exit 4", 5, "failed with exit code 4"),
+])
+def test_run_ups_waits_and_destroys_leaving_nothing(
+        docker_client, image, tmp_path, capsys, script, code, words):  # noqa: F811
+    from cluster_sessions.driver import jobs
+
+    name = unique("run")
+    path = write_definition(tmp_path, name, image, script)
+    fake = EmulatedEngine(docker_client)
+    args = cli.build_parser().parse_args(["run", path, "--timeout", "120", "--json"])
+    try:
+        assert jobs.cmd_run(args, engine_verb=fake) == code
+    finally:
+        fake.builder.remove_all()
+    out, err = capsys.readouterr()
+    assert fake.calls == ["up", "destroy"]
+    assert words in err and "main1 | training" in out
+    summary = json.loads(out[out.index("{\n"):])
+    assert summary["exit"] == code and summary["destroyed"] is True
+    assert [r["host"] for r in summary["containers"]] == ["main1", "sub1"]
+    assert summary["containers"][0]["state"] == "exited"
+    assert summary["containers"][1]["state"] == "running"  # until destroy
+    assert not docker_client.containers.list(all=True, filters={"name": name})
+
+
+@pytest.mark.docker
+def test_run_keep_on_failure_keeps_the_failed_session(
+        docker_client, image, tmp_path, capsys):  # noqa: F811
+    from cluster_sessions.driver import jobs
+
+    name = unique("keep")
+    path = write_definition(tmp_path, name, image, "exit 9")
+    fake = EmulatedEngine(docker_client)
+    args = cli.build_parser().parse_args(["run", path, "--keep-on-failure", "--timeout", "120"])
+    try:
+        assert jobs.cmd_run(args, engine_verb=fake) == 5
+        assert fake.calls == ["up"]
+        assert len(docker_client.containers.list(all=True, filters={"name": name})) == 2
+        assert "kept" in capsys.readouterr().err
+    finally:
+        fake.builder.remove_all()

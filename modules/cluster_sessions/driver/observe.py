@@ -58,6 +58,7 @@ class Found:
     started_at: str | None
     exit_code: int | None
     image: str
+    finished_at: str | None = None
 
 
 def found_from_attrs(agent: str, attrs: Mapping[str, Any]) -> Found:
@@ -80,6 +81,7 @@ def found_from_attrs(agent: str, attrs: Mapping[str, Any]) -> Found:
         started_at=started,
         exit_code=state.get("ExitCode") if status in ("exited", "dead") else None,
         image=str(config.get("Image", "")),
+        finished_at=(state.get("FinishedAt") or None) if status in ("exited", "dead") else None,
     )
 
 

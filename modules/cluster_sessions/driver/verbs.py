@@ -12,6 +12,7 @@ MODULES: list[str] = [
     "cluster_sessions.driver.render_verb",
     "cluster_sessions.driver.engine",
     "cluster_sessions.driver.observe",
+    "cluster_sessions.driver.jobs",
     "cluster_sessions.driver.diff",
     "cluster_sessions.driver.agents_verbs",
 ]

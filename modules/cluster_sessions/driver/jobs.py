@@ -1,0 +1,140 @@
+"""``sessionctl run``: a batch session as one command for CI: up, wait for the job, destroy.
+
+The engine verbs (``up``, ``destroy``) and the wait are the ones ``sessionctl up``,
+``sessionctl wait`` and ``sessionctl destroy`` run; this module only sequences them, prints the
+summary and decides what to tear down. Ctrl-C while waiting asks on a terminal and destroys in
+CI: nothing is left behind without saying so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+from collections.abc import Callable
+from typing import Any
+
+from .errors import CommandError, Exit
+from .observe import (
+    Connect,
+    JobEnd,
+    agents_to_ask,
+    connect,
+    follow_job,
+    plan_for,
+    positive_seconds,
+    short_time,
+    survey,
+)
+
+EngineVerb = Callable[[argparse.Namespace], int]
+
+
+def _engine_args(args: argparse.Namespace, verb: str) -> argparse.Namespace:
+    return argparse.Namespace(verb=verb, file=args.file, pool=args.pool, stack=args.stack,
+                              json=False, yes=True, diff=False)
+
+
+def _summary(args: argparse.Namespace, plan, connect: Connect) -> list[dict[str, Any]]:
+    loaded, _ = plan_for(args)
+    found = survey(plan, loaded, agents_to_ask(plan, loaded), connect)
+    try:
+        by_host = {f.host: f for f in found.found}
+        rows = []
+        for c in plan.containers:
+            f = by_host.get(c.host)
+            rows.append({"host": c.host, "state": f.state if f else "missing",
+                         "exit_code": f.exit_code if f else None,
+                         "started": f.started_at if f else None,
+                         "finished": f.finished_at if f else None})
+        return rows
+    finally:
+        found.close()
+
+
+def _ask(question: str) -> bool:
+    print(question, end=" ", file=sys.stderr, flush=True)
+    try:
+        return input().strip().lower() in ("y", "yes")
+    except EOFError:
+        return False
+
+
+def cmd_run(args: argparse.Namespace, engine_verb: EngineVerb | None = None,
+            connect: Connect = connect) -> int:
+    if engine_verb is None:
+        from .engine import cmd_engine as engine_verb
+    loaded, plan = plan_for(args)
+    if plan.session.type != "batch":
+        raise CommandError(f"{args.file}: type: session {plan.name} is interactive; `run` "
+                           "runs a batch session (type: batch) and tears it down after its job",
+                           Exit.INVALID)
+    code = engine_verb(_engine_args(args, "up"))
+    if code != Exit.OK:
+        return code
+    interrupted = False
+    try:
+        found = survey(plan, loaded, agents_to_ask(plan, loaded), connect)
+        try:
+            end = (JobEnd(Exit.ENGINE, "agents did not answer: " + "; ".join(
+                       f"{a}: {w}" for a, w in found.unreachable.items()))
+                   if found.unreachable else follow_job(args, plan, found))
+        finally:
+            found.close()
+    except KeyboardInterrupt:
+        interrupted = True
+        end = JobEnd(Exit.JOB_LOST, "interrupted (Ctrl-C) before the job ended")
+    rows = _summary(args, plan, connect)
+    keep = args.keep or (args.keep_on_failure and end.code != Exit.OK)
+    if interrupted and not args.keep:
+        keep = sys.stdin.isatty() and not _ask(
+            f"sessionctl run: destroy session {plan.name} now? [y/N]")
+    destroyed = False
+    if not keep:
+        destroy_code = engine_verb(_engine_args(args, "destroy"))
+        destroyed = destroy_code == Exit.OK
+        if not destroyed:
+            print(f"sessionctl run: destroy failed (exit {destroy_code}); the session is still "
+                  f"there: run `sessionctl destroy {args.file}`", file=sys.stderr)
+    else:
+        print(f"sessionctl run: session {plan.name} kept; `sessionctl destroy {args.file}` "
+              "removes it", file=sys.stderr)
+    print(f"sessionctl run: {end.message}", file=sys.stderr)
+    if args.json:
+        json.dump({"session": plan.name, "exit": int(end.code), "result": end.message,
+                   "job_exit_code": end.job_exit_code, "destroyed": destroyed,
+                   "containers": rows}, sys.stdout, indent=2)
+        print()
+    else:
+        width = max(len(r["host"]) for r in rows)
+        for r in rows:
+            code_text = "" if r["exit_code"] is None else f" exit {r['exit_code']}"
+            print(f"{r['host']:<{width}}  {r['state']}{code_text}  started "
+                  f"{short_time(r['started'])}  finished {short_time(r['finished'])}",
+                  file=sys.stderr)
+    return end.code
+
+
+def register(subparsers) -> None:
+    from .cli import EPILOG, add_session_args
+
+    p = subparsers.add_parser(
+        "run", help="up a batch session, wait for its job, destroy it; exit 0, 5 or 6",
+        description=textwrap.fill(
+            "For CI: `sessionctl up --yes`, then `sessionctl wait` (main1's log, prefixed), then "
+            "`sessionctl destroy --yes`, and a summary per container (state, exit code, start "
+            "and finish). Exit 0 when the job succeeded, 5 when it failed, 6 on timeout or a "
+            "container that died first; 1-4 as for up. Ctrl-C while waiting asks on a terminal "
+            "and destroys otherwise.", 79),
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_session_args(p)
+    p.add_argument("--timeout", type=positive_seconds, default=None, metavar="S",
+                   help="give up waiting after S seconds (exit 6; the session is destroyed)")
+    p.add_argument("--keep", action="store_true", help="do not destroy the session afterwards")
+    p.add_argument("--keep-on-failure", action="store_true",
+                   help="keep the session when the job failed or was lost, to look into it")
+    p.add_argument("--stack", metavar="NAME", help="stack name (default: the session's name)")
+    p.add_argument("--json", action="store_true",
+                   help="print the outcome and the per-container summary as JSON on stdout")
+    p.set_defaults(func=cmd_run)
