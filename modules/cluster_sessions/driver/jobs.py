@@ -109,7 +109,7 @@ def cmd_run(args: argparse.Namespace, engine_verb: EngineVerb | None = None,
     else:
         width = max(len(r["host"]) for r in rows)
         for r in rows:
-            code_text = "" if r["exit_code"] is None else f" exit {r['exit_code']}"
+            code_text = "" if r["exit_code"] is None else f" (exit code {r['exit_code']})"
             print(f"{r['host']:<{width}}  {r['state']}{code_text}  started "
                   f"{short_time(r['started'])}  finished {short_time(r['finished'])}",
                   file=sys.stderr)
