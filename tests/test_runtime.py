@@ -588,16 +588,22 @@ dist.destroy_process_group()
 """
 
 
+def script_dir(tmp_path_factory, name: str, text: str) -> Path:
+    """A directory holding one script, readable by the container's user: mounted at /opt/test."""
+    scripts = tmp_path_factory.mktemp("script")
+    (scripts / name).write_text(text)
+    (scripts / name).chmod(0o644)
+    scripts.chmod(0o755)
+    return scripts
+
+
 @pytest.mark.slow
 def test_torchrun_all_reduce_across_the_containers_with_no_rendezvous_flags(
         session_factory, tmp_path_factory):
     from cluster_sessions.lab.pydirs import ensure_torch_dir
 
     torch_dir = ensure_torch_dir()
-    scripts = tmp_path_factory.mktemp("torch-script")
-    (scripts / "allreduce.py").write_text(ALLREDUCE)
-    (scripts / "allreduce.py").chmod(0o644)
-    scripts.chmod(0o755)
+    scripts = script_dir(tmp_path_factory, "allreduce.py", ALLREDUCE)
     session = session_def(
         unique("torch"), 4,
         resources={"cpu": 1, "mem": "2g", "shmem": "256m"},

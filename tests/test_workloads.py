@@ -12,6 +12,7 @@ import pytest
 from .test_runtime import (  # noqa: F401 (fixtures used by name)
     POOL,
     Running,
+    script_dir,
     session_def,
     session_factory,
     unique,
@@ -151,10 +152,7 @@ def test_tensorflow_multi_worker_all_reduce_with_nothing_but_tf_config(
     from cluster_sessions.lab.pydirs import ensure_tensorflow_dir
 
     tf_dir = ensure_tensorflow_dir()
-    scripts = tmp_path_factory.mktemp("tf-script")
-    (scripts / "allreduce.py").write_text(TF_PROGRAM)
-    (scripts / "allreduce.py").chmod(0o644)
-    scripts.chmod(0o755)
+    scripts = script_dir(tmp_path_factory, "allreduce.py", TF_PROGRAM)
     session = session_def(
         unique("tf"), 3,
         resources={"cpu": 1, "mem": "3g", "shmem": "256m"},
