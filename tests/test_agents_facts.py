@@ -405,4 +405,4 @@ def test_preflight_error_lists_every_failing_agent():
     assert str(err).splitlines() == [
         "pool p: 1 of 2 agent(s) cannot be used; nothing was created:",
         "  agent a2: unreachable: ssh root@h:22: Connection refused"]
-    assert err.code == 4
+    assert not hasattr(err, "code")  # the exit code is the driver's (tests/test_cli.py)

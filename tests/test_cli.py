@@ -389,3 +389,27 @@ def test_every_verb_has_help_and_no_jargon():
             if action.option_strings and action.dest != "help":
                 assert action.help, f"{' '.join(path)} {action.option_strings[0]}: no help"
     assert {"schema", "lab down", "lab status", "pool sweep", "refresh"} <= seen
+
+
+def test_agents_that_cannot_be_used_are_a_missing_prerequisite_exit_4(tmp_path, capsys,
+                                                                      monkeypatch):
+    """The agents layer raises PreflightError without an exit code; the CLI makes it 4."""
+    from cluster_sessions.agents import capacity
+    from cluster_sessions.agents.capacity import AgentReport, PreflightError
+    from cluster_sessions.spec import Pool
+
+    pool = Pool.model_validate({"kind": "AgentPool", "name": "p", "agents": [
+        {"name": "a1", "docker_host": "unix:///x", "capacity": {"cpu": 1, "mem": "1g"}}]})
+    bad = AgentReport("a1")
+    bad.fail("unreachable", "ssh root@h:22: Connection refused")
+
+    def refuse(*_args, **_kwargs):
+        raise PreflightError(pool, [bad], " to probe free capacity")
+
+    monkeypatch.setattr(capacity, "probe_free", refuse)
+    path = tmp_path / "s.yaml"
+    path.write_text(SESSION_TEXT)
+    assert main(["plan", str(path), "--probe"]) == 4
+    err = capsys.readouterr().err
+    assert "1 of 1 agent(s) cannot be used to probe free capacity" in err
+    assert "agent a1: unreachable: ssh root@h:22: Connection refused" in err

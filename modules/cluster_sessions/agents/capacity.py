@@ -27,7 +27,6 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from ..driver.errors import CommandError, Exit
 from ..placement import Free
 from ..spec import Agent, Pool
 from ..units import format_size
@@ -40,6 +39,7 @@ from .connectors import (
     Connector,
     connector_for,
 )
+from .errors import AgentsUnusable
 
 MAX_PARALLEL = 16
 
@@ -86,17 +86,17 @@ class AgentReport:
         self.problems.append(AgentError(self.name, cause, detail))
 
 
-class PreflightError(CommandError):
-    """Agents that cannot be used, one line each; ``reports`` has every probed agent."""
+class PreflightError(AgentsUnusable):
+    """Agents that cannot be used, one line each; ``reports`` has every probed agent. The
+    driver decides the exit code (a missing prerequisite), not this module."""
 
-    def __init__(self, pool: Pool, reports: Sequence[AgentReport], what: str = "",
-                 code: Exit = Exit.MISSING):
+    def __init__(self, pool: Pool, reports: Sequence[AgentReport], what: str = ""):
         self.reports = list(reports)
         failing = [r for r in reports if not r.ok]
         lines = [str(p) for r in failing for p in r.problems]
         head = (f"pool {pool.name}: {len(failing)} of {len(reports)} agent(s) cannot be used"
                 + what)
-        super().__init__("\n".join([head + ":", *(f"  {line}" for line in lines)]), code)
+        super().__init__("\n".join([head + ":", *(f"  {line}" for line in lines)]))
 
 
 def _effective(agent: Agent, report: AgentReport) -> None:

@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+from ..agents.errors import AgentsUnusable
 from ..loader import load_session, validate_files
 from ..plan import ClusterPlan, build_plan, plan_to_dict
 from ..problems import DefinitionError
@@ -211,14 +212,15 @@ def main(argv: list[str] | None = None) -> int:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         return Exit.INVALID
-    except CommandError as exc:
+    except (CommandError, AgentsUnusable) as exc:
         # our own messages may span lines (install instructions): print them as lines, each
         # made printable (the names they quote are validated to hold no control characters)
         first, *rest = str(exc).split("\n")
         print(f"sessionctl {args.verb}: {printable(first)}", file=sys.stderr)
         for line in rest:
             print(printable(line), file=sys.stderr)
-        return exc.code
+        # agents that cannot be used are a missing prerequisite (contract 4)
+        return exc.code if isinstance(exc, CommandError) else Exit.MISSING
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

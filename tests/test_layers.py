@@ -1,0 +1,66 @@
+"""The import rules that keep the layers apart (docs/design-notes.md): the pure core imports
+neither pulumi nor anything that reaches the network or runs programs, and only core modules;
+the agents layer never imports the driver. Checked on the source (every import statement,
+wherever it is in a module), so a lazy import inside a function counts too."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "modules" / "cluster_sessions"
+CORE = ("spec", "loader", "placement", "clusterenv", "plan", "render", "keys", "units",
+        "problems", "review", "provider_facts", "terminal")
+# reach the network, run programs or drive the engine: never in the core
+FORBIDDEN = ("pulumi", "pulumi_docker", "docker", "paramiko", "subprocess", "socket",
+             "requests", "urllib.request", "http", "asyncio", "multiprocessing", "ssl")
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """(level, module) of every import in ``path``; level > 0 for relative imports."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(0, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            found.append((node.level, node.module or ""))
+    return found
+
+
+def package_module(path: Path, level: int, module: str) -> str | None:
+    """The cluster_sessions module an import names, as a path below the package, if any."""
+    if level == 0:
+        return module.removeprefix("cluster_sessions.") if module.startswith(
+            "cluster_sessions") else None
+    base = path.parent.relative_to(PACKAGE).parts
+    base = base[:len(base) - (level - 1)] if level > 1 else base
+    return ".".join([*base, *([module] if module else [])])
+
+
+@pytest.mark.parametrize("name", CORE)
+def test_core_modules_import_only_the_core_and_nothing_that_reaches_out(name):
+    path = PACKAGE / f"{name}.py"
+    for level, module in imports(path):
+        if level == 0 and not module.startswith("cluster_sessions"):
+            top = module.split(".")[0]
+            assert module not in FORBIDDEN and top not in FORBIDDEN, f"{name} imports {module}"
+            continue
+        inner = package_module(path, level, module)
+        assert inner is not None and inner.split(".")[0] in CORE, f"{name} imports {inner}"
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "agents").glob("*.py")), ids=lambda p: p.stem)
+def test_the_agents_layer_never_imports_the_driver(path):
+    for level, module in imports(path):
+        inner = package_module(path, level, module)
+        assert inner is None or not inner.startswith("driver"), f"{path.stem} imports {inner}"
+
+
+def test_the_rules_see_a_violation():
+    """The checks above would fail on an import they forbid (guards against a vacuous pass)."""
+    fake = PACKAGE / "agents" / "capacity.py"
+    assert package_module(fake, 2, "driver.errors") == "driver.errors"
+    assert package_module(PACKAGE / "render.py", 1, "plan") == "plan"
+    assert (0, "subprocess") in imports(PACKAGE / "lab" / "image.py")
