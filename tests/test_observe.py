@@ -173,8 +173,12 @@ def session(docker_client, tiny_image, tmp_path):
 def test_status_shows_running_missing_and_leftover_containers_and_the_network(
         session, tiny_image, capsys):
     file, plan = session
-    assert main(["status", str(file), "--json"]) == Exit.OK
-    report = json.loads(capsys.readouterr().out)
+    # sub2 is planned but missing: a fault, named with its cause, exit 1 (issue 13)
+    assert main(["status", str(file), "--json"]) == Exit.ENGINE
+    captured = capsys.readouterr()
+    assert "sessionctl status: sub2: no container (is the session up?)" in captured.err
+    report = json.loads(captured.out)
+    assert report["faults"] == ["sub2: no container (is the session up?)"]
     rows = {r["host"]: r for r in report["containers"]}
     assert [r["host"] for r in report["containers"]] == ["main1", "sub1", "sub2", "sub7"]
     for host in ("main1", "sub1"):
@@ -197,7 +201,7 @@ def test_status_shows_running_missing_and_leftover_containers_and_the_network(
 @pytest.mark.docker
 def test_status_table_for_people(session, capsys):
     file, plan = session
-    assert main(["status", str(file)]) == Exit.OK
+    assert main(["status", str(file)]) == Exit.ENGINE  # sub2 is missing
     out = capsys.readouterr().out
     assert f"network  {plan.name}-net [bridge] on agent1: present" in out
     lines = {line.split()[0]: line for line in out.splitlines()[3:] if line.strip()}
@@ -267,9 +271,10 @@ def test_logs_follow_interleaves_hosts_until_the_containers_stop(
 @pytest.mark.docker
 def test_session_with_nothing_running(docker_client, tiny_image, tmp_path, capsys):
     file, plan = make_session(tmp_path, tiny_image, size=2)
-    assert main(["status", str(file), "--json"]) == Exit.OK
+    assert main(["status", str(file), "--json"]) == Exit.ENGINE  # nothing is up
     report = json.loads(capsys.readouterr().out)
     assert [r["state"] for r in report["containers"]] == ["missing", "missing"]
+    assert len(report["faults"]) == 2
     assert report["network"]["state"] == "missing"
     assert main(["logs", str(file)]) == Exit.ENGINE
     assert "is it up?" in capsys.readouterr().err
@@ -371,3 +376,30 @@ def test_the_status_line_says_how_many_containers_run_not_only_the_plan(tmp_path
     first = observe.report_table(report).splitlines()[0]
     assert first.endswith("plan scheduled, 0 of 3 running (3 missing)"), first
     assert "status scheduled" not in first
+
+
+@pytest.mark.docker
+def test_a_killed_container_is_a_fault_named_with_its_exit_code(session, docker_client, capsys):
+    file, plan = session
+    docker_client.containers.get(f"{plan.name}-sub1").kill()
+    assert main(["status", str(file), "--json"]) == Exit.ENGINE
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert "sub1: exited (exit code 137)" in report["faults"]
+    assert "sessionctl status: sub1: exited (exit code 137)" in captured.err
+    assert not any(f.startswith("main1") for f in report["faults"])
+
+
+def test_a_batch_jobs_finished_main1_is_not_a_fault(tmp_path):
+    """main1 of a batch session exits when its job ends: that is the job's outcome (`wait`),
+    not a fault; a sub that exited is one."""
+    file, plan = make_session(tmp_path, "busybox", size=2)
+    batch = plan.__class__(**{**plan.__dict__, "session": plan.session.model_copy(
+        update={"type": "batch", "command": ("true",)})})
+    net = observe.NetworkState(plan.network.name, "agent1", "bridge", "present")
+    rows = (observe.Row("main1", "main", "agent1", "exited", note="exit code 0"),
+            observe.Row("sub1", "sub", "agent1", "running"))
+    assert observe.Report(batch, rows, net, {}).faults == []
+    assert observe.Report(plan, rows, net, {}).faults == ["main1: exited (exit code 0)"]
+    dead_sub = (rows[0], observe.Row("sub1", "sub", "agent1", "exited", note="exit code 1"))
+    assert observe.Report(batch, dead_sub, net, {}).faults == ["sub1: exited (exit code 1)"]

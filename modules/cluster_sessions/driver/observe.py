@@ -122,8 +122,23 @@ class Report:
     unreachable: Mapping[str, str]
 
     @property
+    def faults(self) -> list[str]:
+        """One line per planned host that is not as it should be, with the cause: missing,
+        exited (not a batch job that finished), restarting or dead. (A host whose agent did not
+        answer is ``unknown``, reported with the agent's cause in ``unreachable``.)"""
+        found = []
+        for r in self.rows:
+            if not r.planned or r.state in ("running", "unknown"):
+                continue
+            if r.state == "exited" and r.role == "main" and self.plan.session.type == "batch":
+                continue  # the job finished: `sessionctl wait` says how
+            why = "no container (is the session up?)" if r.state == "missing" else r.state
+            found.append(f"{r.host}: {why}" + (f" ({r.note})" if r.note else ""))
+        return found
+
+    @property
     def ok(self) -> bool:
-        return not self.unreachable
+        return not self.unreachable and not self.faults
 
 
 def agents_to_ask(plan: ClusterPlan, loaded: Loaded) -> tuple[str, ...]:
@@ -177,6 +192,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         "network": asdict(report.network),
         "containers": [asdict(r) for r in report.rows],
         "unreachable": dict(report.unreachable),
+        "faults": report.faults,
     }
 
 
@@ -352,6 +368,8 @@ def cmd_status(args: argparse.Namespace, connect: Connect = connect) -> int:
         print(report_table(report))
     for agent, why in report.unreachable.items():
         print(f"sessionctl status: agent {agent} did not answer: {why}", file=sys.stderr)
+    for fault in report.faults:
+        print(f"sessionctl status: {fault}", file=sys.stderr)
     return Exit.OK if report.ok else Exit.ENGINE
 
 
@@ -557,7 +575,9 @@ def register(subparsers) -> None:
         description=textwrap.fill(
             "Find the session's containers by their labels on each agent (Docker API "
             "via the agent's docker_host) and show them next to the plan: planned but missing "
-            "containers, left-over ones, and the network. Exit 1 if an agent did not answer.", 79),
+            "containers, left-over ones, and the network. Exit 1 when a planned container is "
+            "missing, exited (but a batch session's finished job), restarting or dead, or an "
+            "agent did not answer; each such host is named on stderr with its cause.", 79),
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_session_args(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
