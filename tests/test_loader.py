@@ -704,13 +704,41 @@ def test_good_slots_are_accepted(tree, slots, gpu):
     assert problems_of(tree(text)) == []
 
 
-@pytest.mark.parametrize("cpu", ["0.01", "0.05", "0.001"])
-def test_cpu_values_the_provider_reads_back_differently_are_refused(tree, cpu):
+@pytest.mark.parametrize(("cpu", "near"), [("0.01", "0.011"), ("0.05", "0.051"),
+                                           ("0.001", "0.011"), ("707.001", "707")])
+def test_cpu_values_the_provider_reads_back_differently_are_refused(tree, cpu, near):
     found = problems_of(tree(SESSION.replace("cpu: 2", f"cpu: {cpu}")))
     assert any(p.startswith("resources.cpu: ") and "every up would replace" in p
-               for p in found), found
+               and p.endswith(f"such as {near}") for p in found), found
 
 
 @pytest.mark.parametrize("cpu", ["0.1", "0.011", "1", "10", "2.5"])
 def test_cpu_values_that_survive_the_read_back_are_accepted(tree, cpu):
     assert problems_of(tree(SESSION.replace("cpu: 2", f"cpu: {cpu}"))) == []
+
+
+@pytest.mark.parametrize(("count", "words"), [
+    ("0", "greater than or equal to 1"), ("-2", "greater than or equal to 1"),
+    ("101", "less than or equal to 100"), ('"3"', "plain decimal"),
+    ("2.5", "must be a valid integer"), ("0x3", "hexadecimal"), ("true", "valid integer"),
+])
+def test_count_must_be_a_whole_number_of_sessions(tree, count, words):
+    found = problems_of(tree(SESSION + f"count: {count}\n"))
+    assert any(p.startswith("count: ") and words in p for p in found), found
+
+
+def test_count_whose_last_name_is_too_long_is_refused_naming_the_longest(tree):
+    name = "n" * 62
+    found = problems_of(tree(SESSION.replace("name: train-demo", f"name: {name}")
+                             + "count: 10\n"))
+    assert found == [f"count: 10 sessions are named {name}-1 .. {name}-10, longer than the 64 "
+                     "characters a session name may have: shorten the name or lower the count"]
+    assert problems_of(tree(SESSION.replace("name: train-demo", f"name: {name}")
+                            + "count: 9\n")) == []
+
+
+def test_count_with_a_fixed_host_port_is_refused(tree):
+    text = SESSION + "count: 2\nports: [{container: 8888, host: 18888}, {container: 6006}]\n"
+    assert problems_of(tree(text)) == [
+        "ports.0.host: host port 18888 is fixed, but count makes 2 sessions that may share an "
+        "agent and cannot all publish it: leave host unset (the engine picks a free port)"]

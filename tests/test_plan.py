@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cluster_sessions.clusterenv import kernel_id, members
-from cluster_sessions.plan import build_plan, container_labels, plan_to_dict
+from cluster_sessions.plan import build_plan, build_plans, container_labels, plan_to_dict
 from cluster_sessions.spec import Pool, Session
 
 DERIVED = {"MASTER_ADDR", "MASTER_PORT", "TF_CONFIG", "WORLD_SIZE", "RANK", "LOCAL_RANK",
@@ -183,3 +183,34 @@ def test_plan_json_says_whether_the_session_is_a_batch_job():
     assert plan_to_dict(plan)["type"] == "interactive"
     batch = build_plan(session(type="batch", command=["python3", "job.py"]), pool((64, 0)))
     assert plan_to_dict(batch)["type"] == "batch"
+
+
+def test_count_makes_k_sessions_placed_together_on_what_the_others_left():
+    # each session: 2 containers of cpu 2 and 1 GPU; agent1 holds one session, agent2 two
+    plans = build_plans(session(count=3, cluster={"size": 2},
+                                resources={"cpu": 2, "mem": "4g", "shmem": "1g", "gpu": 1}),
+                        pool((4, 2), (8, 4)))
+    assert [p.name for p in plans] == ["train-demo-1", "train-demo-2", "train-demo-3"]
+    assert [p.agents for p in plans] == [("agent1",), ("agent2",), ("agent2",)]
+    assert [[c.gpus for c in p.containers] for p in plans] == [
+        [(0,), (1,)], [(0,), (1,)], [(2,), (3,)]]  # no GPU given twice on one agent
+    assert len({p.session_id for p in plans}) == 3
+    assert all(p.containers[0].env["BACKENDAI_SESSION_NAME"] == p.name for p in plans)
+    assert all(p.session.count == 1 for p in plans)
+
+
+def test_count_sessions_that_do_not_fit_together_are_all_pending_with_the_reason():
+    plans = build_plans(session(count=3, cluster={"size": 2}), pool((8, 0), swarm=False))
+    assert [p.status for p in plans] == ["pending"] * 3
+    assert all(c.agent is None for p in plans for c in p.containers)
+    assert plans[0].reason.startswith("the 3 sessions of count: 3 do not fit together, "
+                                      "train-demo-3 is left over: no single agent")
+    assert [p.status for p in build_plans(session(count=2, cluster={"size": 2}),
+                                          pool((8, 0)))] == ["scheduled"] * 2
+
+
+def test_a_definition_without_count_is_one_session_under_its_own_name():
+    (plan,) = build_plans(session(), pool((64, 0)))
+    assert plan.name == "train-demo" and plan == build_plan(session(), pool((64, 0)))
+    with pytest.raises(ValueError, match="use build_plans"):
+        build_plan(session(count=2), pool((64, 0)))

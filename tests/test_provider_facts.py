@@ -14,6 +14,7 @@ from cluster_sessions.provider_facts import (
     cpus_argument,
     cpus_read_back,
     parse_cpus,
+    stable_cpus_near,
 )
 
 from .test_session import Run
@@ -31,11 +32,21 @@ def test_cpus_read_back_follows_the_providers_formatting(nano, text):
 
 
 @given(st.integers(100, 4_096_000).map(lambda m: m / 1000))
-def test_every_cpu_value_of_at_least_a_tenth_survives_the_round_trip(cpu):
+def test_a_cpu_value_is_passed_as_read_back_or_has_a_stable_neighbour(cpu):
     argument = cpus_argument(cpu)
-    assert argument is not None
+    if argument is None:  # its nine-decimal text holds exactly nine zeros (707.001 -> "707.0")
+        assert cpus_read_back(round(cpu * 10**9)).count(".") == 1
+        near = stable_cpus_near(cpu)
+        assert abs(round(near * 1000) - round(cpu * 1000)) <= 10 and cpus_argument(near) is not None
+        return
     assert parse_cpus(argument) == round(cpu * 10**9)  # the provider creates what was asked
     assert cpus_read_back(parse_cpus(argument)) == argument  # and reads the same text back
+
+
+def test_a_value_whose_nine_decimals_hold_nine_zeros_reads_back_rounded():
+    assert cpus_read_back(707_001_000_000) == "707.0"  # helpers.go: strings.Count(str, "0") == 9
+    assert cpus_argument(707.001) is None
+    assert cpus_argument(707.002) is None and cpus_argument(707.011) == "707.011"
 
 
 @pytest.mark.parametrize("cpu", [0.001, 0.01, 0.05])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -504,3 +505,37 @@ def test_a_batch_jobs_container_is_never_restarted_or_started_again(tmp_path):
         if host != "main1":
             assert inputs["restart"] == "always" and inputs["mustRun"] is True, host
             assert inputs["command"] == ["sleep", "infinity"], host
+
+
+def _counted(tmp_path, count: int = 3) -> str:
+    path = tmp_path / "sweep.yaml"
+    text = (STACKS / "sessions" / "train-demo.yaml").read_text()
+    path.write_text(text.replace("name: train-demo", "name: sweep").replace(
+        "size: 4", "size: 1").replace("pool: local", f"pool: {STACKS / 'pools' / 'local.yaml'}")
+        + f"count: {count}\n")
+    return str(path)
+
+
+@pytest.mark.parametrize(("stack", "index", "expected"), [
+    ("sweep-2", "", "sweep-2"),  # by the stack's name (`pulumi up -s sweep-2`)
+    ("mine", "3", "sweep-3"),  # by the index sessionctl sets
+])
+def test_a_stack_of_a_count_runs_its_own_session(tmp_path, stack, index, expected):
+    engine = Engine()
+    config = {"cluster-sessions:definition": _counted(tmp_path), "cluster-sessions:index": index}
+    outputs = run_program(engine, stack, config)
+    assert outputs["session"][0]["name"] == expected
+    assert [r.name for r in engine.of_type(CONTAINER)] == [f"{expected}-main1"]
+
+
+@pytest.mark.parametrize(("stack", "index", "words"), [
+    ("other", "", "the definition makes 3 sessions (count) and stack 'other' is none of them"),
+    ("sweep-1", "4", "cluster-sessions:index is '4': the definition makes 3 session(s), 1..3"),
+])
+def test_a_stack_that_is_none_of_a_counts_sessions_creates_nothing(tmp_path, stack, index,
+                                                                   words):
+    engine = Engine()
+    config = {"cluster-sessions:definition": _counted(tmp_path), "cluster-sessions:index": index}
+    with pytest.raises(Exception, match=re.escape(words)):
+        run_program(engine, stack, config)
+    assert engine.of_type(CONTAINER) == []

@@ -96,6 +96,22 @@ def place(mode: str, size: int, req: Request, agents: Sequence[Free]) -> Placeme
     return Placement(_fill(chosen, req))
 
 
+def take(agents: Sequence[Free], placement: Placement, req: Request) -> list[Free]:
+    """What the agents have left once ``placement`` is running: for planning several sessions
+    together (``count``), each against what the ones before it left."""
+    used: dict[str, list[Slot]] = {}
+    for slot in placement.slots:
+        used.setdefault(slot.agent, []).append(slot)
+    left = []
+    for agent in agents:
+        slots = used.get(agent.name, [])
+        gone = {g for s in slots for g in s.gpus}
+        left.append(Free(agent.name, agent.millicpu - len(slots) * req.millicpu,
+                         agent.mem - len(slots) * req.mem,
+                         tuple(g for g in agent.gpus if g not in gone)))
+    return left
+
+
 def _fill(chosen: list[tuple[Free, int]], req: Request) -> tuple[Slot, ...]:
     slots: list[Slot] = []
     for agent, count in chosen:

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .clusterenv import kernel_id, members, split_user_env, static_envs
-from .placement import Free, Request, place
+from .placement import Free, Placement, Request, place, take
 from .spec import (
     DEFAULT_COMMAND,
     SSH_PORT,
@@ -148,11 +148,46 @@ def network_name(session: Session) -> str:
     return f"{session.name}-net"
 
 
+def session_copies(session: Session) -> tuple[Session, ...]:
+    """The sessions a definition makes: itself, or with ``count: K`` K alike ones named
+    ``<name>-1`` .. ``<name>-K`` (Backend.AI's "Sessions" in its launch dialog)."""
+    if session.count == 1:
+        return (session,)
+    return tuple(session.model_copy(update={"name": f"{session.name}-{i}", "count": 1})
+                 for i in range(1, session.count + 1))
+
+
+def build_plans(session: Session, pool: Pool,
+                free: Sequence[Free] | None = None) -> tuple[ClusterPlan, ...]:
+    """Every session of a definition, planned together: each is placed on what the ones before
+    it left, and when one does not fit, all are pending with the reason (none is launched
+    while another cannot be)."""
+    copies = session_copies(session)
+    left = list(pool_capacity(pool) if free is None else free)
+    placements: list[Placement] = []
+    for copy in copies:
+        request = request_of(copy.resources)
+        placement = place(copy.cluster.mode, copy.cluster.size, request, left)
+        if placement.pending:
+            reason = placement.reason if len(copies) == 1 else (
+                f"the {len(copies)} sessions of count: {len(copies)} do not fit together, "
+                f"{copy.name} is left over: {placement.reason}")
+            return tuple(_plan(c, pool, Placement(reason=reason)) for c in copies)
+        placements.append(placement)
+        left = take(left, placement, request)
+    return tuple(_plan(c, pool, p) for c, p in zip(copies, placements, strict=True))
+
+
 def build_plan(session: Session, pool: Pool, free: Sequence[Free] | None = None) -> ClusterPlan:
+    """The plan of a definition that makes one session (``count`` 1)."""
+    if session.count != 1:
+        raise ValueError(f"session {session.name} has count {session.count}: use build_plans")
+    return build_plans(session, pool, free)[0]
+
+
+def _plan(session: Session, pool: Pool, placement: Placement) -> ClusterPlan:
     size = session.cluster.size
     group = members(size)
-    placement = place(session.cluster.mode, size, request_of(session.resources),
-                      pool_capacity(pool) if free is None else free)
     master_port = session.distributed.master_port if session.distributed else None
     envs = static_envs(session.name, session.cluster.mode, group, session.env, master_port)
     slots = placement.slots or (None,) * size

@@ -6,6 +6,10 @@ Stack configuration (``stacks/Pulumi.<stack>.yaml``):
     The session definition, relative to ``stacks/`` (``sessions/train-demo.yaml``) or absolute.
 ``cluster-sessions:pool`` (optional)
     A pool file that replaces the one the definition names; relative to ``stacks/`` or absolute.
+``cluster-sessions:index`` (with ``count: K``)
+    Which of the K sessions ``<name>-1`` .. ``<name>-K`` this stack runs; without it, the one
+    the stack is named after. All K are planned together, so each lands where the joint plan
+    puts it.
 
 Invalid definitions and pending sessions fail the update before any resource is registered,
 with the same messages ``sessionctl validate`` and ``sessionctl plan`` print.
@@ -18,7 +22,7 @@ from pathlib import Path
 import pulumi
 
 from .loader import Loaded, load_session
-from .plan import build_plan
+from .plan import ClusterPlan, build_plans
 from .problems import DefinitionError
 from .session import Session, SessionArgs, SessionPending
 
@@ -60,14 +64,33 @@ def shown(path: Path, project_dir: Path) -> str:
         return str(path)
 
 
+def chosen(plans: tuple[ClusterPlan, ...], index: str | None, stack: str) -> ClusterPlan:
+    """This stack's session among a definition's (``count``): by index, else by stack name."""
+    if len(plans) == 1 and index in (None, "1"):
+        return plans[0]
+    if index is None:
+        named = [p for p in plans if p.name == stack]
+        if named:
+            return named[0]
+        raise InvalidDefinition(
+            f"the definition makes {len(plans)} sessions (count) and stack {stack!r} is none "
+            f"of them: set {CONFIG_NAMESPACE}:index to 1..{len(plans)}, or name the stack "
+            f"{plans[0].name} .. {plans[-1].name}")
+    if not index.isdigit() or not 1 <= int(index) <= len(plans):
+        raise InvalidDefinition(f"stack config {CONFIG_NAMESPACE}:index is {index!r}: the "
+                                f"definition makes {len(plans)} session(s), 1..{len(plans)}")
+    return plans[int(index) - 1]
+
+
 def run(project_dir: Path) -> Session:
     """Build this stack's Session and export its outputs."""
     loaded = load(project_dir)
-    plan = build_plan(loaded.session, loaded.pool)
+    stack = pulumi.get_stack()
+    plans = build_plans(loaded.session, loaded.pool)
+    plan = chosen(plans, pulumi.Config(CONFIG_NAMESPACE).get("index") or None, stack)
     if plan.pending:  # before any resource, so nothing is created (Session checks it too)
         raise SessionPending(f"session {plan.name!r} is pending, nothing was created: "
                              f"{plan.reason}")
-    stack = pulumi.get_stack()
     if stack != plan.name:
         pulumi.log.warn(f"stack {stack!r} runs session {plan.name!r}; sessionctl names the "
                         "stack after the session, so it will not find this one")
@@ -76,6 +99,7 @@ def run(project_dir: Path) -> Session:
         "name": plan.name,
         "id": plan.session_id,
         "mode": plan.mode,
+        "type": plan.session.type,
         "definition": shown(loaded.session_file, project_dir),
         "pool": shown(loaded.pool_file, project_dir),
     })

@@ -66,3 +66,13 @@ def cpus_argument(cpu: float) -> str | None:
     nano = round(cpu * NANO)
     text = cpus_read_back(nano)
     return text if parse_cpus(text) == nano else None
+
+
+def stable_cpus_near(cpu: float) -> float:
+    """The nearest value, in thousandths, that survives the read-back (for an error's hint)."""
+    milli = round(cpu * 1000)
+    for step in range(1, 1000):
+        for candidate in (milli + step, milli - step):
+            if candidate > 0 and cpus_argument(candidate / 1000) is not None:
+                return candidate / 1000
+    return round(cpu)

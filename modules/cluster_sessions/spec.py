@@ -24,11 +24,12 @@ from pydantic import (
     WithJsonSchema,
 )
 
-from .provider_facts import cpus_argument, cpus_read_back
+from .provider_facts import cpus_argument, cpus_read_back, stable_cpus_near
 from .terminal import is_hidden
 from .units import MAX_BYTES, SIZE_JSON_SCHEMA, format_size, parse_size
 
-SESSION_NAME = re.compile(r"^(?=.{4,64}$)\w[\w.-]*\w$", re.ASCII)
+MAX_SESSION_NAME = 64
+SESSION_NAME = re.compile(rf"^(?=.{{4,{MAX_SESSION_NAME}}}$)\w[\w.-]*\w$", re.ASCII)
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 AGENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
@@ -40,6 +41,8 @@ DOCKER_HOST = re.compile(r"(unix|tcp|ssh|npipe)://\S+")
 MAX_CLUSTER_SIZE = 2048
 # Processes per container in a hostfile: far beyond any machine, small enough to mean a count.
 MAX_SLOTS = 1024
+# Sessions one definition makes with ``count`` (Backend.AI's launch dialog: "Sessions").
+MAX_COUNT = 100
 # What a container runs when the definition (or, for subs of a batch session, the plan) gives
 # no command: nothing but staying up for ssh.
 DEFAULT_COMMAND = ("sleep", "infinity")
@@ -177,6 +180,8 @@ class Session(_Model):
     # interactive: runs until destroyed. batch: main1's command is the job; the session ends
     # (for `sessionctl wait`/`run`) when it does, with its exit code; subs stay up meanwhile.
     type: Literal["interactive", "batch"] = "interactive"
+    # K identical sessions <name>-1 .. <name>-K, each its own stack, planned together.
+    count: Annotated[int, Field(ge=1, le=MAX_COUNT)] = 1
     cluster: ClusterShape = ClusterShape()
     resources: Resources = Resources()
     mounts: Annotated[tuple[Mount, ...], BeforeValidator(_listed)] = ()
@@ -251,6 +256,11 @@ def session_problems(session: Session) -> list[tuple[str, str]]:
     elif not session.name[0].isalnum():
         found.append(("name", "must start with a letter or digit: it begins the Docker "
                       "container and network names, which allow nothing else there"))
+    longest = f"{session.name}-{session.count}"
+    if session.count > 1 and len(longest) > MAX_SESSION_NAME:
+        found.append(("count", f"{session.count} sessions are named {session.name}-1 .. "
+                      f"{longest}, longer than the {MAX_SESSION_NAME} characters a session name "
+                      "may have: shorten the name or lower the count"))
     if any(c.isspace() for c in session.image):
         found.append(("image", "must not contain whitespace"))
     found += _text_problems(session)
@@ -273,14 +283,20 @@ def session_problems(session: Session) -> list[tuple[str, str]]:
                           f"passes at most {MAX_ARG_STRLEN - 1} (MAX_ARG_STRLEN, 128 KiB with "
                           "the terminating NUL): put large data in a mounted file"))
     found += _port_problems(session)
+    if session.count > 1:
+        found += [(f"ports.{i}.host", f"host port {p.host} is fixed, but count makes "
+                   f"{session.count} sessions that may share an agent and cannot all publish "
+                   "it: leave host unset (the engine picks a free port)")
+                  for i, p in enumerate(session.ports) if p.host is not None]
     if session.type == "batch" and "command" not in session.model_fields_set:
         found.append(("command", "a batch session needs a command: main1 runs it as the job "
                       "(e.g. command: [python3, train.py])"))
     if cpus_argument(session.resources.cpu) is None:
-        found.append(("resources.cpu", f"{session.resources.cpu:g} CPUs: the docker provider "
-                      f"reads this back as {cpus_read_back(round(session.resources.cpu * 1e9))}, "
-                      "so every up would replace the containers; use 0.1 or more, or two "
-                      "significant digits (e.g. 0.011)"))
+        cpu = session.resources.cpu
+        found.append(("resources.cpu", f"{cpu:g} CPUs: the docker provider reads this back as "
+                      f"{cpus_read_back(round(cpu * 1e9))}, so every up would replace the "
+                      f"containers; use a value it reads back as written, such as "
+                      f"{stable_cpus_near(cpu):g}"))
     slots = session.distributed.slots if session.distributed is not None else None
     if slots is not None and session.resources.gpu and slots > session.resources.gpu:
         found.append(("distributed.slots", f"{slots} slots per container, but each container "
