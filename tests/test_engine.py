@@ -131,17 +131,19 @@ def test_stack_config_sets_the_definition_and_removes_a_stale_pool(tmp_path):
     project = tmp_path
     config = engine.stack_config(project / "stacks/sessions/a.yaml", None, project)
     assert config == {"cluster-sessions:definition": "sessions/a.yaml",
-                      "cluster-sessions:pool": None}
+                      "cluster-sessions:pool": None, "cluster-sessions:index": None}
     config = engine.stack_config(project / "stacks/sessions/a.yaml",
-                                 project / "stacks/pools/lab.yaml", project)
+                                 project / "stacks/pools/lab.yaml", project, index=3)
     assert config["cluster-sessions:pool"] == "pools/lab.yaml"
+    assert config["cluster-sessions:index"] == "3"  # one of a count's sessions
 
 
 def test_config_keys_are_the_ones_the_project_declares(project_dir):
     import yaml
 
     declared = yaml.safe_load((project_dir / "Pulumi.yaml").read_text())
-    assert engine.CONFIG_DEFINITION in declared["config"]
+    keys = {engine.CONFIG_DEFINITION, engine.CONFIG_POOL, engine.CONFIG_INDEX}
+    assert keys <= set(declared["config"])
     assert declared["name"] == engine.PROJECT_NAME
     assert declared["stackConfigDir"] == engine.STACKS_DIR
 
@@ -282,11 +284,12 @@ class RecordingStack:
 
 
 def test_apply_config_sets_the_definition_and_clears_an_old_pool(tmp_path):
-    stack = RecordingStack(missing={"cluster-sessions:pool"})
+    stack = RecordingStack(missing={"cluster-sessions:pool", "cluster-sessions:index"})
     engine.apply_config(stack, engine.stack_config(tmp_path / "stacks/sessions/a.yaml", None,
                                                    tmp_path))
     assert stack.calls == [("set", "cluster-sessions:definition", "sessions/a.yaml", False),
-                           ("remove", "cluster-sessions:pool")]
+                           ("remove", "cluster-sessions:pool"),
+                           ("remove", "cluster-sessions:index")]
 
 
 def test_apply_config_sets_the_pool_when_given(tmp_path):

@@ -13,7 +13,8 @@ Decisions:
 - What other sessions hold is read from our container labels (``cluster-sessions.cpu``,
   ``.mem``, ``.gpus``) on every container with a ``cluster-sessions.session`` label, in any
   state: a stopped container still belongs to a stack, and the next ``up`` starts it again.
-  ``exclude_session`` leaves one session's own containers out (re-planning a running session).
+  ``exclude_session`` leaves one session's own containers out (re-planning a running session),
+  or several (the K sessions of a ``count``).
 - An agent that cannot be reached, whose engine does not answer, or that is the same engine as
   another agent of the pool is an error that names the agent and the cause. For multi-agent
   (overlay) placements the swarm must be formed: the manager is a manager, every other agent
@@ -23,7 +24,7 @@ Decisions:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -99,6 +100,16 @@ class PreflightError(AgentsUnusable):
         super().__init__("\n".join([head + ":", *(f"  {line}" for line in lines)]))
 
 
+Excluded = str | Collection[str] | None
+
+
+def excluded(sessions: Excluded) -> frozenset[str]:
+    """The session names whose containers do not count as held."""
+    if sessions is None:
+        return frozenset()
+    return frozenset((sessions,) if isinstance(sessions, str) else sessions)
+
+
 def _effective(agent: Agent, report: AgentReport) -> None:
     cap = agent.capacity
     gpus = cap.gpus
@@ -148,7 +159,7 @@ def _gib(size: int) -> str:
     return f"{size / 2**30:.1f}g"
 
 
-def probe_agent(agent: Agent, *, exclude_session: str | None = None, encryption: bool = False,
+def probe_agent(agent: Agent, *, exclude_session: Excluded = None, encryption: bool = False,
                 host_keys: str = "strict", connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
                 connector: Connector | None = None) -> AgentReport:
     """Everything ``pool check`` shows about one agent. Never raises for the agent's faults:
@@ -180,7 +191,7 @@ def probe_agent(agent: Agent, *, exclude_session: str | None = None, encryption:
         return report
     report.engine = info.value
     if held.ok:
-        report.held = tuple(h for h in held.value if h.session != exclude_session)
+        report.held = tuple(h for h in held.value if h.session not in excluded(exclude_session))
     else:
         report.problems.append(held.error)  # type: ignore[arg-type]
     report.cpus = cpus.value if cpus.ok else None
@@ -203,7 +214,7 @@ def probe_agent(agent: Agent, *, exclude_session: str | None = None, encryption:
 
 
 def probe_pool(pool: Pool, names: Iterable[str] | None = None, *,
-               exclude_session: str | None = None, encryption: bool = False,
+               exclude_session: Excluded = None, encryption: bool = False,
                host_keys: str = "strict",
                connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> list[AgentReport]:
     """Reports for the named agents (default: all), in pool order, probed in parallel."""
@@ -241,7 +252,7 @@ def _same_engine(reports: Sequence[AgentReport]) -> None:
             seen[eid] = r.name
 
 
-def probe_free(pool: Pool, exclude_session: str | None = None) -> list[Free]:
+def probe_free(pool: Pool, exclude_session: Excluded = None) -> list[Free]:
     """Live free capacity of every agent, in pool order (``sessionctl plan --probe``).
 
     Raises :class:`PreflightError` naming each agent that cannot be probed.
@@ -253,7 +264,7 @@ def probe_free(pool: Pool, exclude_session: str | None = None) -> list[Free]:
 
 
 def preflight(pool: Pool, agent_names: Iterable[str], *, overlay: bool | None = None,
-              exclude_session: str | None = None,
+              exclude_session: Excluded = None,
               host_keys: str = "strict") -> list[AgentReport]:
     """Check, before anything is created, that the agents a plan uses can be used.
 

@@ -1,7 +1,7 @@
 """``sessionctl``: the command line. The only place that decides exit codes.
 
-Exit codes (contract 4): 0 ok, 1 engine failure, 2 invalid input, 3 pending, 4 missing
-prerequisite (such as the ``pulumi`` CLI).
+Exit codes (contracts 4 and 6): 0 ok, 1 engine failure, 2 invalid input, 3 pending, 4 missing
+prerequisite (such as the ``pulumi`` CLI), 5 a batch job failed, 6 a batch job was lost.
 """
 
 from __future__ import annotations
@@ -14,32 +14,30 @@ import sys
 from pathlib import Path
 
 from ..agents.errors import AgentsUnusable
-from ..loader import load_session, validate_files
-from ..plan import ClusterPlan, build_plan, plan_to_dict
+from ..loader import Loaded, load_session, validate_files
+from ..placement import Free
+from ..plan import ClusterPlan, plan_to_dict, session_copies
 from ..problems import DefinitionError
 from ..spec import Pool, Session
 from ..terminal import dumps, printable
 from ..units import format_size
 from . import verbs
 from .errors import CommandError, Exit
-
-EPILOG = """exit codes: 0 ok, 1 engine failure, 2 invalid input, 3 session pending,
-4 missing prerequisite (e.g. the pulumi CLI)"""
+from .session_args import EPILOG, add_session_args, nonempty, select
 
 
-def _plan_for(args: argparse.Namespace) -> ClusterPlan:
-    loaded = load_session(Path(args.file), Path(args.pool) if args.pool is not None else None)
-    free = None
-    if getattr(args, "probe", False):
-        from ..agents.capacity import probe_free
+def probed_free(args: argparse.Namespace, loaded: Loaded) -> list[Free]:
+    """Live free capacity (``plan --probe``), said on stderr: which pool, what it found."""
+    from ..agents.capacity import probe_free
 
-        free = probe_free(loaded.pool, exclude_session=loaded.session.name)
-        print(f"probed pool {printable(loaded.pool.name)} ({printable(loaded.pool_file)}), "
-              "free now:", file=sys.stderr)
-        for f in free:
-            print(f"  {printable(f.name)}: cpu {f.millicpu / 1000:g}, mem {format_size(f.mem)}, "
-                  f"gpus {','.join(map(str, f.gpus)) or '-'}", file=sys.stderr)
-    return build_plan(loaded.session, loaded.pool, free)
+    exclude = [s.name for s in session_copies(loaded.session)]
+    free = probe_free(loaded.pool, exclude_session=exclude)
+    print(f"probed pool {printable(loaded.pool.name)} ({printable(loaded.pool_file)}), "
+          "free now:", file=sys.stderr)
+    for f in free:
+        print(f"  {printable(f.name)}: cpu {f.millicpu / 1000:g}, mem {format_size(f.mem)}, "
+              f"gpus {','.join(map(str, f.gpus)) or '-'}", file=sys.stderr)
+    return free
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -54,13 +52,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    plan = _plan_for(args)
+    loaded = load_session(Path(args.file), Path(args.pool) if args.pool is not None else None)
+    sel = select(loaded, args.index, probed_free(args, loaded) if args.probe else None)
+    plans = [p for _, p in sel.chosen]
     if args.json:
-        print(dumps(plan_to_dict(plan), indent=2))
+        docs = [plan_to_dict(p) for p in plans]
+        whole = {"count": len(sel.plans), "sessions": docs}
+        print(dumps(whole if sel.counted and args.index is None else docs[0], indent=2))
     else:
-        print(plan_table(plan))
-    if plan.pending:
-        print(f"{printable(args.file)}: pending: {printable(plan.reason)}", file=sys.stderr)
+        print("\n\n".join(plan_table(p) for p in plans))
+    if sel.pending is not None:
+        print(f"{printable(args.file)}: pending: {printable(sel.pending.reason)}",
+              file=sys.stderr)
         return Exit.PENDING
     return Exit.OK
 
@@ -175,23 +178,6 @@ def version() -> str:
         return installed("cluster-sessions")
     except PackageNotFoundError:
         return "unknown (neither installed nor in its checkout)"
-
-
-def nonempty(value: str) -> str:
-    """An argparse type for names and paths: ``--pool ''`` is a mistake, not "the default"."""
-    if not value:
-        raise argparse.ArgumentTypeError("must not be empty")
-    return value
-
-
-def add_session_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", metavar="FILE", type=nonempty,
-                   help="a ClusterSession definition (YAML)")
-    p.add_argument("--pool", metavar="POOL", type=nonempty,
-                   help="use this pool instead of the one the session names: an AgentPool "
-                   "file, or a pool name, looked up as the definition's `pool` is: beside the "
-                   "definition, in $CLUSTER_SESSIONS_POOLS, ./stacks/pools, the project's "
-                   "stacks/pools")
 
 
 def quiet_libraries() -> None:

@@ -3,7 +3,9 @@
 Each side is planned against its own pool (the one it names, resolved next to it, or
 ``--old-pool``/``--new-pool``; ``--pool`` sets both), with declared capacity, as ``sessionctl
 plan`` does. ``/dev/null`` (or ``-``) stands for a definition that does not exist on that side:
-a file added or deleted by the change. In CI, check out the base revision in a second work tree
+a file added or deleted by the change. A definition with ``count: K`` is its K sessions: each is
+compared with the session of the same name on the other side (a count that grows adds
+sessions, one that shrinks destroys them). In CI, check out the base revision in a second work tree
 and compare the two files (examples/ci).
 
 Exit codes: 0 (also for a pending side: the review says so), 2 invalid input. With
@@ -18,21 +20,22 @@ import textwrap
 from pathlib import Path
 
 from ..loader import load_session
-from ..plan import ClusterPlan, build_plan
+from ..plan import ClusterPlan, build_plans
 from ..review import diff_plans, review_to_dict, to_markdown
 from ..terminal import dumps
-from .cli import nonempty
 from .errors import CommandError, Exit
+from .session_args import nonempty
 
 ABSENT = ("/dev/null", "-")
 
 
-def side(file: str, pool: str | None) -> tuple[ClusterPlan | None, dict[str, str]]:
+def side(file: str, pool: str | None) -> tuple[dict[str, ClusterPlan], dict[str, str]]:
+    """The sessions a definition makes, by name (none for an absent side), and its agents."""
     if file in ABSENT:
-        return None, {}
+        return {}, {}
     loaded = load_session(Path(file), Path(pool) if pool else None)
     hosts = {a.name: a.docker_host for a in loaded.pool.agents}
-    return build_plan(loaded.session, loaded.pool), hosts
+    return {p.name: p for p in build_plans(loaded.session, loaded.pool)}, hosts
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -40,14 +43,17 @@ def cmd_diff(args: argparse.Namespace) -> int:
     new_pool = args.new_pool or args.pool
     old, old_hosts = side(args.old, old_pool)
     new, new_hosts = side(args.new, new_pool)
-    if old is None and new is None:
+    if not old and not new:
         raise CommandError("both OLD and NEW are absent: nothing to compare", Exit.INVALID)
-    review = diff_plans(old, new, old_hosts, new_hosts)
+    reviews = [diff_plans(old.get(name), new.get(name), old_hosts, new_hosts)
+               for name in dict.fromkeys((*old, *new))]
     if args.json:
-        print(dumps(review_to_dict(review), indent=2))
+        docs = [review_to_dict(r) for r in reviews]
+        print(dumps(docs[0] if len(docs) == 1 else {"sessions": docs}, indent=2))
     else:
-        sys.stdout.write(to_markdown(review, old_label=args.old, new_label=args.new))
-    if args.exit_code and review.changed:
+        sys.stdout.write("\n".join(to_markdown(r, old_label=args.old, new_label=args.new)
+                                   for r in reviews))
+    if args.exit_code and any(r.changed for r in reviews):
         return Exit.ENGINE
     return Exit.OK
 

@@ -57,14 +57,17 @@ import yaml
 
 from ..agents.capacity import preflight
 from ..agents.cleanup import sweep
-from ..loader import Loaded, load_session
-from ..plan import ClusterPlan, build_plan
+from ..loader import Loaded
+from ..plan import ClusterPlan
+from ..spec import Pool
 from .errors import CommandError, Exit
+from .session_args import EPILOG, add_session_args, selected
 
 VERBS = ("preview", "up", "destroy", "refresh")
 PROJECT_NAME = "cluster-sessions"
 CONFIG_DEFINITION = f"{PROJECT_NAME}:definition"
 CONFIG_POOL = f"{PROJECT_NAME}:pool"
+CONFIG_INDEX = f"{PROJECT_NAME}:index"
 STACKS_DIR = "stacks"
 STATE_DIR = ".pulumi-state"
 # Public on purpose: it lets a laptop or the lab run without setup, and protects nothing.
@@ -107,12 +110,15 @@ def config_path(file: Path, stacks_dir: Path) -> str:
         return resolved.as_posix()
 
 
-def stack_config(definition: Path, pool: Path | None, project: Path) -> dict[str, str | None]:
-    """The stack config a run sets; ``None`` means "remove the key" (no stale pool from before)."""
+def stack_config(definition: Path, pool: Path | None, project: Path,
+                 index: int | None = None) -> dict[str, str | None]:
+    """The stack config a run sets; ``None`` means "remove the key" (no stale pool from before).
+    ``index``: which of a ``count``'s sessions the stack runs."""
     stacks = project / STACKS_DIR
     return {
         CONFIG_DEFINITION: config_path(definition, stacks),
         CONFIG_POOL: config_path(pool, stacks) if pool is not None else None,
+        CONFIG_INDEX: str(index) if index is not None else None,
     }
 
 
@@ -224,6 +230,10 @@ def call_kwargs(verb: str, *, json_mode: bool, color: bool, on_output: Print | N
         kwargs["suppress_progress"] = True
     if diff:
         kwargs["diff"] = True
+    if verb == "destroy":
+        # past what cannot be deleted now (an agent that does not answer): the rest goes, the
+        # stack keeps the failed ones for the next destroy
+        kwargs["continue_on_error"] = True
     return kwargs
 
 
@@ -430,6 +440,23 @@ def open_stack(stack: str, project: Path, settings: EngineSettings, pulumi: Path
                            + how_to_install(), Exit.MISSING) from None
 
 
+def open_workspace(project: Path, settings: EngineSettings, pulumi: Path | None) -> Any:
+    """The project's workspace (``list_stacks``, ``stack_outputs``) on the configured backend."""
+    from pulumi import automation as auto
+
+    try:
+        command = None
+        if pulumi is not None and shutil.which("pulumi") != str(pulumi):
+            command = auto.PulumiCommand(root=str(pulumi.parent.parent))
+        return auto.LocalWorkspace(work_dir=str(project), env_vars=settings.env,
+                                   pulumi_command=command)
+    except FileNotFoundError:
+        raise CommandError(how_to_install(), Exit.MISSING) from None
+    except auto.InvalidVersionError as exc:
+        raise CommandError(f"the pulumi CLI is not usable by the SDK: {exc}\n"
+                           + how_to_install(), Exit.MISSING) from None
+
+
 def apply_config(stack: Any, config: Mapping[str, str | None]) -> None:
     from pulumi import automation as auto
 
@@ -489,25 +516,43 @@ def emit(doc: Mapping[str, Any]) -> None:
 # --- the verb ----------------------------------------------------------------------------------
 
 
+class StackFailed(CommandError):
+    """One stack's run failed; ``doc`` is its ``--json`` summary."""
+
+    def __init__(self, message: str, code: Exit, doc: dict[str, Any]):
+        super().__init__(message, code)
+        self.doc = doc
+
+
 def cmd_engine(args: argparse.Namespace) -> int:
     verb = args.verb
     definition = Path(args.file)
     pool_file = Path(args.pool) if args.pool else None
-    loaded = load_session(definition, pool_file)  # DefinitionError -> exit 2 in cli.main
-    plan = build_plan(loaded.session, loaded.pool)
-    stack_name = stack_name_for(plan.name, args.stack)
+    sel = selected(args)  # DefinitionError -> exit 2 in cli.main
+    if args.stack is not None and len(sel.chosen) > 1:
+        raise CommandError(f"--stack names one stack, but {definition} makes "
+                           f"{len(sel.plans)} sessions (count): add --index I", Exit.INVALID)
+    stacks = {plan.name: stack_name_for(plan.name, args.stack) for _, plan in sel.chosen}
+    docs: list[dict[str, Any]] = []
 
-    def report(result: str, **extra: Any) -> None:
+    def report_all(result: str, **extra: Any) -> None:
+        docs[:] = [summary_document(verb, stacks[p.name], p.name, extra.get("backend"), result,
+                                    **{k: v for k, v in extra.items() if k != "backend"})
+                   for _, p in sel.chosen]
+        emit_docs()
+
+    def emit_docs() -> None:
         if args.json:
-            emit(summary_document(verb, stack_name, plan.name, extra.pop("backend", None),
-                                  result, **extra))
+            emit(docs[0] if len(docs) == 1 else
+                 {"verb": verb, "count": len(sel.plans), "sessions": docs})
 
-    if plan.pending:
+    pending = sel.pending
+    if pending is not None:
         if verb in ("preview", "up"):
-            report("pending", reason=plan.reason)
-            raise CommandError(f"{definition}: pending: {plan.reason}; nothing was sent to the "
-                               "engine", Exit.PENDING)
-        print(f"sessionctl {verb}: note: {definition} is pending now ({plan.reason}); "
+            report_all("pending", reason=pending.reason)
+            raise CommandError(f"{definition}: pending: {pending.reason}; nothing was sent to "
+                               "the engine", Exit.PENDING)
+        print(f"sessionctl {verb}: note: {definition} is pending now ({pending.reason}); "
               f"{verb} works on the stack's recorded state", file=sys.stderr)
 
     project = find_project(project_starts(definition))
@@ -520,28 +565,70 @@ def cmd_engine(args: argparse.Namespace) -> int:
     pulumi = find_pulumi(os.environ)
     if pulumi is None:
         missing.append(how_to_install())
-    missing += unreachable_local_agents(plan, loaded)
+    if verb != "destroy":  # destroy goes on past an agent that does not answer
+        for _, plan in sel.chosen:
+            missing += [m for m in unreachable_local_agents(plan, sel.loaded)
+                        if m not in missing]
     if missing:
-        report("missing-prerequisite", backend=settings.backend_url, error="\n".join(missing))
+        report_all("missing-prerequisite", backend=settings.backend_url,
+                   error="\n".join(missing))
         raise CommandError("\n".join(missing), Exit.MISSING)
     # After the prerequisites: a missing CLI is exit 4 whether or not --yes was given.
     try:
         ask_first = confirmation(verb, args.yes, args.json, sys.stdin.isatty())
     except CommandError as exc:  # --json promises one document, whatever the outcome
-        report("needs-confirmation", backend=settings.backend_url, error=str(exc))
+        report_all("needs-confirmation", backend=settings.backend_url, error=str(exc))
         raise
 
-    if verb in ("preview", "up") and not plan.pending:
-        # Every agent the plan uses answers, and is what the plan assumes (swarm membership,
+    if verb in ("preview", "up") and pending is None:
+        # Every agent the plans use answers, and is what each plan assumes (swarm membership,
         # encryption support) before anything is created: no half-made session.
-        preflight(loaded.pool, plan.agents, exclude_session=plan.name)
+        mine = [p.name for p in sel.plans]
+        for agents in dict.fromkeys(p.agents for _, p in sel.chosen):
+            preflight(sel.loaded.pool, agents, exclude_session=mine)
     if settings.state_dir is not None:
         settings.state_dir.mkdir(parents=True, exist_ok=True)
     warn_passphrase_once(settings)
+    failures: list[StackFailed] = []
+    done: list[str] = []
+    for index, plan in sel.chosen:
+        config = stack_config(definition, pool_file, project,
+                              index if sel.counted else None)
+        try:
+            docs.append(run_stack(args, plan, sel.loaded.pool, stacks[plan.name], config,
+                                  project, settings, pulumi, ask_first))
+            done.append(plan.name)
+        except StackFailed as exc:
+            docs.append(exc.doc)
+            failures.append(exc)
+            if verb != "destroy":  # stop at the first failure: say what was and was not run
+                break
+    emit_docs()
+    if failures:
+        message = "\n".join(str(f) for f in failures)
+        left = [p.name for _, p in sel.chosen if p.name not in done
+                and p.name not in [d["session"] for d in docs]]
+        if len(sel.chosen) > 1:
+            message += (f"\n{verb} done for: {', '.join(done) or 'none'}"
+                         + (f"; not attempted: {', '.join(left)}" if left else ""))
+        raise CommandError(message, failures[0].code)
+    return Exit.OK
+
+
+def run_stack(args: argparse.Namespace, plan: ClusterPlan, pool: Pool, stack_name: str,
+              config: Mapping[str, str | None], project: Path, settings: EngineSettings,
+              pulumi: Path | None, ask_first: bool) -> dict[str, Any]:
+    """One verb on one session's stack; returns its ``--json`` summary or raises
+    :class:`StackFailed` with it."""
+    verb = args.verb
     term = Terminal(quiet=args.json)
     events = EventLog()
     color = sys.stdout.isatty()
-    message = f"sessionctl {verb} {config_path(definition, project / STACKS_DIR)}"
+    message = f"sessionctl {verb} {config[CONFIG_DEFINITION]}"
+    backend = settings.backend_url
+
+    def summary(result: str, **extra: Any) -> dict[str, Any]:
+        return summary_document(verb, stack_name, plan.name, backend, result, **extra)
 
     def kwargs(call: str) -> dict[str, Any]:
         return call_kwargs(call, json_mode=args.json, color=color, on_output=term.out,
@@ -556,13 +643,12 @@ def cmd_engine(args: argparse.Namespace) -> int:
                                create=verb in ("preview", "up"))
         except auto.errors.StackNotFoundError:
             if verb == "destroy":
-                print(f"sessionctl destroy: no stack {stack_name!r} in {settings.backend_url}; "
-                      "nothing to destroy", file=sys.stderr)
-                report("succeeded", backend=settings.backend_url)
-                return Exit.OK
-            raise CommandError(f"no stack {stack_name!r} in {settings.backend_url}; run "
-                               f"`sessionctl up {definition}` first", Exit.ENGINE) from None
-        apply_config(stack, stack_config(definition, pool_file, project))
+                print(f"sessionctl destroy: no stack {stack_name!r} in {backend}; nothing to "
+                      "destroy", file=sys.stderr)
+                return summary("succeeded")
+            raise StackFailed(f"no stack {stack_name!r} in {backend}; run `sessionctl up "
+                              f"{args.file}` first", Exit.ENGINE, summary("failed")) from None
+        apply_config(stack, config)
         outputs: Mapping[str, Any] = {}
         if ask_first:
             preview = (stack.preview(**kwargs("preview")) if verb == "up"
@@ -571,7 +657,8 @@ def cmd_engine(args: argparse.Namespace) -> int:
             shown = ", ".join(f"{n} {op}" for op, n in counts.items()) or "no changes"
             question = "Apply these changes" if verb == "up" else "Destroy these resources"
             if not ask(f"{question} to stack {stack_name} ({shown})?"):
-                raise CommandError(f"{verb} declined: nothing was changed", Exit.ENGINE)
+                raise StackFailed(f"{verb} declined: nothing was changed", Exit.ENGINE,
+                                  summary("declined"))
             events.steps.clear()
         if verb == "preview":
             result = stack.preview(**kwargs("preview"))
@@ -586,21 +673,43 @@ def cmd_engine(args: argparse.Namespace) -> int:
     except auto.errors.CommandError as exc:
         out, err = split_command_error(str(exc))
         text = engine_error_message(events.errors, term.stdout or out, term.stderr or err)
-        report("failed", backend=settings.backend_url, steps=events.steps, error=text)
-        raise CommandError(f"the engine failed on stack {stack_name}:\n{text}",
-                           Exit.ENGINE) from None
+        if verb == "destroy":
+            raise partly_destroyed(args, plan, pool, stack_name, text, summary,
+                                   events) from None
+        raise StackFailed(f"the engine failed on stack {stack_name}:\n{text}", Exit.ENGINE,
+                          summary("failed", steps=events.steps, error=text)) from None
     if verb == "destroy":
-        swept = sweep(loaded.pool, plan.name)  # what state forgot must not outlive it
-        if not swept.clean:
-            report("failed", backend=settings.backend_url, steps=events.steps,
-                   error=swept.summary())
-            raise CommandError(swept.summary(), Exit.ENGINE)
-    report("succeeded", backend=settings.backend_url, changes=changes,
-           outputs=masked_outputs(outputs), steps=events.steps)
+        swept = sweep(pool, plan.name)  # what state forgot must not outlive it
+        if swept.remaining:
+            raise StackFailed(swept.summary(), Exit.ENGINE,
+                              summary("failed", steps=events.steps, error=swept.summary()))
+        for error in swept.errors:  # the stack is gone; leftovers there cannot be looked for
+            print(f"sessionctl destroy: warning: {plan.name}: could not look for leftovers: "
+                  f"{error}; `sessionctl pool sweep {pool.name} --session {plan.name}` once it "
+                  "answers", file=sys.stderr)
     if not args.json:
         shown = ", ".join(f"{n} {op}" for op, n in changes.items()) or "no changes"
         print(f"sessionctl {verb}: stack {stack_name}: {shown}", file=sys.stderr)
-    return Exit.OK
+    return summary("succeeded", changes=changes, outputs=masked_outputs(outputs),
+                   steps=events.steps)
+
+
+def partly_destroyed(args: argparse.Namespace, plan: ClusterPlan, pool: Pool, stack_name: str,
+                     text: str,
+                     summary: Callable[..., dict[str, Any]], events: EventLog) -> StackFailed:
+    """``destroy`` went on past what it could not delete (an agent that does not answer):
+    remove by label what is left where agents answer, and name the rest. The stack keeps what
+    it could not delete, so a later ``destroy`` (or ``pool sweep``) finishes the job."""
+    swept = sweep(pool, plan.name)
+    lines = [f"destroy of stack {stack_name} did not finish; it removed what it could.",
+             "The engine could not delete:", *(f"  {line}" for line in text.splitlines()),
+             swept.summary(),
+             f"What is left stays in the stack: run `sessionctl destroy {args.file}` again once "
+             f"the agents answer (`sessionctl pool sweep {pool.name} --session {plan.name}` "
+             "removes leftovers by label)."]
+    message = "\n".join(lines)
+    return StackFailed(message, Exit.ENGINE,
+                       summary("partial", steps=events.steps, error=message))
 
 
 HELP = {
@@ -612,8 +721,6 @@ HELP = {
 
 
 def register(subparsers) -> None:
-    from .cli import EPILOG, add_session_args
-
     for verb in VERBS:
         description = textwrap.fill(
             f"{HELP[verb][0].upper()}{HELP[verb][1:]}, through the Pulumi Automation API (needs "

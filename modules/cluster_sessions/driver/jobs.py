@@ -21,36 +21,38 @@ from .observe import (
     JobEnd,
     agents_to_ask,
     connect,
-    follow_job,
-    plan_for,
     positive_seconds,
     short_time,
     survey,
+    wait_for_jobs,
 )
+from .session_args import EPILOG, Selected, add_session_args, combined, selected
 
 EngineVerb = Callable[[argparse.Namespace], int]
 
 
 def _engine_args(args: argparse.Namespace, verb: str) -> argparse.Namespace:
-    return argparse.Namespace(verb=verb, file=args.file, pool=args.pool, stack=args.stack,
-                              json=False, yes=True, diff=False)
+    return argparse.Namespace(verb=verb, file=args.file, pool=args.pool, index=args.index,
+                              stack=args.stack, json=False, yes=True, diff=False)
 
 
-def _summary(args: argparse.Namespace, plan, connect: Connect) -> list[dict[str, Any]]:
-    loaded, _ = plan_for(args)
-    found = survey(plan, loaded, agents_to_ask(plan, loaded), connect)
-    try:
-        by_host = {f.host: f for f in found.found}
-        rows = []
-        for c in plan.containers:
-            f = by_host.get(c.host)
-            rows.append({"host": c.host, "state": f.state if f else "missing",
-                         "exit_code": f.exit_code if f else None,
-                         "started": f.started_at if f else None,
-                         "finished": f.finished_at if f else None})
-        return rows
-    finally:
-        found.close()
+def _summary(sel: Selected, connect: Connect) -> list[dict[str, Any]]:
+    rows = []
+    for _, plan in sel.chosen:
+        found = survey(plan, sel.loaded, agents_to_ask(plan, sel.loaded), connect)
+        try:
+            by_host = {f.host: f for f in found.found}
+            for c in plan.containers:
+                f = by_host.get(c.host)
+                state = f.state if f else ("unknown" if c.agent in found.unreachable
+                                           else "missing")
+                rows.append({"session": plan.name, "host": c.host, "state": state,
+                             "exit_code": f.exit_code if f else None,
+                             "started": f.started_at if f else None,
+                             "finished": f.finished_at if f else None})
+        finally:
+            found.close()
+    return rows
 
 
 def _ask(question: str) -> bool:
@@ -65,31 +67,28 @@ def cmd_run(args: argparse.Namespace, engine_verb: EngineVerb | None = None,
             connect: Connect = connect) -> int:
     if engine_verb is None:
         from .engine import cmd_engine as engine_verb
-    loaded, plan = plan_for(args)
-    if plan.session.type != "batch":
-        raise CommandError(f"{args.file}: type: session {plan.name} is interactive; `run` "
-                           "runs a batch session (type: batch) and tears it down after its job",
-                           Exit.INVALID)
+    sel = selected(args)
+    names = ", ".join(p.name for _, p in sel.chosen)
+    if sel.loaded.session.type != "batch":
+        raise CommandError(f"{args.file}: type: session {sel.plans[0].name} is interactive; "
+                           "`run` runs a batch session (type: batch) and tears it down after "
+                           "its job", Exit.INVALID)
     code = engine_verb(_engine_args(args, "up"))
     if code != Exit.OK:
         return code
     interrupted = False
     try:
-        found = survey(plan, loaded, agents_to_ask(plan, loaded), connect)
-        try:
-            end = (JobEnd(Exit.ENGINE, "agents did not answer: " + "; ".join(
-                       f"{a}: {w}" for a, w in found.unreachable.items()))
-                   if found.unreachable else follow_job(args, plan, found))
-        finally:
-            found.close()
+        ends = wait_for_jobs(args, sel, connect, "run")
     except KeyboardInterrupt:
         interrupted = True
-        end = JobEnd(Exit.JOB_LOST, "interrupted (Ctrl-C) before the job ended")
-    rows = _summary(args, plan, connect)
-    keep = args.keep or (args.keep_on_failure and end.code != Exit.OK)
+        ends = [(p, JobEnd(Exit.JOB_LOST, "interrupted (Ctrl-C) before the job ended"))
+                for _, p in sel.chosen]
+    outcome = combined(end.code for _, end in ends)
+    rows = _summary(sel, connect)
+    keep = args.keep or (args.keep_on_failure and outcome != Exit.OK)
     if interrupted and not args.keep:
         keep = sys.stdin.isatty() and not _ask(
-            f"sessionctl run: destroy session {plan.name} now? [y/N]")
+            f"sessionctl run: destroy session {names} now? [y/N]")
     destroyed = False
     if not keep:
         destroy_code = engine_verb(_engine_args(args, "destroy"))
@@ -98,27 +97,32 @@ def cmd_run(args: argparse.Namespace, engine_verb: EngineVerb | None = None,
             print(f"sessionctl run: destroy failed (exit {destroy_code}); the session is still "
                   f"there: run `sessionctl destroy {args.file}`", file=sys.stderr)
     else:
-        print(f"sessionctl run: session {plan.name} kept; `sessionctl destroy {args.file}` "
+        print(f"sessionctl run: session {names} kept; `sessionctl destroy {args.file}` "
               "removes it", file=sys.stderr)
-    print(f"sessionctl run: {end.message}", file=sys.stderr)
+    for plan, end in ends:
+        who = f"{plan.name}: " if len(ends) > 1 else ""
+        print(f"sessionctl run: {who}{end.message}", file=sys.stderr)
     if args.json:
-        json.dump({"session": plan.name, "exit": int(end.code), "result": end.message,
-                   "job_exit_code": end.job_exit_code, "destroyed": destroyed,
-                   "containers": rows}, sys.stdout, indent=2)
+        jobs = [{"session": p.name, "exit": int(e.code), "result": e.message,
+                 "job_exit_code": e.job_exit_code} for p, e in ends]
+        json.dump({"session": names, "exit": int(outcome), "result": jobs[0]["result"]
+                   if len(jobs) == 1 else f"{len(jobs)} jobs",
+                   "job_exit_code": jobs[0]["job_exit_code"] if len(jobs) == 1 else None,
+                   "jobs": jobs, "destroyed": destroyed, "containers": rows},
+                  sys.stdout, indent=2)
         print()
     else:
-        width = max(len(r["host"]) for r in rows)
+        width = max(len(r["session"] + r["host"]) for r in rows) + 1
         for r in rows:
             code_text = "" if r["exit_code"] is None else f" (exit code {r['exit_code']})"
-            print(f"{r['host']:<{width}}  {r['state']}{code_text}  started "
+            where = f"{r['session']}/{r['host']}" if sel.counted else r["host"]
+            print(f"{where:<{width}}  {r['state']}{code_text}  started "
                   f"{short_time(r['started'])}  finished {short_time(r['finished'])}",
                   file=sys.stderr)
-    return end.code
+    return outcome
 
 
 def register(subparsers) -> None:
-    from .cli import EPILOG, add_session_args
-
     p = subparsers.add_parser(
         "run", help="up a batch session, wait for its job, destroy it; exit 0, 5 or 6",
         description=textwrap.fill(

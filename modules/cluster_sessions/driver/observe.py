@@ -26,14 +26,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
-from ..loader import Loaded, load_session
-from ..plan import LABEL_PREFIX, ClusterPlan, build_plan
+from ..loader import Loaded
+from ..plan import LABEL_PREFIX, ClusterPlan
 from ..spec import Agent
 from ..terminal import printable
 from .errors import CommandError, Exit
+from .session_args import EPILOG, Selected, add_session_args, combined, selected
 
 SESSION_LABEL = f"{LABEL_PREFIX}.session"
 HOST_LABEL = f"{LABEL_PREFIX}.host"
@@ -348,29 +348,36 @@ def network_state(plan: ClusterPlan, clients: Mapping[str, Any],
                         containers=len(attrs.get("Containers") or {}))
 
 
-def plan_for(args: argparse.Namespace) -> tuple[Loaded, ClusterPlan]:
-    loaded = load_session(Path(args.file), Path(args.pool) if args.pool else None)
-    return loaded, build_plan(loaded.session, loaded.pool)
-
-
 def cmd_status(args: argparse.Namespace, connect: Connect = connect) -> int:
-    loaded, plan = plan_for(args)
-    found = survey(plan, loaded, agents_to_ask(plan, loaded), connect)
-    try:
-        net = network_state(plan, found.clients, found.unreachable)
-        report = status_report(plan, found.found, net, found.unreachable)
-    finally:
-        found.close()
+    sel = selected(args)
+    reports = []
+    for _, plan in sel.chosen:
+        found = survey(plan, sel.loaded, agents_to_ask(plan, sel.loaded), connect)
+        try:
+            net = network_state(plan, found.clients, found.unreachable)
+            reports.append(status_report(plan, found.found, net, found.unreachable))
+        finally:
+            found.close()
     if args.json:
-        json.dump(report_to_dict(report), sys.stdout, indent=2, ensure_ascii=False)
+        docs = [report_to_dict(r) for r in reports]
+        whole = {"count": len(sel.plans), "sessions": docs}
+        json.dump(whole if len(docs) > 1 else docs[0], sys.stdout, indent=2, ensure_ascii=False)
         print()
     else:
-        print(report_table(report))
-    for agent, why in report.unreachable.items():
-        print(f"sessionctl status: agent {agent} did not answer: {why}", file=sys.stderr)
-    for fault in report.faults:
-        print(f"sessionctl status: {fault}", file=sys.stderr)
-    return Exit.OK if report.ok else Exit.ENGINE
+        print("\n\n".join(report_table(r) for r in reports))
+    for report in reports:
+        who = f"{report.plan.name}: " if len(reports) > 1 else ""
+        for agent, why in report.unreachable.items():
+            print(f"sessionctl status: {who}agent {agent} did not answer: {why}",
+                  file=sys.stderr)
+        for fault in report.faults:
+            print(f"sessionctl status: {who}{fault}", file=sys.stderr)
+    return Exit.OK if all(r.ok for r in reports) else Exit.ENGINE
+
+
+def label_for(sel: Selected, plan: ClusterPlan, host: str) -> str:
+    """How a host is named in prefixed output: ``sub1``, or ``train-2/sub1`` for one of K."""
+    return f"{plan.name}/{host}" if len(sel.chosen) > 1 else host
 
 
 # --- logs ----------------------------------------------------------------------------------------
@@ -436,15 +443,28 @@ def parse_tail(value: str) -> int | str:
 
 
 def cmd_logs(args: argparse.Namespace, connect: Connect = connect) -> int:
-    loaded, plan = plan_for(args)
-    found = survey(plan, loaded, agents_to_ask(plan, loaded), connect)
+    sel = selected(args)
+    sources: list[tuple[str, Any]] = []
+    surveys = []
     try:
-        return show_logs(args, plan, found)
+        for _, plan in sel.chosen:
+            found = survey(plan, sel.loaded, agents_to_ask(plan, sel.loaded), connect)
+            surveys.append(found)
+            sources += [(label_for(sel, plan, host), c)
+                        for host, c in log_sources(args, plan, found)]
+        if not sources:
+            shown = ", ".join(p.name for _, p in sel.chosen)
+            raise CommandError(f"none of the containers of session {shown} were found; is it "
+                               "up?", Exit.ENGINE)
+        return show_logs(args, sources)
     finally:
-        found.close()
+        for found in surveys:
+            found.close()
 
 
-def show_logs(args: argparse.Namespace, plan: ClusterPlan, found: Survey) -> int:
+def log_sources(args: argparse.Namespace, plan: ClusterPlan, found: Survey
+                ) -> list[tuple[str, Any]]:
+    """The containers whose logs to show, host order; what is missing is said on stderr."""
     hosts = select_hosts(plan, found.containers, args.host)
     for agent, why in found.unreachable.items():
         print(f"sessionctl logs: agent {agent} did not answer: {why}", file=sys.stderr)
@@ -452,11 +472,12 @@ def show_logs(args: argparse.Namespace, plan: ClusterPlan, found: Survey) -> int
     for host in hosts:
         containers = found.containers.get(host, [])
         if not containers:
-            print(f"sessionctl logs: {host}: no container found", file=sys.stderr)
+            print(f"sessionctl logs: {plan.name}: {host}: no container found", file=sys.stderr)
         sources += [(host, c) for c in containers]
-    if not sources:
-        raise CommandError(f"none of the containers of session {plan.name} were found "
-                           f"({', '.join(hosts)}); is it up?", Exit.ENGINE)
+    return sources
+
+
+def show_logs(args: argparse.Namespace, sources: Sequence[tuple[str, Any]]) -> int:
     printer = Printer(max(len(h) for h, _ in sources))
     options = {"stdout": True, "stderr": True, "stream": True, "tail": args.tail,
                "timestamps": args.timestamps, "follow": args.follow}
@@ -514,37 +535,56 @@ def job_outcome(plan: ClusterPlan, states: Mapping[str, Found | None]) -> JobEnd
 
 
 def cmd_wait(args: argparse.Namespace, connect: Connect = connect) -> int:
-    loaded, plan = plan_for(args)
-    if plan.session.type != "batch":
-        raise CommandError(f"{args.file}: type: session {plan.name} is interactive; only a "
-                           "batch session (type: batch) has a job to wait for", Exit.INVALID)
-    found = survey(plan, loaded, agents_to_ask(plan, loaded), connect)
-    try:
-        for agent, why in found.unreachable.items():
-            print(f"sessionctl wait: agent {agent} did not answer: {why}", file=sys.stderr)
-        if found.unreachable:
-            return Exit.ENGINE
-        end = follow_job(args, plan, found)
-    finally:
-        found.close()
-    print(f"sessionctl wait: {end.message}", file=sys.stderr)
+    sel = selected(args)
+    if sel.loaded.session.type != "batch":
+        raise CommandError(f"{args.file}: type: session {sel.plans[0].name} is interactive; "
+                           "only a batch session (type: batch) has a job to wait for",
+                           Exit.INVALID)
+    ends = wait_for_jobs(args, sel, connect, "wait")
+    for plan, end in ends:
+        who = f"{plan.name}: " if len(ends) > 1 else ""
+        print(f"sessionctl wait: {who}{end.message}", file=sys.stderr)
+    code = combined(end.code for _, end in ends)
     if args.json:
-        json.dump({"session": plan.name, "exit": int(end.code), "result": end.message,
-                   "job_exit_code": end.job_exit_code}, sys.stdout)
+        docs = [{"session": p.name, "exit": int(e.code), "result": e.message,
+                 "job_exit_code": e.job_exit_code} for p, e in ends]
+        json.dump(docs[0] if len(docs) == 1 else {"exit": code, "sessions": docs}, sys.stdout)
         print()
-    return end.code
+    return code
 
 
-def follow_job(args: argparse.Namespace, plan: ClusterPlan, found: Survey) -> JobEnd:
+def wait_for_jobs(args: argparse.Namespace, sel: Selected, connect: Connect, verb: str
+                  ) -> list[tuple[ClusterPlan, JobEnd]]:
+    """Each chosen session's job until it ends, one after the other, within one deadline."""
+    deadline = time.monotonic() + args.timeout if args.timeout else None
+    ends = []
+    for _, plan in sel.chosen:
+        found = survey(plan, sel.loaded, agents_to_ask(plan, sel.loaded), connect)
+        try:
+            for agent, why in found.unreachable.items():
+                print(f"sessionctl {verb}: agent {agent} did not answer: {why}", file=sys.stderr)
+            if found.unreachable:
+                end = JobEnd(Exit.ENGINE, "agents did not answer: " + "; ".join(
+                    f"{a}: {w}" for a, w in found.unreachable.items()))
+            else:
+                prefix = f"{plan.name}/" if len(sel.chosen) > 1 else ""
+                end = follow_job(plan, found, deadline, args.timeout, prefix)
+        finally:
+            found.close()
+        ends.append((plan, end))
+    return ends
+
+
+def follow_job(plan: ClusterPlan, found: Survey, deadline: float | None,
+               timeout: float | None, prefix: str = "") -> JobEnd:
     """main1's log lines (prefixed with the host) while polling every container's state."""
     main = plan.containers[0].host
     containers = {host: cs[0] for host, cs in found.containers.items() if cs}
-    printer = Printer(max(len(h) for h in plan.hosts))
+    printer = Printer(max(len(prefix + h) for h in plan.hosts))
     if main in containers:
         stream = containers[main].logs(stdout=True, stderr=True, stream=True, follow=True)
-        threading.Thread(target=pump, args=(main, stream, printer), daemon=True,
+        threading.Thread(target=pump, args=(prefix + main, stream, printer), daemon=True,
                          name=f"logs-{main}").start()
-    deadline = time.monotonic() + args.timeout if args.timeout else None
     while True:
         states: dict[str, Found | None] = {}
         for c in plan.containers:
@@ -563,13 +603,11 @@ def follow_job(args: argparse.Namespace, plan: ClusterPlan, found: Survey) -> Jo
             return end
         if deadline is not None and time.monotonic() >= deadline:
             return JobEnd(Exit.JOB_LOST, f"the job on {main} did not end within "
-                          f"{args.timeout:g} s (it is still running)")
+                          f"{timeout:g} s (it is still running)")
         time.sleep(POLL_S)
 
 
 def register(subparsers) -> None:
-    from .cli import EPILOG, add_session_args
-
     p = subparsers.add_parser(
         "status", help="the session's containers on its agents: state, health, image",
         description=textwrap.fill(

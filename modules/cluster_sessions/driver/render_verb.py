@@ -28,10 +28,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..keys import generate_session_keys
-from ..plan import build_plan
+from ..plan import ClusterPlan
 from ..render import BUNDLE_DIR, RenderedFile, entrypoint_argv, render_container
-from .cli import add_session_args
 from .errors import CommandError, Exit
+from .session_args import add_session_args, selected
 
 PRIVATE_DIR_MODE = 0o700  # a directory holding a secret file
 DIR_MODE = 0o755
@@ -109,17 +109,31 @@ def _out_dir(text: str) -> Path:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from ..loader import load_session
-
     out = _out_dir(args.out)
-    loaded = load_session(Path(args.file), Path(args.pool) if args.pool else None)
-    plan = build_plan(loaded.session, loaded.pool)
-    if plan.pending:
-        raise CommandError(f"{args.file}: pending, nothing rendered: {plan.reason}", Exit.PENDING)
+    sel = selected(args)
+    if sel.pending is not None:
+        raise CommandError(f"{args.file}: pending, nothing rendered: {sel.pending.reason}",
+                           Exit.PENDING)
+    each = sel.counted and args.index is None  # DIR/<session>/<host>/ for each of the K
+    for _, plan in sel.chosen:
+        render_session(plan, out / plan.name if each else out)
+    print("fresh session keys were generated for these files (private keys: ssh/*, mode 0600);"
+          " a Pulumi stack keeps its own keys")
+    print(f"run a container with DIR/<host> mounted read-only at {BUNDLE_DIR}, entrypoint "
+          f"{' '.join(entrypoint_argv())}, the plan's env, hostname and network alias <host>")
+    sys.stdout.flush()
+    return Exit.OK
+
+
+def render_session(plan: ClusterPlan, out: Path) -> None:
+    """One session's files into ``out/<host>/``; folders of hosts it no longer has go."""
     keys = generate_session_keys(plan.hosts)
     hosts = set(plan.hosts)
     counts: dict[str, int] = {}
     try:
+        if out.is_symlink():
+            raise CommandError(f"{out}: is a symbolic link; give the real directory",
+                               Exit.INVALID)
         out.mkdir(parents=True, exist_ok=True)
         for container in plan.containers:  # one container's files in memory at a time
             counts[container.host] = write_bundle(render_container(plan, container, keys),
@@ -139,19 +153,14 @@ def cmd_render(args: argparse.Namespace) -> int:
         print(f"  ... and {len(shown) - 8} more")
     if stale:
         print(f"removed the folders of hosts this session no longer has: {', '.join(stale)}")
-    print("fresh session keys were generated for these files (private keys: ssh/*, mode 0600);"
-          " a Pulumi stack keeps its own keys")
-    print(f"run a container with DIR/<host> mounted read-only at {BUNDLE_DIR}, entrypoint "
-          f"{' '.join(entrypoint_argv())}, the plan's env, hostname and network alias <host>")
-    sys.stdout.flush()
-    return Exit.OK
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "render", help="write each container's entrypoint, cluster env script and ssh files",
         description="Render the files each container runs into DIR/<host>/ (entrypoint.sh, "
-        "cluster-env.sh, the ssh files). "
+        "cluster-env.sh, the ssh files); with `count: K`, DIR/<name>-<i>/<host>/ for each "
+        "session (DIR/<host>/ with --index). "
         "Generates fresh session keys each time (a Pulumi stack keeps its own); private keys "
         "are written 0600 and never printed. Exit 3 when the session is pending.",
     )

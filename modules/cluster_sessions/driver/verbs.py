@@ -13,6 +13,7 @@ MODULES: list[str] = [
     "cluster_sessions.driver.engine",
     "cluster_sessions.driver.observe",
     "cluster_sessions.driver.jobs",
+    "cluster_sessions.driver.listing",
     "cluster_sessions.driver.diff",
     "cluster_sessions.driver.agents_verbs",
 ]

@@ -1,0 +1,170 @@
+"""``sessionctl ls``: the sessions in the state backend, each with what its engines say now.
+
+The stacks come from the backend (the Automation API's ``list_stacks``, so the same backend the
+engine verbs use); what each session is (name, type, mode, hosts, agents and their
+``docker_host``) from its stack outputs, so ``ls`` needs no definition file. The status is read
+from the agents' engines by label, as ``status`` does:
+
+- ``running``: every host's container runs;
+- ``finished``: a batch job's main1 has exited (with its exit code);
+- ``degraded``: some container exited, restarts, is dead or missing (named);
+- ``unreachable``: an agent did not answer (named, with the cause);
+- ``down``: the stack holds the session but no container of it is found;
+- ``empty``: the stack holds nothing (destroyed, or never up).
+
+Exit 0 when the list was read (``ls`` describes; ``status`` judges), 4 without the CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import textwrap
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..terminal import printable
+from . import engine as stacks
+from .errors import CommandError, Exit
+from .observe import DOCKER_TIMEOUT, SESSION_LABEL, Found, found_from_attrs
+
+Connect = Callable[[str], Any]
+
+
+@dataclass(frozen=True)
+class Listed:
+    stack: str
+    name: str
+    type: str
+    mode: str
+    size: int
+    agents: tuple[str, ...]
+    state: str  # running | finished | degraded | unreachable | down | empty
+    detail: str = ""
+    exit_code: int | None = None
+
+
+def session_state(kind: str, hosts: Sequence[str], found: Sequence[Found],
+                  unreachable: Mapping[str, str]) -> tuple[str, str, int | None]:
+    """(state, detail, job exit code) of one session from what its agents hold."""
+    if unreachable:
+        return "unreachable", "; ".join(f"{a}: {why}" for a, why in unreachable.items()), None
+    if not found:
+        return "down", "no container of it on its agents", None
+    by_host = {f.host: f for f in found}
+    main = by_host.get(hosts[0]) if hosts else None
+    if kind == "batch" and main is not None and main.state in ("exited", "dead"):
+        return "finished", f"exit code {main.exit_code}", main.exit_code
+    wrong = [f"{h} {by_host[h].state}" if h in by_host else f"{h} missing" for h in hosts
+             if h not in by_host or by_host[h].state != "running"]
+    if wrong:
+        return "degraded", ", ".join(wrong), None
+    return "running", "", None
+
+
+def connect_host(docker_host: str) -> Any:
+    import docker
+
+    client = docker.DockerClient(base_url=docker_host, timeout=DOCKER_TIMEOUT)
+    client.ping()
+    return client
+
+
+def listed(stack: str, outputs: Mapping[str, Any], connect: Connect) -> Listed:
+    def value(key: str) -> Any:
+        out = outputs.get(key)
+        return getattr(out, "value", out)
+
+    session = value("session") or {}
+    if not session:
+        return Listed(stack, stack, "-", "-", 0, (), "empty", "no resources in the stack")
+    hosts = list(value("hosts") or [])
+    agents: Mapping[str, Mapping[str, Any]] = value("agents") or {}
+    found: list[Found] = []
+    unreachable: dict[str, str] = {}
+    for agent, info in agents.items():
+        try:
+            client = connect(str(info["docker_host"]))
+        except Exception as exc:  # any failure to reach it: say so, go on with the others
+            unreachable[agent] = f"{info['docker_host']}: {type(exc).__name__}: {exc}"
+            continue
+        try:
+            for c in client.containers.list(all=True, ignore_removed=True, filters={
+                    "label": f"{SESSION_LABEL}={session['name']}"}):
+                found.append(found_from_attrs(agent, c.attrs))
+        except Exception as exc:
+            unreachable[agent] = f"{info['docker_host']}: {type(exc).__name__}: {exc}"
+        finally:
+            client.close()
+    state, detail, code = session_state(session.get("type", "interactive"), hosts, found,
+                                        unreachable)
+    return Listed(stack, session["name"], session.get("type", "interactive"),
+                  session.get("mode", "-"), len(hosts), tuple(agents), state, detail, code)
+
+
+def table(rows: Sequence[Listed]) -> str:
+    header = ("NAME", "TYPE", "MODE", "SIZE", "AGENTS", "STATUS")
+    lines = [header] + [
+        (r.name, r.type, r.mode, str(r.size), ",".join(r.agents) or "-",
+         r.state + (f" ({r.detail})" if r.detail else ""))
+        for r in rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join(printable("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True))
+                               .rstrip()) for line in lines)
+
+
+def cmd_ls(args: argparse.Namespace, connect: Connect = connect_host) -> int:
+    project = stacks.find_project([Path.cwd(), Path(__file__).resolve().parent])
+    if project is None:
+        raise CommandError(f"no Pulumi project {stacks.PROJECT_NAME!r} (Pulumi.yaml) found "
+                           "above the current directory or the installed package", Exit.MISSING)
+    settings = stacks.engine_settings(os.environ, project)
+    pulumi = stacks.find_pulumi(os.environ)
+    if pulumi is None:
+        raise CommandError(stacks.how_to_install(), Exit.MISSING)
+    workspace: Any = None
+    summaries: list[Any] = []
+    if settings.state_dir is None or settings.state_dir.exists():  # else: before the first up
+        from pulumi import automation as auto
+
+        workspace = stacks.open_workspace(project, settings, pulumi)
+        try:
+            summaries = workspace.list_stacks()
+        except auto.errors.CommandError as exc:
+            raise CommandError(f"cannot list the stacks in {settings.backend_url}: "
+                               f"{str(exc).strip()}", Exit.ENGINE) from None
+    rows = []
+    for summary in sorted(summaries, key=lambda s: s.name):
+        outputs = workspace.stack_outputs(summary.name)
+        if outputs and "session" not in outputs:
+            continue  # a pool stack (`sessionctl pool up`), not a session
+        rows.append(listed(summary.name, outputs, connect))
+    if args.json:
+        json.dump({"backend": settings.backend_url, "sessions": [asdict(r) for r in rows]},
+                  sys.stdout, indent=2, ensure_ascii=False)
+        print()
+    elif rows:
+        print(table(rows))
+    else:
+        print(f"no sessions in {settings.backend_url}", file=sys.stderr)
+    return Exit.OK
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "ls", help="the sessions in the state backend and how their containers are",
+        description=textwrap.fill(
+            "List the session stacks of the state backend (PULUMI_BACKEND_URL, else the "
+            "project's file backend) with name, type, mode, size, agents and a status read "
+            "from the engines now: running, finished (a batch job, with its exit code), "
+            "degraded (which hosts), unreachable (which agents), down or empty. Needs the "
+            "pulumi CLI to read the backend (exit 4 without it).", 79),
+        epilog="exit codes: 0 listed, 1 the backend could not be read, 4 no pulumi CLI",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true",
+                   help="print {backend, sessions: [...]} as JSON instead of a table")
+    p.set_defaults(func=cmd_ls)

@@ -1,0 +1,104 @@
+"""The arguments every session verb takes, and the one place that loads and plans them.
+
+A definition makes one session, or K with ``count: K`` (``<name>-1`` .. ``<name>-K``, planned
+together). Every verb acts on all of them, or on one with ``--index I``; :func:`selected`
+returns the plans in either case, so that no verb loads or plans a definition itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..loader import Loaded, load_session
+from ..placement import Free
+from ..plan import ClusterPlan, build_plans
+from ..problems import DefinitionError, Problem
+from .errors import Exit
+
+EPILOG = """exit codes: 0 ok, 1 engine failure, 2 invalid input, 3 session pending,
+4 missing prerequisite (e.g. the pulumi CLI), 5 batch job failed, 6 batch job lost
+(timed out, or a container died first)"""
+
+
+def nonempty(value: str) -> str:
+    """An argparse type for names and paths: ``--pool ''`` is a mistake, not "the default"."""
+    if not value:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return value
+
+
+def positive_index(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError("must be a session number 1, 2, ... (count)")
+    return int(value)
+
+
+def add_session_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", type=nonempty,
+                   help="a ClusterSession definition (YAML)")
+    p.add_argument("--pool", metavar="POOL", type=nonempty,
+                   help="use this pool instead of the one the session names: an AgentPool "
+                   "file, or a pool name, looked up as the definition's `pool` is: beside the "
+                   "definition, in $CLUSTER_SESSIONS_POOLS, ./stacks/pools, the project's "
+                   "stacks/pools")
+    p.add_argument("--index", metavar="I", type=positive_index,
+                   help="with `count: K`: only session I (<name>-I) of the K; default: all")
+
+
+@dataclass(frozen=True)
+class Selected:
+    """A definition's sessions (all K, planned together) and the ones this run acts on."""
+
+    loaded: Loaded
+    plans: tuple[ClusterPlan, ...]
+    indices: tuple[int, ...]  # 1-based
+
+    @property
+    def counted(self) -> bool:
+        """The definition makes several sessions (``count`` > 1)."""
+        return len(self.plans) > 1
+
+    @property
+    def chosen(self) -> list[tuple[int, ClusterPlan]]:
+        return [(i, self.plans[i - 1]) for i in self.indices]
+
+    @property
+    def pending(self) -> ClusterPlan | None:
+        """A chosen plan that is pending (then all are: they are planned together)."""
+        return next((p for _, p in self.chosen if p.pending), None)
+
+
+def selected(args: argparse.Namespace, free: Sequence[Free] | None = None) -> Selected:
+    """Load ``args.file`` (with ``args.pool``), plan all its sessions, pick ``args.index``."""
+    loaded = load_session(Path(args.file), Path(args.pool) if args.pool else None)
+    return select(loaded, getattr(args, "index", None), free)
+
+
+def select(loaded: Loaded, index: int | None, free: Sequence[Free] | None = None) -> Selected:
+    plans = build_plans(loaded.session, loaded.pool, free)
+    if index is None:
+        return Selected(loaded, plans, tuple(range(1, len(plans) + 1)))
+    if not 1 <= index <= len(plans):
+        made = (f"count: {len(plans)} makes sessions 1..{len(plans)}" if len(plans) > 1
+                else "it makes one session (no count), --index 1 at most")
+        raise DefinitionError([Problem(str(loaded.session_file), "count",
+                                       f"--index {index} is out of range: {made}")])
+    return Selected(loaded, plans, (index,))
+
+
+def names(plans: Iterable[ClusterPlan]) -> str:
+    return ", ".join(p.name for p in plans)
+
+
+def combined(codes: Iterable[int]) -> int:
+    """One exit code for a run over several sessions: a failure to act (1-4) first, then a
+    lost job (6), then a failed one (5), else 0."""
+    codes = [int(c) for c in codes]
+    for wanted in (Exit.INVALID, Exit.MISSING, Exit.PENDING, Exit.ENGINE,
+                   Exit.JOB_LOST, Exit.JOB_FAILED):
+        if wanted in codes:
+            return wanted
+    return next((c for c in codes if c), Exit.OK)
