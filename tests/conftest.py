@@ -84,3 +84,26 @@ def clear_stale_lab(prefix: str) -> None:
     if pid and pid != os.getpid() and netns._alive(pid):
         skip_or_fail(f"another test run (pid {pid}) uses the {prefix!r} lab right now")
     netns.lab_down(Path(rec["state_dir"]))
+
+
+@pytest.fixture
+def emulated_automation(monkeypatch, docker_client, tmp_path):
+    """The engine verbs and ``ls`` run for real, with the pulumi CLI stood in for by
+    :class:`cluster_sessions.emulation.automation.Backend` (the program under the engine-backed
+    mocks, building on the real engine; every call bound to the SDK's signatures). Whatever a
+    test leaves is removed afterwards."""
+    from cluster_sessions.driver import engine
+    from cluster_sessions.emulation.automation import Backend
+
+    backend = Backend(docker_client)
+    monkeypatch.setattr(engine, "open_stack", backend.open_stack)
+    monkeypatch.setattr(engine, "open_workspace", backend.open_workspace)
+    monkeypatch.setattr(engine, "find_pulumi", lambda environ: Path("/emulated/bin/pulumi"))
+    state = tmp_path / "state"
+    state.mkdir()
+    monkeypatch.setenv("PULUMI_BACKEND_URL", f"file://{state}")
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "test")
+    try:
+        yield backend
+    finally:
+        backend.remove_all()

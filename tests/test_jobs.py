@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 import yaml
@@ -131,38 +130,12 @@ def test_a_batch_session_without_a_command_is_refused(tmp_path, capsys):
     assert f"{path}: type: " in capsys.readouterr().err
 
 
-class EmulatedEngine:
-    """The engine verbs `run` calls, done by the program under the engine-backed mocks: `up`
-    runs the real __main__.py and builds what it declares on the real engine, `destroy`
-    removes it (the Automation API itself needs the pulumi CLI, absent here)."""
-
-    def __init__(self, client):
-        from cluster_sessions.emulation.docker_builder import DockerBuilder
-        from cluster_sessions.emulation.engine import Engine
-
-        self.builder = DockerBuilder(client)
-        self.engine = Engine(on_create=self.builder)
-        self.calls: list[str] = []
-
-    def __call__(self, args) -> int:
-        from cluster_sessions.emulation.engine import run_program
-
-        self.calls.append(args.verb)
-        assert args.yes is True
-        if args.verb == "up":
-            name = yaml.safe_load(Path(args.file).read_text())["name"]
-            run_program(self.engine, name, {"cluster-sessions:definition": args.file})
-        elif args.verb == "destroy":
-            self.builder.remove_all()
-        return 0
-
-
-def write_definition(tmp_path, name: str, image_tag: str, script: str) -> str:
+def write_definition(tmp_path, name: str, image_tag: str, script: str, **over) -> str:
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump({
         "kind": "ClusterSession", "name": name, "pool": "local", "image": image_tag,
         "type": "batch", "command": ["sh", "-c", script], "cluster": {"size": 2},
-        "resources": {"cpu": 0.5, "mem": "512m", "shmem": "64m"}}))
+        "resources": {"cpu": 0.5, "mem": "512m", "shmem": "64m"}, **over}))
     return str(path)
 
 
@@ -172,19 +145,15 @@ def write_definition(tmp_path, name: str, image_tag: str, script: str) -> str:
     ("echo training; exit 4", 5, "failed with exit code 4"),
 ])
 def test_run_ups_waits_and_destroys_leaving_nothing(
-        docker_client, image, tmp_path, capsys, script, code, words):  # noqa: F811
-    from cluster_sessions.driver import jobs
-
+        emulated_automation, docker_client, image, tmp_path, capsys,  # noqa: F811
+        script, code, words):
     name = unique("run")
     path = write_definition(tmp_path, name, image, script)
-    fake = EmulatedEngine(docker_client)
-    args = cli.build_parser().parse_args(["run", path, "--timeout", "120", "--json"])
-    try:
-        assert jobs.cmd_run(args, engine_verb=fake) == code
-    finally:
-        fake.builder.remove_all()
+    assert cli.main(["run", path, "--timeout", "120", "--json"]) == code
     out, err = capsys.readouterr()
-    assert fake.calls == ["up", "destroy"]
+    assert emulated_automation.calls[:4] == [
+        f"set_config {name}", f"remove_config {name}", f"remove_config {name}", f"up {name}"]
+    assert f"destroy {name}" in emulated_automation.calls
     assert words in err and "main1 | training" in out
     summary = json.loads(out[out.index("{\n"):])
     assert summary["exit"] == code and summary["destroyed"] is True
@@ -192,21 +161,61 @@ def test_run_ups_waits_and_destroys_leaving_nothing(
     assert summary["containers"][0]["state"] == "exited"
     assert summary["containers"][1]["state"] == "running"  # until destroy
     assert not docker_client.containers.list(all=True, filters={"name": name})
+    assert not docker_client.networks.list(names=[f"{name}-net"])
 
 
 @pytest.mark.docker
 def test_run_keep_on_failure_keeps_the_failed_session(
-        docker_client, image, tmp_path, capsys):  # noqa: F811
-    from cluster_sessions.driver import jobs
-
+        emulated_automation, docker_client, image, tmp_path, capsys):  # noqa: F811
     name = unique("keep")
     path = write_definition(tmp_path, name, image, "exit 9")
-    fake = EmulatedEngine(docker_client)
-    args = cli.build_parser().parse_args(["run", path, "--keep-on-failure", "--timeout", "120"])
-    try:
-        assert jobs.cmd_run(args, engine_verb=fake) == 5
-        assert fake.calls == ["up"]
-        assert len(docker_client.containers.list(all=True, filters={"name": name})) == 2
-        assert "kept" in capsys.readouterr().err
-    finally:
-        fake.builder.remove_all()
+    assert cli.main(["run", path, "--keep-on-failure", "--timeout", "120"]) == 5
+    assert not any(c.startswith("destroy") for c in emulated_automation.calls)
+    assert len(docker_client.containers.list(all=True, filters={"name": name})) == 2
+    assert "kept" in capsys.readouterr().err
+
+
+@pytest.mark.docker
+def test_run_of_a_count_runs_every_session_and_exits_with_the_worst_job(
+        emulated_automation, docker_client, image, tmp_path, capsys):  # noqa: F811
+    name = unique("cnt")
+    path = write_definition(tmp_path, name, image,
+                            'echo "job of $BACKENDAI_SESSION_NAME"; '
+                            'case "$BACKENDAI_SESSION_NAME" in *-2) exit 3;; esac', count=2)
+    assert cli.main(["run", path, "--timeout", "120", "--json"]) == 5
+    out, err = capsys.readouterr()
+    ups = [c for c in emulated_automation.calls if c.startswith("up ")]
+    assert ups == [f"up {name}-1", f"up {name}-2"]
+    stacks = emulated_automation.stacks
+    assert stacks[f"{name}-2"].config["cluster-sessions:index"] == "2"
+    assert f"{name}-1/main1 | job of {name}-1" in out
+    assert f"{name}-2/main1 | job of {name}-2" in out
+    assert f"{name}-1: the job on main1 succeeded" in err
+    assert f"{name}-2: the job on main1 failed with exit code 3" in err
+    summary = json.loads(out[out.index("{\n"):])
+    assert [(j["session"], j["exit"]) for j in summary["jobs"]] == [
+        (f"{name}-1", 0), (f"{name}-2", 5)]
+    assert [(r["session"], r["host"]) for r in summary["containers"]] == [
+        (f"{name}-1", "main1"), (f"{name}-1", "sub1"), (f"{name}-2", "main1"),
+        (f"{name}-2", "sub1")]
+    assert summary["destroyed"] is True
+    assert not docker_client.containers.list(all=True, filters={"name": name})
+
+
+@pytest.mark.docker
+def test_one_session_of_a_count_is_acted_on_with_index(
+        emulated_automation, docker_client, image, tmp_path, capsys):  # noqa: F811
+    name = unique("idx")
+    path = write_definition(tmp_path, name, image, "sleep 600", count=3,
+                            resources={"cpu": 0.25, "mem": "256m", "shmem": "64m"})
+    assert cli.main(["up", path, "--yes", "--index", "2"]) == 0
+    assert [c.name for c in docker_client.containers.list(
+        all=True, filters={"name": name})] == [f"{name}-2-sub1", f"{name}-2-main1"]
+    assert cli.main(["status", path, "--index", "2"]) == 0
+    assert cli.main(["status", path]) == 1  # the other two were never up: missing
+    err = capsys.readouterr().err
+    assert f"status: {name}-1: main1: no container" in err
+    assert f"status: {name}-2:" not in err and f"status: {name}-3: sub1: no container" in err
+    assert cli.main(["destroy", path, "--yes"]) == 0  # all three; two had no stack
+    assert "no stack" in capsys.readouterr().err
+    assert not docker_client.containers.list(all=True, filters={"name": name})

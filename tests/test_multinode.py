@@ -36,6 +36,7 @@ from cluster_sessions.agents import facts as F
 from cluster_sessions.agents import swarm as S
 from cluster_sessions.agents.connectors import agent_props, connector_for
 from cluster_sessions.driver import cli
+from cluster_sessions.driver.errors import Exit
 from cluster_sessions.emulation.docker_builder import (
     DockerBuilder,
     run_in,
@@ -480,6 +481,55 @@ def test_multi_node_session_that_fits_one_agent_lands_there_on_a_bridge(lab, pac
     packed.builder.remove_all()
     assert K.sweep(lab.pool, packed.name).clean
     assert K.find_leftovers(lab.pool, packed.name) == ([], [])
+
+
+# --- an agent whose engine stops ----------------------------------------------------------------
+
+
+def test_an_agent_whose_dockerd_stops_is_named_and_destroy_finishes_once_it_is_back(
+        lab, emulated_automation, tmp_path, capsys):
+    """count: 4 single-container batch sessions (cpu 1 each: two on agent1, one on agent2, one
+    on agent3) through the real engine verbs; then agent3's dockerd is stopped."""
+    name = f"mnc-{uuid.uuid4().hex[:6]}"
+    path = str(lab.write_session(tmp_path, name, 1, count=4, type="batch",
+                                 command=["sh", "-c", "echo started; sleep 600"],
+                                 cluster={"mode": "single-node", "size": 1}))
+    assert cli.main(["up", path, "--yes"]) == 0, capsys.readouterr().err
+    placed = {}
+    for i, agent in enumerate(("agent1", "agent1", "agent2", "agent3"), start=1):
+        label = f"{LABEL_PREFIX}.session={name}-{i}"
+        placed[i] = [c.name for c in lab.client(agent).containers.list(
+            all=True, filters={"label": label})]
+    assert placed[4] == [f"{name}-4-main1"] and all(placed.values()), placed
+    capsys.readouterr()
+    netns.stop_dockerd(lab.info.state_dir, "agent3")
+    try:
+        assert cli.main(["status", path]) == Exit.ENGINE
+        err = capsys.readouterr().err
+        assert f"{name}-4: agent agent3 did not answer: docker not answering at unix://" in err
+        assert f"{name}-1: " not in err  # the others are as planned
+        assert cli.main(["wait", path, "--index", "4", "--timeout", "5"]) == Exit.ENGINE
+        assert "agent agent3 did not answer" in capsys.readouterr().err
+        assert cli.main(["ls", "--json"]) == 0
+        listed = {r["name"]: r for r in json.loads(capsys.readouterr().out)["sessions"]}
+        assert [listed[f"{name}-{i}"]["state"] for i in (1, 2, 3, 4)] == [
+            "running", "running", "running", "unreachable"]
+        assert listed[f"{name}-4"]["agents"] == ["agent3"]
+
+        assert cli.main(["destroy", path, "--yes"]) == Exit.ENGINE
+        err = capsys.readouterr().err
+        assert f"destroy of stack {name}-4 did not finish; it removed what it could." in err
+        assert f"deleting {name}-4-main1: " in err
+        assert "agent agent3: docker not answering" in err
+        assert f"destroy done for: {name}-1, {name}-2, {name}-3" in err
+        for i, agent in ((1, "agent1"), (2, "agent1"), (3, "agent2")):
+            label = f"{LABEL_PREFIX}.session={name}-{i}"
+            assert lab.client(agent).containers.list(all=True, filters={"label": label}) == []
+    finally:
+        netns.start_dockerd(lab.info.state_dir, "agent3")
+    # back: the stack kept what it could not delete, and the next destroy finishes the job
+    assert cli.main(["destroy", path, "--yes", "--index", "4"]) == 0
+    assert K.find_leftovers(lab.pool, f"{name}-4") == ([], [])
 
 
 # --- taking it down ---------------------------------------------------------------------------

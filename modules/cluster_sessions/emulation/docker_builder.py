@@ -47,6 +47,7 @@ class DockerBuilder:
         self.containers: list[tuple[object, str]] = []
         self.networks: list[tuple[object, str]] = []
         self.placed: dict[str, str] = {}
+        self.made: dict[str, tuple[str, str, str]] = {}  # urn -> (kind, docker_host, id)
 
     def __call__(self, reg: Registration, inputs: dict) -> dict | None:
         if reg.type == PROVIDER_TYPE:
@@ -80,6 +81,7 @@ class DockerBuilder:
         )
         self.networks.append((client, net.id))
         self.placed[inputs["name"]] = host
+        self.made[reg.urn] = ("network", host, net.id)
         return {"id": net.id}
 
     def container(self, reg: Registration, inputs: dict) -> dict:
@@ -123,6 +125,7 @@ class DockerBuilder:
         cid = created["Id"]
         self.containers.append((client, cid))
         self.placed[inputs["name"]] = host
+        self.made[reg.urn] = ("container", host, cid)
         for upload in inputs["uploads"]:
             api.put_archive(cid, "/", tar_upload(upload))
         api.start(cid)
@@ -154,6 +157,30 @@ class DockerBuilder:
         for client, nid in self.networks:
             with contextlib.suppress(docker.errors.NotFound):
                 client.api.remove_network(nid)
+
+    def remove(self, urn: str) -> None:
+        """What the provider's delete does for one resource (nothing for what it did not
+        build): through a new connection to the engine it was created on, so an engine that
+        stopped answering fails it; one that no longer has it is fine (the provider ignores
+        "No such container")."""
+        import docker
+        import docker.errors
+
+        if urn not in self.made:
+            return
+        kind, host, object_id = self.made[urn]
+        client = self.client if host == "default" else docker.DockerClient(
+            base_url=host, timeout=15)
+        try:
+            with contextlib.suppress(docker.errors.NotFound):
+                if kind == "container":
+                    client.api.remove_container(object_id, force=True)
+                else:
+                    client.api.remove_network(object_id)
+        finally:
+            if client is not self.client:
+                client.close()
+        del self.made[urn]
 
     def close(self) -> None:
         for client in self.clients.values():

@@ -702,29 +702,7 @@ def _start_agent_daemons(lay: _Layout, agents: int, progress: Progress) -> dict:
     )
     # 2) dockerd
     for k in range(1, agents + 1):
-        d = lay.agent_dir(k)
-        dcfg = d / "daemon.json"
-        # without its own key file every engine would share /etc/docker/key.json, hence its ID
-        _write_private(dcfg, json.dumps({"deprecated-key-path": str(d / "key.json")}) + "\n")
-        lay.socket(k).unlink(missing_ok=True)
-        cmd = [
-            *_in_agent(lay, k),
-            shutil.which("dockerd") or "dockerd",
-            "--config-file", str(dcfg),
-            "--data-root", str(d / "docker"),
-            "--exec-root", str(lay.exec_root(k)),
-            "--pidfile", str(d / "docker.pid"),
-            "-H", f"unix://{lay.socket(k)}",
-            "--containerd", str(lay.containerd_socket(k)),
-            "--bip", lay.bip(k),
-            # cgroupfs whatever the host uses, so that the parent is a plain path (with the
-            # systemd driver it would have to be a slice) and lab_down finds the containers
-            "--exec-opt", "native.cgroupdriver=cgroupfs",
-            "--cgroup-parent", f"/{lay.netns(k)}",
-            "--dns", lay.bridge_address,
-            "--swarm-default-advertise-addr", lay.address(k),
-        ]
-        pids[f"agent{k}"]["dockerd"] = _spawn(cmd, d / "dockerd.log")
+        pids[f"agent{k}"]["dockerd"] = _spawn_dockerd(lay, k)
     progress(f"started {agents} dockerd")
     # 3) sshd
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # its privilege-separation directory
@@ -737,6 +715,53 @@ def _start_agent_daemons(lay: _Layout, agents: int, progress: Progress) -> dict:
         pids[f"agent{k}"]["sshd"] = _spawn(cmd, d / "sshd.out")
     progress(f"started {agents} sshd")
     return pids
+
+
+def _spawn_dockerd(lay: _Layout, k: int) -> int:
+    d = lay.agent_dir(k)
+    dcfg = d / "daemon.json"
+    # without its own key file every engine would share /etc/docker/key.json, hence its ID
+    _write_private(dcfg, json.dumps({"deprecated-key-path": str(d / "key.json")}) + "\n")
+    lay.socket(k).unlink(missing_ok=True)
+    cmd = [
+        *_in_agent(lay, k),
+        shutil.which("dockerd") or "dockerd",
+        "--config-file", str(dcfg),
+        "--data-root", str(d / "docker"),
+        "--exec-root", str(lay.exec_root(k)),
+        "--pidfile", str(d / "docker.pid"),
+        "-H", f"unix://{lay.socket(k)}",
+        "--containerd", str(lay.containerd_socket(k)),
+        "--bip", lay.bip(k),
+        # cgroupfs whatever the host uses, so that the parent is a plain path (with the
+        # systemd driver it would have to be a slice) and lab_down finds the containers
+        "--exec-opt", "native.cgroupdriver=cgroupfs",
+        "--cgroup-parent", f"/{lay.netns(k)}",
+        "--dns", lay.bridge_address,
+        "--swarm-default-advertise-addr", lay.address(k),
+    ]
+    return _spawn(cmd, d / "dockerd.log")
+
+
+def stop_dockerd(state_dir: Path, agent: str, timeout: float = 30) -> None:
+    """Stop one agent's Docker Engine (a fault to test against; ``start_dockerd`` undoes it)."""
+    rec = _find_record(state_dir)
+    if rec is None:
+        raise LabError(f"no lab recorded for {state_dir}")
+    _terminate([rec["pids"][agent]["dockerd"]], timeout)
+
+
+def start_dockerd(state_dir: Path, agent: str, timeout: float = 60) -> None:
+    """Start a stopped agent's Docker Engine again, as ``lab up`` did, and wait for it."""
+    rec = _find_record(state_dir)
+    if rec is None:
+        raise LabError(f"no lab recorded for {state_dir}")
+    lay = _layout_from_record(rec)
+    k = int(agent.removeprefix("agent"))
+    rec["pids"][agent]["dockerd"] = _spawn_dockerd(lay, k)
+    _write_records(lay, rec)
+    _wait_for(lambda: bool(engine_id(lay.socket(k), timeout=2)), timeout,
+              f"{agent}'s dockerd", lay, k)
 
 
 def _wait_for(cond: Callable[[], bool], timeout: float, what: str, lay: _Layout,
