@@ -47,10 +47,10 @@ for _path in (PROJECT / "modules", PROJECT):
 
 from quiet import busy_fraction, describe, machine_cpu, settle  # noqa: E402
 
-from cluster_sessions.keys import generate_session_keys  # noqa: E402
-from cluster_sessions.loader import parse_yaml, to_model  # noqa: E402
-from cluster_sessions.plan import build_plan  # noqa: E402
-from cluster_sessions.spec import MAX_CLUSTER_SIZE  # noqa: E402
+from cluster_sessions.core.keys import generate_session_keys  # noqa: E402
+from cluster_sessions.core.loader import parse_yaml, to_model  # noqa: E402
+from cluster_sessions.core.plan import build_plan  # noqa: E402
+from cluster_sessions.core.spec import MAX_CLUSTER_SIZE  # noqa: E402
 
 CASES = [(10, 3), (100, 25), (1_000, 250), (MAX_CLUSTER_SIZE, MAX_CLUSTER_SIZE // 4)]
 RENDER_SIZES = [16, 64, 256, 1_024]
@@ -106,7 +106,7 @@ def agents_for(size: int) -> int:
 
 def measure_render(size: int, repeat: int) -> tuple[float, float, float, float]:
     """(keys s, render s, rendered MiB, peak MiB) for one session of ``size`` containers."""
-    from cluster_sessions.render import render_session
+    from cluster_sessions.core.render import render_session
 
     plan = validate_and_plan(session_yaml(size), pool_yaml(agents_for(size)))
     assert not plan.pending and len(plan.containers) == size

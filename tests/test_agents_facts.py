@@ -30,7 +30,7 @@ from cluster_sessions.agents.connectors import (
     connector_from_props,
     fingerprint,
 )
-from cluster_sessions.spec import Agent, Pool
+from cluster_sessions.core.spec import Agent, Pool
 
 DATA = Path(__file__).resolve().parent / "data" / "agents"
 

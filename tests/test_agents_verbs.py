@@ -141,7 +141,7 @@ def test_pool_check_of_this_machines_engine(docker_client, capsys):
 
 
 def test_the_pool_program_refuses_a_pool_without_a_swarm():
-    from cluster_sessions import pool_program
+    from cluster_sessions.pulumi_layer import pool_program
 
     config = {"cluster-sessions:pool-definition": "pools/local.yaml"}
     with pytest.raises(Exception, match="swarm.manager: required for a pool stack"):
@@ -149,7 +149,7 @@ def test_the_pool_program_refuses_a_pool_without_a_swarm():
 
 
 def test_the_pool_stack_is_named_after_the_pool():
-    from cluster_sessions.loader import load_file
+    from cluster_sessions.core.loader import load_file
 
     assert V.pool_stack_name(load_file(STACKS / "pools" / "lab3.yaml")) == "pool-lab3"
 
@@ -217,7 +217,7 @@ def test_pool_verbs_and_definitions_find_a_pool_name_in_the_same_place(tmp_path,
                                                                         capsys):
     """One lookup rule (loader.find_pool): a name in $CLUSTER_SESSIONS_POOLS is found by the
     pool verbs and by a definition outside the project alike (issue 12)."""
-    from cluster_sessions.loader import load_session
+    from cluster_sessions.core.loader import load_session
 
     mine = tmp_path / "my-pools"
     mine.mkdir()

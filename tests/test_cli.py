@@ -396,7 +396,7 @@ def test_agents_that_cannot_be_used_are_a_missing_prerequisite_exit_4(tmp_path, 
     """The agents layer raises PreflightError without an exit code; the CLI makes it 4."""
     from cluster_sessions.agents import capacity
     from cluster_sessions.agents.capacity import AgentReport, PreflightError
-    from cluster_sessions.spec import Pool
+    from cluster_sessions.core.spec import Pool
 
     pool = Pool.model_validate({"kind": "AgentPool", "name": "p", "agents": [
         {"name": "a1", "docker_host": "unix:///x", "capacity": {"cpu": 1, "mem": "1g"}}]})

@@ -20,10 +20,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cluster_sessions.keys import generate_session_keys
-from cluster_sessions.plan import build_plan
-from cluster_sessions.render import DEFAULT_MASTER_PORT, render_container
-from cluster_sessions.spec import BUNDLE_DIR, Pool, Session
+from cluster_sessions.core.keys import generate_session_keys
+from cluster_sessions.core.plan import build_plan
+from cluster_sessions.core.render import DEFAULT_MASTER_PORT, render_container
+from cluster_sessions.core.spec import BUNDLE_DIR, Pool, Session
 
 from .conftest import skip_or_fail
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from cluster_sessions.clusterenv import read_at_startup, split_user_env
+from cluster_sessions.core.clusterenv import read_at_startup, split_user_env
 
 
 @pytest.mark.parametrize("name, value", [

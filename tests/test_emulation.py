@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster_sessions import review
+from cluster_sessions.core import review
+from cluster_sessions.core.loader import load_session
+from cluster_sessions.core.plan import build_plan
 from cluster_sessions.emulation import provider
 from cluster_sessions.emulation.engine import STACKS, Engine, run_program
-from cluster_sessions.loader import load_session
-from cluster_sessions.plan import build_plan
 
 from .test_session import EXAMPLES, FIXTURE_STACKS, config_of
 

@@ -424,8 +424,8 @@ def test_no_docker_engine_on_a_unix_agent_exits_4_with_the_cli_problem_too(
 
 
 def test_remote_agents_are_not_probed_before_the_engine(tmp_path):
-    from cluster_sessions.loader import load_session
-    from cluster_sessions.plan import build_plan
+    from cluster_sessions.core.loader import load_session
+    from cluster_sessions.core.plan import build_plan
 
     loaded = load_session(write_session(tmp_path, docker_host="tcp://10.0.0.1:2376"))
     plan = build_plan(loaded.session, loaded.pool)

@@ -10,8 +10,8 @@ import time
 import pytest
 import yaml
 
+from cluster_sessions.core.plan import build_plan, container_command, runs_job
 from cluster_sessions.driver import cli
-from cluster_sessions.plan import build_plan, container_command, runs_job
 
 from .test_runtime import (  # noqa: F401 (fixtures used by name)
     POOL,

@@ -10,8 +10,9 @@ import sys
 import dill
 from pulumi.dynamic.dynamic import serialize_provider
 
-from cluster_sessions import keys, keystore
-from cluster_sessions.keystore import SessionKeysProvider
+from cluster_sessions.core import keys
+from cluster_sessions.pulumi_layer import keystore
+from cluster_sessions.pulumi_layer.keystore import SessionKeysProvider
 
 HOSTS = ["main1", "sub1", "sub2"]
 
@@ -103,7 +104,7 @@ def test_the_provider_pickles_as_pulumi_does_and_loads_in_a_fresh_interpreter():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60)
-    assert out.stdout.split() == ["cluster_sessions.keystore", "['main1']"]
+    assert out.stdout.split() == ["cluster_sessions.pulumi_layer.keystore", "['main1']"]
 
 
 def test_the_provider_holds_no_state_worth_pickling():

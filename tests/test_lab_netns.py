@@ -143,7 +143,7 @@ def test_lab_status_without_a_lab(tmp_path):
 
 
 def test_pool_document_is_a_valid_pool(tmp_path):
-    from cluster_sessions.loader import load_file
+    from cluster_sessions.core.loader import load_file
 
     lay = netns._layout(tmp_path, "csl", "10.251.0.0/24")
     info = netns._info(lay, 3, tmp_path / "lab.yaml", {})
@@ -237,7 +237,7 @@ class TestLab:
             client.close()
 
     def test_pool_file_describes_the_lab(self, lab):
-        from cluster_sessions.loader import load_file
+        from cluster_sessions.core.loader import load_file
 
         pool = load_file(lab.pool_file, expect="AgentPool")
         assert [(a.name, a.address, a.docker_host) for a in pool.agents] == [

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "modules" / "cluster_sessions"
-CORE = ("spec", "loader", "placement", "clusterenv", "plan", "render", "keys", "units",
-        "problems", "review", "provider_facts", "terminal")
+CORE = sorted(p.stem for p in (PACKAGE / "core").glob("*.py") if p.stem != "__init__")
 # reach the network, run programs or drive the engine: never in the core
 FORBIDDEN = ("pulumi", "pulumi_docker", "docker", "paramiko", "subprocess", "socket",
              "requests", "urllib.request", "http", "asyncio", "multiprocessing", "ssl")
@@ -39,16 +38,31 @@ def package_module(path: Path, level: int, module: str) -> str | None:
     return ".".join([*base, *([module] if module else [])])
 
 
+def test_the_core_folder_holds_the_pure_core():
+    assert {"spec", "loader", "placement", "clusterenv", "plan", "render", "keys", "units",
+            "problems", "review", "provider_facts", "terminal"} <= set(CORE)
+
+
 @pytest.mark.parametrize("name", CORE)
 def test_core_modules_import_only_the_core_and_nothing_that_reaches_out(name):
-    path = PACKAGE / f"{name}.py"
+    path = PACKAGE / "core" / f"{name}.py"
     for level, module in imports(path):
         if level == 0 and not module.startswith("cluster_sessions"):
             top = module.split(".")[0]
             assert module not in FORBIDDEN and top not in FORBIDDEN, f"{name} imports {module}"
             continue
         inner = package_module(path, level, module)
-        assert inner is not None and inner.split(".")[0] in CORE, f"{name} imports {inner}"
+        assert inner is not None and inner.split(".")[0] == "core", f"{name} imports {inner}"
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "pulumi_layer").glob("*.py")),
+                         ids=lambda p: p.stem)
+def test_the_pulumi_layer_imports_only_downwards(path):
+    """core and agents below it; never the driver, the lab or the test emulation above."""
+    for level, module in imports(path):
+        inner = package_module(path, level, module)
+        assert inner is None or inner.split(".")[0] in ("core", "agents", "pulumi_layer"), (
+            f"{path.stem} imports {inner}")
 
 
 @pytest.mark.parametrize("path", sorted((PACKAGE / "agents").glob("*.py")), ids=lambda p: p.stem)
@@ -62,5 +76,6 @@ def test_the_rules_see_a_violation():
     """The checks above would fail on an import they forbid (guards against a vacuous pass)."""
     fake = PACKAGE / "agents" / "capacity.py"
     assert package_module(fake, 2, "driver.errors") == "driver.errors"
-    assert package_module(PACKAGE / "render.py", 1, "plan") == "plan"
+    assert package_module(PACKAGE / "core" / "render.py", 1, "plan") == "core.plan"
+    assert package_module(PACKAGE / "pulumi_layer" / "session.py", 2, "driver") == "driver"
     assert (0, "subprocess") in imports(PACKAGE / "lab" / "image.py")

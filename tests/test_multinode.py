@@ -33,8 +33,9 @@ import yaml
 from cluster_sessions.agents import capacity as C
 from cluster_sessions.agents import cleanup as K
 from cluster_sessions.agents import facts as F
-from cluster_sessions.agents import swarm as S
 from cluster_sessions.agents.connectors import agent_props, connector_for
+from cluster_sessions.core.loader import load_file, load_session
+from cluster_sessions.core.plan import LABEL_PREFIX, build_plan
 from cluster_sessions.driver import cli
 from cluster_sessions.driver.errors import Exit
 from cluster_sessions.emulation.docker_builder import (
@@ -47,8 +48,7 @@ from cluster_sessions.emulation.engine import Engine, run_program
 from cluster_sessions.lab import netns
 from cluster_sessions.lab.image import ensure_images
 from cluster_sessions.lab.netns import LabError
-from cluster_sessions.loader import load_file, load_session
-from cluster_sessions.plan import LABEL_PREFIX, build_plan
+from cluster_sessions.pulumi_layer import swarm as S
 from tests.conftest import PROJECT, clear_stale_lab, require_lab
 
 pytestmark = [pytest.mark.lab, pytest.mark.docker, pytest.mark.slow]
@@ -134,7 +134,7 @@ def _swarm_states(lab: Lab) -> dict[str, str]:
 def swarm(lab):
     """The pool's swarm, built by the pool program (``sessionctl pool up``) under the mock
     engine: its dynamic resources run for real against the lab."""
-    from cluster_sessions import pool_program
+    from cluster_sessions.pulumi_layer import pool_program
 
     engine = Engine()
     config = {"cluster-sessions:pool-definition": str(lab.pool_file)}
@@ -235,7 +235,7 @@ def test_the_pool_program_forms_the_swarm(lab, swarm):
 
 def test_swarm_resources_are_idempotent(lab, swarm):
     engine, _outputs, config = swarm
-    from cluster_sessions import pool_program
+    from cluster_sessions.pulumi_layer import pool_program
 
     # a second `pool up`: the engine diffs, nothing changes
     before = len(engine.dynamic_calls)

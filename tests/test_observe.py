@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 
+from cluster_sessions.core.loader import load_session
+from cluster_sessions.core.plan import build_plan, container_labels, network_labels
 from cluster_sessions.driver import observe
 from cluster_sessions.driver.cli import main
 from cluster_sessions.driver.errors import CommandError, Exit
-from cluster_sessions.loader import load_session
-from cluster_sessions.plan import build_plan, container_labels, network_labels
 
 DOCKER_HOST = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
 BUSYBOX = Path("/bin/busybox")

@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster_sessions.placement import Free, Request, place
+from cluster_sessions.core.placement import Free, Request, place
 
 requests = st.builds(
     Request,

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster_sessions.clusterenv import kernel_id, members
-from cluster_sessions.plan import build_plan, build_plans, container_labels, plan_to_dict
-from cluster_sessions.spec import Pool, Session
+from cluster_sessions.core.clusterenv import kernel_id, members
+from cluster_sessions.core.plan import build_plan, build_plans, container_labels, plan_to_dict
+from cluster_sessions.core.spec import Pool, Session
 
 DERIVED = {"MASTER_ADDR", "MASTER_PORT", "TF_CONFIG", "WORLD_SIZE", "RANK", "LOCAL_RANK",
            "PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"}
@@ -214,3 +214,20 @@ def test_a_definition_without_count_is_one_session_under_its_own_name():
     assert plan.name == "train-demo" and plan == build_plan(session(), pool((64, 0)))
     with pytest.raises(ValueError, match="use build_plans"):
         build_plan(session(count=2), pool((64, 0)))
+
+
+def test_live_capacity_that_spreads_a_session_in_a_pool_without_a_swarm_makes_it_pending():
+    """Declared capacity fits one agent (no swarm needed); what is free now does not, so the
+    plan would need an overlay nobody can create: pending with the reason, not scheduled with
+    a network on no agent."""
+    from cluster_sessions.core.placement import Free
+
+    s = session(cluster={"mode": "multi-node", "size": 2})
+    p = pool((8, 0), (8, 0), swarm=False)
+    assert build_plan(s, p).network.driver == "bridge"  # declared: one agent holds both
+    free = [Free("agent1", 2000, 64 << 30), Free("agent2", 2000, 64 << 30)]
+    plan = build_plan(s, p, free)
+    assert plan.pending and plan.reason == (
+        "multi-node needs a swarm manager, but pool 'lab' has no swarm.manager, and no one "
+        "agent holds the whole session")
+    assert plan.network.agent is None and all(c.agent is None for c in plan.containers)

@@ -24,13 +24,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cluster_sessions.core.plan import LABEL_PREFIX
 from cluster_sessions.emulation.docker_builder import MIB, DockerBuilder
 from cluster_sessions.emulation.docker_builder import run_in as _run
 from cluster_sessions.emulation.docker_builder import sweep_session as _sweep
 from cluster_sessions.emulation.docker_builder import wait_until_ready as _wait_until_ready
 from cluster_sessions.emulation.engine import STACKS, Engine, run_program
 from cluster_sessions.lab.image import ensure_image
-from cluster_sessions.plan import LABEL_PREFIX
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

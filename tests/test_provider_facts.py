@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cluster_sessions.provider_facts import (
+from cluster_sessions.core.provider_facts import (
     CONTAINER_FORCE_NEW,
     NETWORK_FORCE_NEW,
     cpus_argument,
@@ -81,8 +81,8 @@ def _camel(name: str) -> str:
 
 
 def test_review_takes_replace_or_update_from_the_providers_schema(monkeypatch):
-    from cluster_sessions import provider_facts, review
-    from cluster_sessions.plan import build_plan
+    from cluster_sessions.core import provider_facts, review
+    from cluster_sessions.core.plan import build_plan
 
     from .test_plan import pool, session
 

@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cluster_sessions.keys import generate_session_keys, new_keypair
-from cluster_sessions.plan import build_plan
-from cluster_sessions.render import (
+from cluster_sessions.core.keys import generate_session_keys, new_keypair
+from cluster_sessions.core.plan import build_plan
+from cluster_sessions.core.render import (
     BUNDLE_DIR,
     RUN_DIR,
     TEMPLATES,
@@ -31,7 +31,7 @@ from cluster_sessions.render import (
     render_container,
     render_session,
 )
-from cluster_sessions.spec import SSH_PORT, Pool, Session
+from cluster_sessions.core.spec import SSH_PORT, Pool, Session
 
 from .conftest import skip_or_fail
 
@@ -254,7 +254,7 @@ def test_every_rendered_script_parses_as_posix_sh(shell, tmp_path):
 
 
 def test_render_imports_no_pulumi_and_touches_nothing():
-    code = ("import sys; import cluster_sessions.render; "
+    code = ("import sys; import cluster_sessions.core.render; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('pulumi', 'pulumi_docker', 'docker', 'paramiko')))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from cluster_sessions.core.render import RenderedFile
 from cluster_sessions.driver.cli import main
 from cluster_sessions.driver.render_verb import write_bundle
-from cluster_sessions.render import RenderedFile
 
 POOL = """\
 kind: AgentPool

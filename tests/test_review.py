@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from cluster_sessions.core.loader import load_session
+from cluster_sessions.core.plan import build_plan
+from cluster_sessions.core.review import code, diff_plans, review_to_dict, to_markdown
 from cluster_sessions.driver.cli import main
 from cluster_sessions.driver.errors import Exit
-from cluster_sessions.loader import load_session
-from cluster_sessions.plan import build_plan
-from cluster_sessions.review import code, diff_plans, review_to_dict, to_markdown
 
 PAIRS = Path(__file__).parent / "fixtures" / "diff"
 PROJECT_SESSIONS = sorted((Path(__file__).parent.parent / "stacks" / "sessions").glob("*.yaml"))

@@ -29,17 +29,17 @@ from pathlib import Path
 
 import pytest
 
-from cluster_sessions.driver.render_verb import write_bundle
-from cluster_sessions.keys import SessionKeys, generate_session_keys
-from cluster_sessions.plan import (
+from cluster_sessions.core.keys import SessionKeys, generate_session_keys
+from cluster_sessions.core.plan import (
     ClusterPlan,
     build_plan,
     container_command,
     container_labels,
     network_labels,
 )
-from cluster_sessions.render import BUNDLE_DIR, entrypoint_argv, render_session
-from cluster_sessions.spec import SSH_PORT, Pool, Session
+from cluster_sessions.core.render import BUNDLE_DIR, entrypoint_argv, render_session
+from cluster_sessions.core.spec import SSH_PORT, Pool, Session
+from cluster_sessions.driver.render_verb import write_bundle
 
 pytestmark = pytest.mark.docker
 

@@ -19,7 +19,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster_sessions import keystore
+from cluster_sessions.core.loader import load_session
+from cluster_sessions.core.plan import (
+    BUNDLE_DIGEST_LABEL,
+    ClusterPlan,
+    build_plan,
+    container_labels,
+    network_labels,
+)
+from cluster_sessions.core.provider_facts import cpus_read_back, parse_cpus
+from cluster_sessions.core.render import BUNDLE_DIR, pack, pack_entrypoint_argv, render_container
 from cluster_sessions.emulation.engine import (
     STACKS,
     Engine,
@@ -29,18 +38,9 @@ from cluster_sessions.emulation.engine import (
     run_program,
 )
 from cluster_sessions.emulation.engine import stack_config as stack_file_config
-from cluster_sessions.loader import load_session
-from cluster_sessions.plan import (
-    BUNDLE_DIGEST_LABEL,
-    ClusterPlan,
-    build_plan,
-    container_labels,
-    network_labels,
-)
-from cluster_sessions.program import InvalidDefinition
-from cluster_sessions.provider_facts import cpus_read_back, parse_cpus
-from cluster_sessions.render import BUNDLE_DIR, pack, pack_entrypoint_argv, render_container
-from cluster_sessions.session import TYPE_TOKEN, SessionArgs, SessionPending
+from cluster_sessions.pulumi_layer import keystore
+from cluster_sessions.pulumi_layer.program import InvalidDefinition
+from cluster_sessions.pulumi_layer.session import TYPE_TOKEN, SessionArgs, SessionPending
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 CONTAINER = "docker:index/container:Container"
@@ -358,8 +358,8 @@ def test_the_bundle_digest_follows_the_public_files_and_never_the_private_keys(r
     different private key (same public keys) does not, and the digest never holds a key."""
     from dataclasses import replace
 
-    from cluster_sessions.render import RenderedFile
-    from cluster_sessions.session import bundle_pack
+    from cluster_sessions.core.render import RenderedFile
+    from cluster_sessions.pulumi_layer.session import bundle_pack
 
     _id, state = run.engine.state[run.keys.urn]
     material = keystore.from_state(state)

@@ -8,7 +8,7 @@ import unicodedata
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cluster_sessions.terminal import dumps, printable
+from cluster_sessions.core.terminal import dumps, printable
 
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=200)
 

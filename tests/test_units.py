@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cluster_sessions.units import format_size, parse_size
+from cluster_sessions.core.units import format_size, parse_size
 
 
 @pytest.mark.parametrize(

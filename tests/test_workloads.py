@@ -30,10 +30,10 @@ def test_deepspeeds_own_parser_reads_the_hostfile_in_rank_order():
     import collections
     import logging
 
-    from cluster_sessions.keys import generate_session_keys
+    from cluster_sessions.core.keys import generate_session_keys
+    from cluster_sessions.core.plan import build_plan
+    from cluster_sessions.core.render import render_session
     from cluster_sessions.lab.pydirs import InstallError, deepspeed_runner_source
-    from cluster_sessions.plan import build_plan
-    from cluster_sessions.render import render_session
 
     from .conftest import skip_or_fail
 

@@ -28,9 +28,9 @@ from collections.abc import Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from ..placement import Free
-from ..spec import Agent, Pool
-from ..units import format_size
+from ..core.placement import Free
+from ..core.spec import Agent, Pool
+from ..core.units import format_size
 from . import facts as F
 from .connectors import (
     DEFAULT_CONNECT_TIMEOUT,

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from ..spec import Agent, Pool
+from ..core.spec import Agent, Pool
 from . import facts as F
 from .connectors import COMMAND_FAILED, AgentError, Connector, connector_for
 

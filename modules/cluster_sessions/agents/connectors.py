@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
-    from ..spec import Agent
+    from ..core.spec import Agent
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_COMMAND_TIMEOUT = 60.0
@@ -425,7 +425,7 @@ def agent_props(agent: Agent) -> dict[str, Any]:
 
 def connector_from_props(props: Mapping[str, Any], **kwargs: Any) -> Connector:
     """:func:`connector_for` from :func:`agent_props` output (dynamic providers' inputs)."""
-    from ..spec import Agent
+    from ..core.spec import Agent
 
     data = dict(props)
     data.setdefault("capacity", {"cpu": 1, "mem": "1g"})  # a placeholder: unused here

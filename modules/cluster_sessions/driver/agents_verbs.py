@@ -5,7 +5,8 @@ sessions it holds); a table on stdout, one line per failing agent on stderr, exi
 fails. ``--accept-new`` records the host key of an agent seen for the first time.
 
 ``pool up|destroy POOL``: the pool stack (``pool-<name>``), whose program builds the pool's
-swarm (:mod:`cluster_sessions.pool_program`), through the Automation API like the session verbs
+swarm (:mod:`cluster_sessions.pulumi_layer.pool_program`), through the Automation API like the
+session verbs
 (:mod:`.engine`): same backend, passphrase, confirmation and exit codes; 4 without the CLI.
 ``up`` first checks that every agent answers (nothing is created otherwise).
 
@@ -30,8 +31,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..loader import load_file
-from ..spec import Pool
+from ..core.loader import load_file
+from ..core.spec import Pool
 from .errors import CommandError, Exit
 
 DEFAULT_LAB_STATE = Path("/run/cluster-sessions-lab")
@@ -45,8 +46,8 @@ IMAGE_LATEST = "cluster-sessions/debian-sshd:latest"
 
 def pool_path(ref: str) -> Path:
     """A pool file: a file as written, or found as a definition's ``pool:`` is
-    (:func:`cluster_sessions.loader.find_pool`, the one lookup rule)."""
-    from ..loader import PoolNotFound, find_pool
+    (:func:`cluster_sessions.core.loader.find_pool`, the one lookup rule)."""
+    from ..core.loader import PoolNotFound, find_pool
 
     try:
         return find_pool(ref, given=True)

@@ -14,16 +14,23 @@ import sys
 from pathlib import Path
 
 from ..agents.errors import AgentsUnusable
-from ..loader import Loaded, load_session, validate_files
-from ..placement import Free
-from ..plan import ClusterPlan, plan_to_dict, session_copies
-from ..problems import DefinitionError
-from ..spec import Pool, Session
-from ..terminal import dumps, printable
-from ..units import format_size
+from ..core.loader import Loaded
+from ..core.placement import Free
+from ..core.plan import ClusterPlan, plan_to_dict, session_copies
+from ..core.problems import DefinitionError
+from ..core.spec import Pool, Session
+from ..core.terminal import dumps, printable
+from ..core.units import format_size
 from . import verbs
 from .errors import CommandError, Exit
-from .session_args import EPILOG, add_session_args, nonempty, select
+from .session_args import (
+    EPILOG,
+    add_session_args,
+    load_definition,
+    nonempty,
+    select,
+    validate_files,
+)
 
 
 def probed_free(args: argparse.Namespace, loaded: Loaded) -> list[Free]:
@@ -52,7 +59,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    loaded = load_session(Path(args.file), Path(args.pool) if args.pool is not None else None)
+    loaded = load_definition(Path(args.file), Path(args.pool) if args.pool is not None else None)
     sel = select(loaded, args.index, probed_free(args, loaded) if args.probe else None)
     plans = [p for _, p in sel.chosen]
     if args.json:

@@ -19,12 +19,11 @@ import sys
 import textwrap
 from pathlib import Path
 
-from ..loader import load_session
-from ..plan import ClusterPlan, build_plans
-from ..review import diff_plans, review_to_dict, to_markdown
-from ..terminal import dumps
+from ..core.plan import ClusterPlan, build_plans
+from ..core.review import diff_plans, review_to_dict, to_markdown
+from ..core.terminal import dumps
 from .errors import CommandError, Exit
-from .session_args import nonempty
+from .session_args import load_definition, nonempty
 
 ABSENT = ("/dev/null", "-")
 
@@ -33,7 +32,7 @@ def side(file: str, pool: str | None) -> tuple[dict[str, ClusterPlan], dict[str,
     """The sessions a definition makes, by name (none for an absent side), and its agents."""
     if file in ABSENT:
         return {}, {}
-    loaded = load_session(Path(file), Path(pool) if pool else None)
+    loaded = load_definition(Path(file), Path(pool) if pool else None)
     hosts = {a.name: a.docker_host for a in loaded.pool.agents}
     return {p.name: p for p in build_plans(loaded.session, loaded.pool)}, hosts
 

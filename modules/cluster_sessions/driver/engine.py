@@ -57,9 +57,9 @@ import yaml
 
 from ..agents.capacity import preflight
 from ..agents.cleanup import sweep
-from ..loader import Loaded
-from ..plan import ClusterPlan
-from ..spec import Pool
+from ..core.loader import Loaded
+from ..core.plan import ClusterPlan
+from ..core.spec import Pool
 from .errors import CommandError, Exit
 from .session_args import EPILOG, add_session_args, selected
 

@@ -112,10 +112,10 @@ def cmd_run(args: argparse.Namespace, engine_verb: EngineVerb | None = None,
                   sys.stdout, indent=2)
         print()
     else:
-        width = max(len(r["session"] + r["host"]) for r in rows) + 1
-        for r in rows:
+        names = [f"{r['session']}/{r['host']}" if sel.counted else r["host"] for r in rows]
+        width = max(map(len, names))
+        for where, r in zip(names, rows, strict=True):
             code_text = "" if r["exit_code"] is None else f" (exit code {r['exit_code']})"
-            where = f"{r['session']}/{r['host']}" if sel.counted else r["host"]
             print(f"{where:<{width}}  {r['state']}{code_text}  started "
                   f"{short_time(r['started'])}  finished {short_time(r['finished'])}",
                   file=sys.stderr)

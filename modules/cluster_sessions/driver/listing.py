@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..terminal import printable
+from ..core.terminal import printable
 from . import engine as stacks
 from .errors import CommandError, Exit
 from .observe import DOCKER_TIMEOUT, SESSION_LABEL, Found, found_from_attrs

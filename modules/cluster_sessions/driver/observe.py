@@ -1,7 +1,7 @@
 """``sessionctl status FILE`` and ``sessionctl logs FILE``: what is running, read from Docker.
 
 Both find a session's containers by the labels the component puts on them
-(:func:`cluster_sessions.plan.container_labels`: ``cluster-sessions.session``, ``.host``,
+(:func:`cluster_sessions.core.plan.container_labels`: ``cluster-sessions.session``, ``.host``,
 ``.role``), on each agent through its ``docker_host`` with the Docker SDK; neither needs the
 Pulumi CLI or the stack's state, so they also show what Pulumi does not know about (a
 container left behind by an interrupted ``up``, or one from before the session shrank).
@@ -28,10 +28,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..loader import Loaded
-from ..plan import LABEL_PREFIX, ClusterPlan
-from ..spec import Agent
-from ..terminal import printable
+from ..core.loader import Loaded
+from ..core.plan import LABEL_PREFIX, ClusterPlan
+from ..core.spec import Agent
+from ..core.terminal import printable
 from .errors import CommandError, Exit
 from .session_args import EPILOG, Selected, add_session_args, combined, selected
 

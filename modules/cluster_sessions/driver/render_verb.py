@@ -2,7 +2,7 @@
 
 Contract 3: ``DIR/<host>/`` holds one container's bundle (``entrypoint.sh``, ``cluster-env.sh``,
 the ssh files, ...), ready to be bind-mounted read-only at
-:data:`~cluster_sessions.render.BUNDLE_DIR` with ``entrypoint_argv()`` as the entrypoint.
+:data:`~cluster_sessions.core.render.BUNDLE_DIR` with ``entrypoint_argv()`` as the entrypoint.
 
 The session keys are generated afresh on every run: this verb is for inspection, review and
 running a session by hand. A Pulumi stack keeps its own keys (made once, stored as secrets),
@@ -27,9 +27,9 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..keys import generate_session_keys
-from ..plan import ClusterPlan
-from ..render import BUNDLE_DIR, RenderedFile, entrypoint_argv, render_container
+from ..core.keys import generate_session_keys
+from ..core.plan import ClusterPlan
+from ..core.render import BUNDLE_DIR, RenderedFile, entrypoint_argv, render_container
 from .errors import CommandError, Exit
 from .session_args import add_session_args, selected
 

@@ -12,10 +12,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..loader import Loaded, load_session
-from ..placement import Free
-from ..plan import ClusterPlan, build_plans
-from ..problems import DefinitionError, Problem
+from ..core.loader import Loaded, load_file, load_session, with_pool
+from ..core.placement import Free
+from ..core.plan import ClusterPlan, build_plans, definition_problems
+from ..core.problems import DefinitionError, Problem
+from ..core.spec import Session
 from .errors import Exit
 
 EPILOG = """exit codes: 0 ok, 1 engine failure, 2 invalid input, 3 session pending,
@@ -71,9 +72,36 @@ class Selected:
         return next((p for _, p in self.chosen if p.pending), None)
 
 
+def load_definition(file: Path, pool: Path | None = None) -> Loaded:
+    """A session definition and its pool, valid and usable together, or DefinitionError."""
+    return checked(load_session(file, pool))
+
+
+def checked(loaded: Loaded) -> Loaded:
+    found = definition_problems(loaded.session, loaded.pool)
+    if found:
+        raise DefinitionError([Problem(str(loaded.session_file), path, message)
+                               for path, message in found])
+    return loaded
+
+
+def validate_files(paths: Sequence[Path]) -> list[Problem]:
+    """Every problem of every file (``sessionctl validate``); a session file is checked together
+    with its pool."""
+    problems: list[Problem] = []
+    for path in paths:
+        try:
+            obj = load_file(path)
+            if isinstance(obj, Session):
+                checked(with_pool(obj, path))
+        except DefinitionError as exc:
+            problems.extend(exc.problems)
+    return problems
+
+
 def selected(args: argparse.Namespace, free: Sequence[Free] | None = None) -> Selected:
     """Load ``args.file`` (with ``args.pool``), plan all its sessions, pick ``args.index``."""
-    loaded = load_session(Path(args.file), Path(args.pool) if args.pool else None)
+    loaded = load_definition(Path(args.file), Path(args.pool) if args.pool else None)
     return select(loaded, getattr(args, "index", None), free)
 
 

@@ -2,7 +2,7 @@
 
 Used by the tests and the benchmarks (not by the product): the emulation of what ``pulumi up``
 and the docker provider do, kept in one place (``docker_builder.py`` builds what is declared on
-a real engine; :mod:`cluster_sessions.provider_facts` is what the provider reads back).
+a real engine; :mod:`cluster_sessions.core.provider_facts` is what the provider reads back).
 
 ``pulumi.runtime.set_mocks`` replaces the engine with a mock monitor. This one also
 

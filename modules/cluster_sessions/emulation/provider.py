@@ -1,4 +1,5 @@
-"""The docker provider's read-back and diff, emulated from :mod:`cluster_sessions.provider_facts`.
+"""The docker provider's read-back and diff, emulated from
+:mod:`cluster_sessions.core.provider_facts`.
 
 What :class:`.engine.Engine` stores as a resource's state is what the real provider would
 *read back* after ``create`` (``cpus`` in its own spelling, Docker's own options on an overlay,
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..provider_facts import (
+from ..core.provider_facts import (
     CONTAINER_FORCE_NEW,
     NETWORK_FORCE_NEW,
     cpus_read_back,

@@ -9,7 +9,7 @@ component maps a plan onto resources and from the docker provider's schema:
   GPU ids, so a memory change replaces too) and uploads (the rendered files, which carry the
   host list, the container user and the readiness timeout). Only the restart policy is
   updated in place. Which arguments force a replacement is the provider's schema, kept in
-  :mod:`cluster_sessions.provider_facts` (docs/provider-fidelity.md).
+  :mod:`cluster_sessions.core.provider_facts` (docs/provider-fidelity.md).
 - A size change rewrites every container's ``BACKENDAI_CLUSTER_SIZE``/``_HOSTS``/``_REPLICAS``,
   so every existing container is replaced, not only the added or removed ones.
 - A container that moves to another agent changes provider: replaced. A network change

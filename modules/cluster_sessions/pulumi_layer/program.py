@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pulumi
 
-from .loader import Loaded, load_session
-from .plan import ClusterPlan, build_plans
-from .problems import DefinitionError
+from ..core.loader import Loaded, load_session
+from ..core.plan import ClusterPlan, build_plans, definition_problems
+from ..core.problems import DefinitionError, Problem
 from .session import Session, SessionArgs, SessionPending
 
 CONFIG_NAMESPACE = "cluster-sessions"
@@ -51,9 +51,14 @@ def load(project_dir: Path, config: pulumi.Config | None = None) -> Loaded:
     definition = resolve(value, stacks)
     pool = config.get("pool")
     try:
-        return load_session(definition, resolve(pool, stacks) if pool else None)
+        loaded = load_session(definition, resolve(pool, stacks) if pool else None)
+        found = definition_problems(loaded.session, loaded.pool)
+        if found:
+            raise DefinitionError([Problem(str(definition), path, message)
+                                   for path, message in found])
     except DefinitionError as exc:
         raise InvalidDefinition(f"invalid session definition:\n{exc}") from None
+    return loaded
 
 
 def shown(path: Path, project_dir: Path) -> str:

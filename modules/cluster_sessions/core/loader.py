@@ -24,8 +24,6 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .placement import place
-from .plan import pool_capacity, request_of
 from .problems import WHOLE_FILE, DefinitionError, Problem, dotted
 from .spec import KINDS, Pool, Session, pool_problems, session_problems
 
@@ -300,7 +298,7 @@ def _cwd() -> Path | None:
 
 POOLS_ENV = "CLUSTER_SESSIONS_POOLS"
 """Directories (``:``-separated) to look in for a pool given by name."""
-BUILTIN_POOLS = Path(__file__).resolve().parents[2] / "stacks" / "pools"
+BUILTIN_POOLS = Path(__file__).resolve().parents[3] / "stacks" / "pools"
 """The project's own pools (``local``, the embedded default), found from anywhere."""
 
 
@@ -396,30 +394,4 @@ def with_pool(session: Session, session_file: Path, pool_file: Path | None = Non
         raise DefinitionError([Problem(file, "pool", str(exc))]) from None
     pool = load_file(pool_file, expect="AgentPool")
     assert isinstance(pool, Pool)
-    if (session.cluster.mode == "multi-node" and pool.swarm is None
-            and not _fits_one_agent(session, pool)):
-        raise DefinitionError([Problem(file, "cluster.mode", f"multi-node needs a swarm "
-                                       f"manager, but pool {pool.name!r} ({pool_file}) has no "
-                                       "swarm.manager, and no one agent holds the whole "
-                                       "session")])
     return Loaded(session, session_file, pool, pool_file)
-
-
-def _fits_one_agent(session: Session, pool: Pool) -> bool:
-    """A multi-node session that one agent holds gets a bridge and needs no swarm."""
-    size = session.cluster.size
-    return not place("single-node", size, request_of(session.resources),
-                     pool_capacity(pool)).pending
-
-
-def validate_files(paths: list[Path]) -> list[Problem]:
-    """Every problem of every file; a session file is checked together with its pool."""
-    problems: list[Problem] = []
-    for path in paths:
-        try:
-            obj = load_file(path)
-            if isinstance(obj, Session):
-                with_pool(obj, path)
-        except DefinitionError as exc:
-            problems.extend(exc.problems)
-    return problems

@@ -1,4 +1,5 @@
-"""The ``Session`` component: a finished :class:`~cluster_sessions.plan.ClusterPlan` as resources.
+"""The ``Session`` component: a finished :class:`~cluster_sessions.core.plan.ClusterPlan` as
+resources.
 
 It maps the plan onto Docker resources and decides nothing the plan already decided:
 
@@ -7,11 +8,12 @@ It maps the plan onto Docker resources and decides nothing the plan already deci
 - the session network: a bridge on the one agent, or an attachable swarm overlay created
   through the swarm manager (workers cannot create it, and only see it once a container
   attaches, so their containers refer to it by name);
-- the SSH key material (:class:`~cluster_sessions.keystore.SessionKeys`), made once and kept;
+- the SSH key material (:class:`~cluster_sessions.pulumi_layer.keystore.SessionKeys`), made once
+  and kept;
 - one ``docker.Container`` per plan entry, named ``<session>-<host>``, with the static env, the
-  rendered files as one upload under :data:`~cluster_sessions.render.BUNDLE_DIR`
+  rendered files as one upload under :data:`~cluster_sessions.core.render.BUNDLE_DIR`
   (``bundle.pack``, a secret, 0600: it holds the private keys; the entrypoint unpacks it:
-  :func:`~cluster_sessions.render.pack_entrypoint_argv`), a label with the digest of the
+  :func:`~cluster_sessions.core.render.pack_entrypoint_argv`), a label with the digest of the
   public files (so a preview shows an entrypoint change), resources, mounts, labels and
   restart policy. Only main1 publishes ports.
 
@@ -32,9 +34,8 @@ from urllib.parse import urlsplit
 import pulumi
 import pulumi_docker as docker
 
-from . import keys
-from .keystore import SessionKeys
-from .plan import (
+from ..core import keys
+from ..core.plan import (
     BUNDLE_DIGEST_LABEL,
     ClusterPlan,
     ContainerPlan,
@@ -43,9 +44,10 @@ from .plan import (
     network_labels,
     runs_job,
 )
-from .provider_facts import NETWORK_IGNORED, cpus_argument
-from .render import BUNDLE_DIR, RenderedFile, pack, pack_entrypoint_argv, render_container
-from .spec import SSH_PORT, Agent, Pool
+from ..core.provider_facts import NETWORK_IGNORED, cpus_argument
+from ..core.render import BUNDLE_DIR, RenderedFile, pack, pack_entrypoint_argv, render_container
+from ..core.spec import SSH_PORT, Agent, Pool
+from .keystore import SessionKeys
 
 TYPE_TOKEN = "cluster-sessions:index:Session"
 MIB = 1024 * 1024

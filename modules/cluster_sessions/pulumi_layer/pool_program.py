@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pulumi
 
-from .agents.swarm import PoolSwarm
-from .loader import load_file
-from .problems import DefinitionError
+from ..core.loader import load_file
+from ..core.problems import DefinitionError
+from ..core.spec import Pool
 from .program import resolve
-from .spec import Pool
+from .swarm import PoolSwarm
 
 CONFIG_NAMESPACE = "cluster-sessions"
 CONFIG_KEY = "pool-definition"

@@ -168,6 +168,8 @@ def build_plans(session: Session, pool: Pool,
     for copy in copies:
         request = request_of(copy.resources)
         placement = place(copy.cluster.mode, copy.cluster.size, request, left)
+        if len(placement.agents) > 1 and pool.swarm is None:  # no one to make the overlay
+            placement = Placement(reason=no_swarm_reason(pool))
         if placement.pending:
             reason = placement.reason if len(copies) == 1 else (
                 f"the {len(copies)} sessions of count: {len(copies)} do not fit together, "
@@ -183,6 +185,23 @@ def build_plan(session: Session, pool: Pool, free: Sequence[Free] | None = None)
     if session.count != 1:
         raise ValueError(f"session {session.name} has count {session.count}: use build_plans")
     return build_plans(session, pool, free)[0]
+
+
+def no_swarm_reason(pool: Pool) -> str:
+    return (f"multi-node needs a swarm manager, but pool {pool.name!r} has no swarm.manager, "
+            "and no one agent holds the whole session")
+
+
+def definition_problems(session: Session, pool: Pool) -> list[tuple[str, str]]:
+    """What makes a definition unusable with its pool whatever the agents hold now, as
+    ``(dotted path, message)``: a multi-node session that its pool's declared capacity spreads
+    over several agents, in a pool without a swarm manager (live capacity may spread a session
+    that declared capacity does not; the plan is then pending with the same reason)."""
+    if pool.swarm is not None or session.cluster.mode != "multi-node":
+        return []
+    plans = build_plans(session, pool)
+    reason = no_swarm_reason(pool)
+    return [("cluster.mode", reason)] if any(p.reason == reason for p in plans) else []
 
 
 def _plan(session: Session, pool: Pool, placement: Placement) -> ClusterPlan:

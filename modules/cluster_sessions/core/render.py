@@ -29,7 +29,7 @@ from .keys import KeyPair, SessionKeys
 from .plan import ClusterPlan, ContainerPlan, runs_job
 from .spec import BUNDLE_DIR, DEFAULT_COMMAND, RUN_DIR, SSH_PORT
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+TEMPLATES = Path(__file__).resolve().parents[3] / "templates"
 
 
 DEFAULT_MASTER_PORT = 29500  # PyTorch's convention; Kubeflow uses it too
@@ -168,7 +168,7 @@ def pack(files: Sequence[RenderedFile]) -> str:
     (into a directory only root can write: nobody reads a file while it is being replaced).
     """
     lines = [
-        "# cluster-session pack, written by cluster_sessions.render.pack: /bin/sh PACK DIR",
+        "# cluster-session pack, written by cluster_sessions.core.render.pack: /bin/sh PACK DIR",
         # the files' texts are single-quoted words: literal on purpose
         "# shellcheck disable=SC1003,SC2016",
         "set -eu",

@@ -1,0 +1,365 @@
+"""A pool's Docker Swarm as Pulumi dynamic resources: init on the manager, join on the others.
+
+- :class:`SwarmManager`: ``docker swarm init --advertise-addr <address>`` on the pool's manager
+  (an agent that already manages a swarm is adopted as is). Outputs the node and cluster IDs,
+  ``manager_addr`` (``ADDR:2377``) and the worker join token, a secret.
+- :class:`SwarmWorker`: ``docker swarm join`` on another agent (an agent already in the
+  manager's swarm is adopted). Delete: ``docker swarm leave --force`` on the agent, then
+  ``docker node rm --force`` on the manager so that the node list stays clean.
+- :class:`PoolSwarm`: the component with one manager and a worker per other agent; the pool
+  program (:mod:`cluster_sessions.pulumi_layer.pool_program`) builds it.
+
+Delete undoes only what create did: a swarm that was initialized (or joined) by this resource
+is left; an adopted one is left alone (it may serve other things).
+
+The providers are pickled (dill) into the state and run in Pulumi's dynamic provider host; they
+hold only plain data. Every connection (paramiko) opens inside ``create``/``update``/``delete``/
+``read`` and closes before it returns; nothing is opened at import. The class is pickled by
+reference, so the project must be importable where ``pulumi`` runs (``pip install -e .``).
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import pulumi
+from pulumi.dynamic import (
+    CheckFailure,
+    CheckResult,
+    CreateResult,
+    DiffResult,
+    ReadResult,
+    ResourceProvider,
+    UpdateResult,
+)
+
+from ..agents import facts as F
+from ..agents.connectors import (
+    NOT_SWARM_READY,
+    AgentError,
+    Connector,
+    agent_props,
+    connector_from_props,
+)
+from ..core.spec import Agent, Pool
+
+SWARM_PORT = 2377
+COMMAND_TIMEOUT = 120.0
+SECRET_OUTPUTS = ["worker_token"]
+# Inputs whose change means another swarm: replace. Others (how the agent is reached) update.
+MANAGER_REPLACES = ("advertise_addr",)
+WORKER_REPLACES = ("manager_addr", "advertise_addr")
+
+
+def advertise_address(agent: Agent) -> str | None:
+    """The address other nodes reach this agent at: ``address``, else its SSH or docker host."""
+    if agent.address:
+        return agent.address
+    if agent.ssh is not None:
+        return agent.ssh.host
+    url = urlsplit(agent.docker_host)
+    if url.scheme in ("ssh", "tcp") and url.hostname:
+        return url.hostname
+    return None  # a local unix socket: let Docker choose (it says so if it cannot)
+
+
+def _identity(props: Mapping[str, Any]) -> tuple[str, str]:
+    agent = props.get("agent") or {}
+    return str(agent.get("name")), str(agent.get("docker_host"))
+
+
+def _check_agent(props: Mapping[str, Any], key: str = "agent") -> list[CheckFailure]:
+    agent = props.get(key)
+    if not isinstance(agent, Mapping) or not agent.get("name") or not agent.get("docker_host"):
+        return [CheckFailure(key, "must describe an agent (name, docker_host, ssh)")]
+    return []
+
+
+def _connect(props: Mapping[str, Any], key: str = "agent") -> Connector:
+    return connector_from_props(props[key], timeout=COMMAND_TIMEOUT)
+
+
+def _swarm(conn: Connector) -> F.SwarmState:
+    return F.gather(conn, F.SwarmInfo())
+
+
+def _wait_active(conn: Connector, seconds: float = 30) -> F.SwarmState:
+    """The swarm state once it is no longer ``pending`` (join and init settle asynchronously)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        state = _swarm(conn)
+        if state.state != "pending" or time.monotonic() > deadline:
+            return state
+        time.sleep(0.2)
+
+
+def _diff(olds: Mapping[str, Any], news: Mapping[str, Any], replaces_on: tuple[str, ...],
+          inputs: tuple[str, ...]) -> DiffResult:
+    # ``__provider`` (the pickled provider) is left out: a new dill or pulumi pickles it
+    # differently, which must not look like a change.
+    changed = [k for k in inputs if olds.get(k) != news.get(k)]
+    replaces = [k for k in changed if k in replaces_on]
+    if _identity(olds) != _identity(news):
+        replaces.append("agent")
+    return DiffResult(changes=bool(changed), replaces=replaces, stables=[],
+                      delete_before_replace=True)
+
+
+class SwarmManagerProvider(ResourceProvider):
+    """``docker swarm init`` on one agent. Stateless and picklable."""
+
+    INPUTS = ("agent", "advertise_addr")
+
+    def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> CheckResult:
+        failures = _check_agent(news)
+        addr = news.get("advertise_addr")
+        if addr is not None and (not isinstance(addr, str) or not addr or " " in addr):
+            failures.append(CheckFailure("advertise_addr", "must be an address or None"))
+        return CheckResult(news, failures)
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        outs = self._ensure(props)
+        return CreateResult(outs["cluster_id"], outs)
+
+    def _ensure(self, props: Mapping[str, Any], initialized: bool = False) -> dict[str, Any]:
+        name = props["agent"]["name"]
+        addr = props.get("advertise_addr")
+        with _connect(props) as conn:
+            state = _swarm(conn)
+            if state.state == "active" and not state.control_available:
+                raise AgentError(name, NOT_SWARM_READY, f"is a worker of another swarm (managers "
+                                 f"{', '.join(state.remote_managers) or 'unknown'}); run `docker "
+                                 "swarm leave` there first, or make that swarm's manager the "
+                                 "pool's swarm.manager")
+            if state.state in ("pending", "error", "locked"):
+                raise AgentError(name, NOT_SWARM_READY, f"swarm state is {state.state}"
+                                 + (f" ({state.error})" if state.error else "")
+                                 + "; fix it (e.g. `docker swarm leave --force`) and retry")
+            if state.state != "active":
+                cmd = "docker swarm init" + (f" --advertise-addr {shlex.quote(addr)}"
+                                             if addr else "")
+                conn.check(cmd, timeout=COMMAND_TIMEOUT)
+                initialized = True
+                state = _wait_active(conn)
+            if not (state.state == "active" and state.control_available):
+                raise AgentError(name, NOT_SWARM_READY, f"swarm init left the state "
+                                 f"{state.role}: {state.error or 'no error reported'}")
+            token = F.gather(conn, F.SwarmJoinToken())
+        node_addr = state.node_addr or addr or ""
+        return {
+            **{k: props.get(k) for k in self.INPUTS},
+            "node_id": state.node_id,
+            "cluster_id": state.cluster_id or state.node_id,
+            "manager_addr": f"{node_addr}:{SWARM_PORT}",
+            "worker_token": token,
+            "initialized": initialized,
+        }
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        return _diff(olds, news, MANAGER_REPLACES, self.INPUTS)
+
+    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        # Only how the agent is reached changed; re-read the swarm through the new way.
+        return UpdateResult(self._ensure(news, bool(olds.get("initialized"))))
+
+    def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
+        with _connect(props) as conn:
+            state = _swarm(conn)
+            if not (state.state == "active" and state.control_available
+                    and (state.cluster_id or state.node_id) == id_):
+                return ReadResult(None, {})  # gone: the next up creates it again
+            token = F.gather(conn, F.SwarmJoinToken())
+        return ReadResult(id_, {**props, "node_id": state.node_id, "worker_token": token})
+
+    def delete(self, _id: str, props: dict[str, Any]) -> None:
+        if not props.get("initialized"):
+            return  # adopted: not ours to tear down
+        with _connect(props) as conn:
+            state = _swarm(conn)
+            if state.state != "inactive":
+                conn.check("docker swarm leave --force", timeout=COMMAND_TIMEOUT)
+
+
+class SwarmWorkerProvider(ResourceProvider):
+    """``docker swarm join`` on one agent; ``leave`` (and ``node rm`` on the manager) on delete.
+
+    Inputs: ``agent``, ``manager`` (the manager agent, to check membership and remove the node),
+    ``manager_addr``, ``join_token`` (secret), ``advertise_addr``.
+    """
+
+    INPUTS = ("agent", "manager", "manager_addr", "join_token", "advertise_addr")
+
+    def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> CheckResult:
+        failures = _check_agent(news) + _check_agent(news, "manager")
+        if not isinstance(news.get("manager_addr"), str) or ":" not in news["manager_addr"]:
+            failures.append(CheckFailure("manager_addr", "must be ADDR:PORT"))
+        if not isinstance(news.get("join_token"), str) or not news["join_token"]:
+            failures.append(CheckFailure("join_token", "must be the swarm's worker token"))
+        return CheckResult(news, failures)
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        outs = self._ensure(props)
+        return CreateResult(outs["node_id"], outs)
+
+    def _members(self, props: Mapping[str, Any]) -> dict[str, F.SwarmNode]:
+        with _connect(props, "manager") as mgr:
+            return {n.node_id: n for n in F.gather(mgr, F.SwarmNodes())}
+
+    def _ensure(self, props: Mapping[str, Any], joined: bool = False) -> dict[str, Any]:
+        name = props["agent"]["name"]
+        manager = props["manager"]["name"]
+        with _connect(props) as conn:
+            state = _swarm(conn)
+            if state.state == "active":
+                if state.node_id not in self._members(props):
+                    raise AgentError(name, NOT_SWARM_READY, f"is already in another swarm "
+                                     f"(node {state.node_id}, managers "
+                                     f"{', '.join(state.remote_managers) or 'unknown'}), not "
+                                     f"{manager}'s; run `docker swarm leave --force` there first")
+            elif state.state in ("pending", "error", "locked"):
+                raise AgentError(name, NOT_SWARM_READY, f"swarm state is {state.state}"
+                                 + (f" ({state.error})" if state.error else "")
+                                 + "; fix it (e.g. `docker swarm leave --force`) and retry")
+            else:
+                addr = props.get("advertise_addr")
+                extra = f" --advertise-addr {shlex.quote(addr)}" if addr else ""
+                target = shlex.quote(props["manager_addr"])
+                token = shlex.quote(props["join_token"])
+                conn.check(f"docker swarm join --token {token}{extra} {target}",
+                           timeout=COMMAND_TIMEOUT,
+                           shown=f"docker swarm join --token ***{extra} {target}")
+                joined = True
+                state = _wait_active(conn)
+                if state.state != "active":
+                    raise AgentError(name, NOT_SWARM_READY, f"swarm join left the state "
+                                     f"{state.role}: {state.error or 'no error reported'}")
+        self._wait_ready(props, state.node_id)
+        return {**{k: props.get(k) for k in self.INPUTS}, "node_id": state.node_id,
+                "joined": joined}
+
+    def _wait_ready(self, props: Mapping[str, Any], node_id: str, seconds: float = 30) -> None:
+        deadline = time.monotonic() + seconds
+        while True:
+            node = self._members(props).get(node_id)
+            if node is not None and node.ready:
+                return
+            if time.monotonic() > deadline:
+                raise AgentError(props["agent"]["name"], NOT_SWARM_READY,
+                                 f"joined, but the manager {props['manager']['name']} lists node "
+                                 f"{node_id} as {node.status if node else 'absent'}")
+            time.sleep(0.2)
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        # A rotated join token changes nothing for a node that has joined.
+        inputs = tuple(k for k in self.INPUTS if k != "join_token")
+        return _diff(olds, news, WORKER_REPLACES, inputs)
+
+    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        return UpdateResult(self._ensure(news, bool(olds.get("joined"))))
+
+    def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
+        with _connect(props) as conn:
+            state = _swarm(conn)
+        if state.state != "active" or state.node_id != id_ or id_ not in self._members(props):
+            return ReadResult(None, {})
+        return ReadResult(id_, props)
+
+    def delete(self, id_: str, props: dict[str, Any]) -> None:
+        if not props.get("joined"):
+            return  # adopted: not ours to take out of its swarm
+        with _connect(props) as conn:
+            state = _swarm(conn)
+            if state.state != "inactive" and state.node_id == id_:
+                conn.check("docker swarm leave --force", timeout=COMMAND_TIMEOUT)
+        try:
+            with _connect(props, "manager") as mgr:
+                if _swarm(mgr).control_available:
+                    # a node that just left shows as Down for a moment; rm --force takes it
+                    mgr.check(f"docker node rm --force {shlex.quote(id_)}",
+                              timeout=COMMAND_TIMEOUT)
+        except AgentError as exc:
+            if "not found" not in exc.detail and "No such node" not in exc.detail:
+                raise
+
+
+class SwarmManager(pulumi.dynamic.Resource, module="cluster-sessions", name="SwarmManager"):
+    """The pool's swarm manager. Type ``pulumi-python:dynamic/cluster-sessions:SwarmManager``."""
+
+    node_id: pulumi.Output[str]
+    cluster_id: pulumi.Output[str]
+    manager_addr: pulumi.Output[str]
+    worker_token: pulumi.Output[str]
+    initialized: pulumi.Output[bool]
+
+    def __init__(self, name: str, agent: Agent, opts: pulumi.ResourceOptions | None = None):
+        props = {
+            "agent": agent_props(agent),
+            "advertise_addr": advertise_address(agent),
+            "node_id": None,
+            "cluster_id": None,
+            "manager_addr": None,
+            "worker_token": None,
+            "initialized": None,
+        }
+        secret = pulumi.ResourceOptions(additional_secret_outputs=SECRET_OUTPUTS)
+        super().__init__(SwarmManagerProvider(), name, props,
+                         pulumi.ResourceOptions.merge(opts, secret))
+
+
+class SwarmWorker(pulumi.dynamic.Resource, module="cluster-sessions", name="SwarmWorker"):
+    """One agent joined to the manager's swarm. Type ``...:SwarmWorker``."""
+
+    node_id: pulumi.Output[str]
+    joined: pulumi.Output[bool]
+
+    def __init__(self, name: str, agent: Agent, manager_agent: Agent, manager: SwarmManager,
+                 opts: pulumi.ResourceOptions | None = None):
+        props = {
+            "agent": agent_props(agent),
+            "manager": agent_props(manager_agent),
+            "manager_addr": manager.manager_addr,
+            "join_token": manager.worker_token,
+            "advertise_addr": advertise_address(agent),
+            "node_id": None,
+            "joined": None,
+        }
+        super().__init__(SwarmWorkerProvider(), name, props,
+                         pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
+                             depends_on=[manager])))
+
+
+class PoolSwarm(pulumi.ComponentResource):
+    """A pool's swarm: the manager and one worker per other agent, in pool order.
+
+    Type token ``cluster-sessions:index:PoolSwarm``. Outputs: ``manager`` (agent name),
+    ``manager_addr``, ``cluster_id`` and ``nodes`` (agent name -> swarm node ID).
+    """
+
+    manager: pulumi.Output[str]
+    manager_addr: pulumi.Output[str]
+    cluster_id: pulumi.Output[str]
+    nodes: pulumi.Output[dict[str, str]]
+
+    def __init__(self, name: str, pool: Pool, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("cluster-sessions:index:PoolSwarm", name, None, opts)
+        if pool.swarm is None:
+            raise ValueError(f"pool {pool.name!r} has no swarm.manager")
+        child = pulumi.ResourceOptions(parent=self)
+        mgr_agent = pool.agent(pool.swarm.manager)
+        self.manager_resource = SwarmManager(f"{name}-{mgr_agent.name}", mgr_agent, child)
+        self.workers = {
+            a.name: SwarmWorker(f"{name}-{a.name}", a, mgr_agent, self.manager_resource, child)
+            for a in pool.agents if a.name != mgr_agent.name
+        }
+        self.manager = pulumi.Output.from_input(mgr_agent.name)
+        self.manager_addr = self.manager_resource.manager_addr
+        self.cluster_id = self.manager_resource.cluster_id
+        ids = {mgr_agent.name: self.manager_resource.node_id,
+               **{n: w.node_id for n, w in self.workers.items()}}
+        self.nodes = pulumi.Output.all(**ids)
+        self.register_outputs({"manager": self.manager, "manager_addr": self.manager_addr,
+                               "cluster_id": self.cluster_id, "nodes": self.nodes})
