@@ -212,8 +212,8 @@ def pool_stack_name(pool: Pool) -> str:
 
 
 def cmd_pool_engine(args: argparse.Namespace) -> int:
-    """``pool up|destroy``: the pool stack through the Automation API (see :mod:`.engine`)."""
-    from . import engine as E
+    """``pool up|destroy``: the pool stack, run as the session stacks are (:mod:`.engine`)."""
+    from . import engine as stacks
 
     verb = args.pool_verb
     pool, path = load_pool(args.pool)
@@ -221,82 +221,37 @@ def cmd_pool_engine(args: argparse.Namespace) -> int:
         raise CommandError(f"{path}: swarm.manager: a pool stack builds the pool's swarm, and "
                            "this pool names no manager", Exit.INVALID)
     stack_name = pool_stack_name(pool)
-    project = E.find_project([path.resolve().parent, Path.cwd(), Path(__file__).resolve().parent])
-    if project is None:
-        raise CommandError(f"no Pulumi project {E.PROJECT_NAME!r} (Pulumi.yaml) found above "
-                           f"{path}, the current directory or the installed package",
-                           Exit.MISSING)
-    settings = E.engine_settings(os.environ, project)
+    label = f"pool {pool.name}"
 
     def report(result: str, **extra: Any) -> None:
         if args.json:
-            E.emit(E.summary_document(verb, stack_name, f"pool {pool.name}",
-                                      settings.backend_url, result, **extra))
+            stacks.emit(stacks.summary_document(verb, stack_name, label,
+                                                extra.pop("backend", None), result, **extra))
 
-    pulumi_cli = E.find_pulumi(os.environ)
-    if pulumi_cli is None:
-        report("missing-prerequisite", error=E.how_to_install())
-        raise CommandError(E.how_to_install(), Exit.MISSING)
-    # the same order as the session verbs: a missing CLI is exit 4 whether or not --yes was given
-    try:
-        ask_first = E.confirmation(verb, args.yes, args.json, sys.stdin.isatty())
-    except CommandError as exc:
-        report("needs-confirmation", error=str(exc))
-        raise
+    prepared = stacks.prepare(verb, args, [path.resolve().parent, Path.cwd(),
+                                           Path(__file__).resolve().parent], str(path), report)
     if verb == "up":
         from ..agents.capacity import PreflightError, probe_pool
 
         reports = probe_pool(pool)
         if not all(r.ok for r in reports):
             err = PreflightError(pool, reports, "; nothing was created")
-            report("missing-prerequisite", error=str(err))
+            report("missing-prerequisite", backend=prepared.settings.backend_url,
+                   error=str(err))
             raise err
-    if settings.state_dir is not None:
-        settings.state_dir.mkdir(parents=True, exist_ok=True)
-    E.warn_passphrase_once(settings)
-    term = E.Terminal(quiet=args.json)
-    events = E.EventLog()
-    color = sys.stdout.isatty()
-    message = f"sessionctl pool {verb} {E.config_path(path, project / E.STACKS_DIR)}"
-
-    def kwargs(call: str) -> dict[str, Any]:
-        return E.call_kwargs(call, json_mode=args.json, color=color, on_output=term.out,
-                             on_error=term.err, on_event=events, message=message)
-
-    from pulumi import automation as auto
-
+    stacks.started(prepared)
+    where = stacks.config_path(path, prepared.project / stacks.STACKS_DIR)
+    target = stacks.Target(stack_name, label, {POOL_CONFIG: where},
+                           f"sessionctl pool {verb} {where}", f"sessionctl pool up {args.pool}")
     try:
-        try:
-            stack = E.open_stack(stack_name, project, settings, pulumi_cli,
-                                 create=verb == "up")
-        except auto.errors.StackNotFoundError:
-            print(f"sessionctl pool destroy: no stack {stack_name!r} in {settings.backend_url};"
-                  " nothing to destroy", file=sys.stderr)
-            report("succeeded")
-            return Exit.OK
-        E.apply_config(stack, {POOL_CONFIG: E.config_path(path, project / E.STACKS_DIR)})
-        if ask_first:
-            preview = (stack.preview(**kwargs("preview")) if verb == "up"
-                       else stack.preview_destroy(**kwargs("preview_destroy")))
-            counts = E.change_counts(preview.change_summary)
-            shown = ", ".join(f"{n} {op}" for op, n in counts.items()) or "no changes"
-            question = "Apply these changes" if verb == "up" else "Destroy these resources"
-            if not E.ask(f"{question} to stack {stack_name} ({shown})?"):
-                raise CommandError(f"pool {verb} declined: nothing was changed", Exit.ENGINE)
-            events.steps.clear()
-        result = getattr(stack, verb)(**kwargs(verb))
-        changes = E.change_counts(result.summary.resource_changes)
-        outputs = result.outputs if verb == "up" else {}
-    except auto.errors.CommandError as exc:
-        out, err = E.split_command_error(str(exc))
-        text = E.engine_error_message(events.errors, term.stdout or out, term.stderr or err)
-        report("failed", steps=events.steps, error=text)
-        raise CommandError(f"the engine failed on stack {stack_name}:\n{text}",
-                           Exit.ENGINE) from None
-    report("succeeded", changes=changes, outputs=E.masked_outputs(outputs), steps=events.steps)
-    if not args.json:
-        shown = ", ".join(f"{n} {op}" for op, n in changes.items()) or "no changes"
-        print(f"sessionctl pool {verb}: stack {stack_name}: {shown}", file=sys.stderr)
+        doc = stacks.run_stack(args, verb, target, prepared)
+    except stacks.StackFailed as exc:
+        report_doc = exc.doc
+        if args.json:
+            stacks.emit(report_doc)
+        raise CommandError(str(exc), exc.code) from None
+    if args.json:
+        stacks.emit(doc)
     return Exit.OK
 
 

@@ -524,6 +524,65 @@ class StackFailed(CommandError):
         self.doc = doc
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """What every run needs once its checks passed: the project, the CLI and its settings."""
+
+    project: Path
+    settings: EngineSettings
+    pulumi: Path | None
+    ask_first: bool
+
+
+def prepare(verb: str, args: argparse.Namespace, starts: Sequence[Path], about: str,
+            report: Callable[..., None], more_missing: Callable[[], list[str]] = list
+            ) -> Prepared:
+    """The checks every engine verb makes, in order, before anything reaches the engine: the
+    project (4), the ``pulumi`` CLI and ``more_missing`` (4, all together), a confirmation
+    that can be asked for (2). ``report(result, backend=..., error=...)`` writes the ``--json``
+    document of a failure."""
+    project = find_project(starts)
+    if project is None:
+        raise CommandError(f"no Pulumi project {PROJECT_NAME!r} (Pulumi.yaml) found above "
+                           f"{about}, the current directory or the installed package",
+                           Exit.MISSING)
+    settings = engine_settings(os.environ, project)
+    pulumi = find_pulumi(os.environ)
+    missing = ([] if pulumi is not None else [how_to_install()]) + more_missing()
+    if missing:
+        report("missing-prerequisite", backend=settings.backend_url, error="\n".join(missing))
+        raise CommandError("\n".join(missing), Exit.MISSING)
+    # after the prerequisites: a missing CLI is exit 4 whether or not --yes was given
+    try:
+        ask_first = confirmation(verb, args.yes, args.json, sys.stdin.isatty())
+    except CommandError as exc:  # --json promises one document, whatever the outcome
+        report("needs-confirmation", backend=settings.backend_url, error=str(exc))
+        raise
+    return Prepared(project, settings, pulumi, ask_first)
+
+
+def started(prepared: Prepared) -> None:
+    """Just before the first engine call: the default backend's directory, the warning."""
+    if prepared.settings.state_dir is not None:
+        prepared.settings.state_dir.mkdir(parents=True, exist_ok=True)
+    warn_passphrase_once(prepared.settings)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One stack a verb runs on: a session's, or a pool's (``sessionctl pool up``)."""
+
+    stack: str
+    label: str  # what the summary and messages name: the session, or "pool NAME"
+    config: Mapping[str, str | None]
+    message: str  # the update's message in the stack's history
+    up_hint: str  # what to run when the stack does not exist
+    # after a destroy: what state forgot (raises StackFailed), and what to say when the
+    # destroy could not finish (returns the message)
+    after_destroy: Callable[[Callable[..., dict[str, Any]]], None] | None = None
+    partly_destroyed: Callable[[str], str] | None = None
+
+
 def cmd_engine(args: argparse.Namespace) -> int:
     verb = args.verb
     definition = Path(args.file)
@@ -555,48 +614,33 @@ def cmd_engine(args: argparse.Namespace) -> int:
         print(f"sessionctl {verb}: note: {definition} is pending now ({pending.reason}); "
               f"{verb} works on the stack's recorded state", file=sys.stderr)
 
-    project = find_project(project_starts(definition))
-    if project is None:
-        raise CommandError(f"no Pulumi project {PROJECT_NAME!r} (Pulumi.yaml) found above "
-                           f"{definition}, the current directory or the installed package",
-                           Exit.MISSING)
-    settings = engine_settings(os.environ, project)
-    missing = []
-    pulumi = find_pulumi(os.environ)
-    if pulumi is None:
-        missing.append(how_to_install())
-    if verb != "destroy":  # destroy goes on past an agent that does not answer
-        for _, plan in sel.chosen:
-            missing += [m for m in unreachable_local_agents(plan, sel.loaded)
-                        if m not in missing]
-    if missing:
-        report_all("missing-prerequisite", backend=settings.backend_url,
-                   error="\n".join(missing))
-        raise CommandError("\n".join(missing), Exit.MISSING)
-    # After the prerequisites: a missing CLI is exit 4 whether or not --yes was given.
-    try:
-        ask_first = confirmation(verb, args.yes, args.json, sys.stdin.isatty())
-    except CommandError as exc:  # --json promises one document, whatever the outcome
-        report_all("needs-confirmation", backend=settings.backend_url, error=str(exc))
-        raise
+    def local_engines() -> list[str]:
+        missing: list[str] = []
+        if verb != "destroy":  # destroy goes on past an agent that does not answer
+            for _, plan in sel.chosen:
+                missing += [m for m in unreachable_local_agents(plan, sel.loaded)
+                            if m not in missing]
+        return missing
 
+    prepared = prepare(verb, args, project_starts(definition), str(definition), report_all,
+                       local_engines)
     if verb in ("preview", "up") and pending is None:
         # Every agent the plans use answers, and is what each plan assumes (swarm membership,
         # encryption support) before anything is created: no half-made session.
         mine = [p.name for p in sel.plans]
         for agents in dict.fromkeys(p.agents for _, p in sel.chosen):
             preflight(sel.loaded.pool, agents, exclude_session=mine)
-    if settings.state_dir is not None:
-        settings.state_dir.mkdir(parents=True, exist_ok=True)
-    warn_passphrase_once(settings)
+    started(prepared)
     failures: list[StackFailed] = []
     done: list[str] = []
+    stacks_dir = prepared.project / STACKS_DIR
     for index, plan in sel.chosen:
-        config = stack_config(definition, pool_file, project,
-                              index if sel.counted else None)
+        target = session_target(args, sel.loaded.pool, plan, stacks[plan.name],
+                                stack_config(definition, pool_file, prepared.project,
+                                             index if sel.counted else None),
+                                f"sessionctl {verb} {config_path(definition, stacks_dir)}")
         try:
-            docs.append(run_stack(args, plan, sel.loaded.pool, stacks[plan.name], config,
-                                  project, settings, pulumi, ask_first))
+            docs.append(run_stack(args, verb, target, prepared))
             done.append(plan.name)
         except StackFailed as exc:
             docs.append(exc.doc)
@@ -606,58 +650,89 @@ def cmd_engine(args: argparse.Namespace) -> int:
     emit_docs()
     if failures:
         message = "\n".join(str(f) for f in failures)
-        left = [p.name for _, p in sel.chosen if p.name not in done
-                and p.name not in [d["session"] for d in docs]]
+        tried = [d["session"] for d in docs]
+        left = [p.name for _, p in sel.chosen if p.name not in tried]
         if len(sel.chosen) > 1:
             message += (f"\n{verb} done for: {', '.join(done) or 'none'}"
-                         + (f"; not attempted: {', '.join(left)}" if left else ""))
+                        + (f"; not attempted: {', '.join(left)}" if left else ""))
         raise CommandError(message, failures[0].code)
     return Exit.OK
 
 
-def run_stack(args: argparse.Namespace, plan: ClusterPlan, pool: Pool, stack_name: str,
-              config: Mapping[str, str | None], project: Path, settings: EngineSettings,
-              pulumi: Path | None, ask_first: bool) -> dict[str, Any]:
-    """One verb on one session's stack; returns its ``--json`` summary or raises
-    :class:`StackFailed` with it."""
-    verb = args.verb
+def session_target(args: argparse.Namespace, pool: Pool, plan: ClusterPlan, stack: str,
+                   config: Mapping[str, str | None], message: str) -> Target:
+    """A session's stack; after ``destroy``, what state forgot is swept by label."""
+
+    def after_destroy(summary: Callable[..., dict[str, Any]]) -> None:
+        swept = sweep(pool, plan.name)  # what state forgot must not outlive it
+        if swept.remaining:
+            raise StackFailed(swept.summary(), Exit.ENGINE,
+                              summary("failed", error=swept.summary()))
+        for error in swept.errors:  # the stack is gone; leftovers there cannot be looked for
+            print(f"sessionctl destroy: warning: {plan.name}: could not look for leftovers: "
+                  f"{error}; `sessionctl pool sweep {pool.name} --session {plan.name}` once it "
+                  "answers", file=sys.stderr)
+
+    def partly_destroyed(text: str) -> str:
+        """``destroy`` went on past what it could not delete (an agent that does not answer):
+        remove by label what is left where agents answer, and name the rest. The stack keeps
+        what it could not delete, so a later ``destroy`` (or ``pool sweep``) finishes."""
+        swept = sweep(pool, plan.name)
+        return "\n".join([
+            f"destroy of stack {stack} did not finish; it removed what it could.",
+            "The engine could not delete:", *(f"  {line}" for line in text.splitlines()),
+            swept.summary(),
+            f"What is left stays in the stack: run `sessionctl destroy {args.file}` again once "
+            f"the agents answer (`sessionctl pool sweep {pool.name} --session {plan.name}` "
+            "removes leftovers by label)."])
+
+    return Target(stack, plan.name, config, message, f"sessionctl up {args.file}",
+                  after_destroy, partly_destroyed)
+
+
+def run_stack(args: argparse.Namespace, verb: str, target: Target,
+              prepared: Prepared) -> dict[str, Any]:
+    """One verb on one stack; returns its ``--json`` summary or raises :class:`StackFailed`
+    with it. The same for session and pool stacks."""
     term = Terminal(quiet=args.json)
     events = EventLog()
     color = sys.stdout.isatty()
-    message = f"sessionctl {verb} {config[CONFIG_DEFINITION]}"
-    backend = settings.backend_url
+    backend = prepared.settings.backend_url
+    name = target.stack
+    shown_verb = verb if not target.label.startswith("pool ") else f"pool {verb}"
 
     def summary(result: str, **extra: Any) -> dict[str, Any]:
-        return summary_document(verb, stack_name, plan.name, backend, result, **extra)
+        extra.setdefault("steps", events.steps)
+        return summary_document(verb, name, target.label, backend, result, **extra)
 
     def kwargs(call: str) -> dict[str, Any]:
         return call_kwargs(call, json_mode=args.json, color=color, on_output=term.out,
-                           on_error=term.err, on_event=events, message=message,
+                           on_error=term.err, on_event=events, message=target.message,
                            diff=getattr(args, "diff", False))
 
     from pulumi import automation as auto
 
     try:
         try:
-            stack = open_stack(stack_name, project, settings, pulumi,
+            stack = open_stack(name, prepared.project, prepared.settings, prepared.pulumi,
                                create=verb in ("preview", "up"))
         except auto.errors.StackNotFoundError:
             if verb == "destroy":
-                print(f"sessionctl destroy: no stack {stack_name!r} in {backend}; nothing to "
+                print(f"sessionctl {shown_verb}: no stack {name!r} in {backend}; nothing to "
                       "destroy", file=sys.stderr)
                 return summary("succeeded")
-            raise StackFailed(f"no stack {stack_name!r} in {backend}; run `sessionctl up "
-                              f"{args.file}` first", Exit.ENGINE, summary("failed")) from None
-        apply_config(stack, config)
+            raise StackFailed(f"no stack {name!r} in {backend}; run `{target.up_hint}` first",
+                              Exit.ENGINE, summary("failed")) from None
+        apply_config(stack, target.config)
         outputs: Mapping[str, Any] = {}
-        if ask_first:
+        if prepared.ask_first:
             preview = (stack.preview(**kwargs("preview")) if verb == "up"
                        else stack.preview_destroy(**kwargs("preview_destroy")))
             counts = change_counts(preview.change_summary)
             shown = ", ".join(f"{n} {op}" for op, n in counts.items()) or "no changes"
             question = "Apply these changes" if verb == "up" else "Destroy these resources"
-            if not ask(f"{question} to stack {stack_name} ({shown})?"):
-                raise StackFailed(f"{verb} declined: nothing was changed", Exit.ENGINE,
+            if not ask(f"{question} to stack {name} ({shown})?"):
+                raise StackFailed(f"{shown_verb} declined: nothing was changed", Exit.ENGINE,
                                   summary("declined"))
             events.steps.clear()
         if verb == "preview":
@@ -673,43 +748,17 @@ def run_stack(args: argparse.Namespace, plan: ClusterPlan, pool: Pool, stack_nam
     except auto.errors.CommandError as exc:
         out, err = split_command_error(str(exc))
         text = engine_error_message(events.errors, term.stdout or out, term.stderr or err)
-        if verb == "destroy":
-            raise partly_destroyed(args, plan, pool, stack_name, text, summary,
-                                   events) from None
-        raise StackFailed(f"the engine failed on stack {stack_name}:\n{text}", Exit.ENGINE,
-                          summary("failed", steps=events.steps, error=text)) from None
-    if verb == "destroy":
-        swept = sweep(pool, plan.name)  # what state forgot must not outlive it
-        if swept.remaining:
-            raise StackFailed(swept.summary(), Exit.ENGINE,
-                              summary("failed", steps=events.steps, error=swept.summary()))
-        for error in swept.errors:  # the stack is gone; leftovers there cannot be looked for
-            print(f"sessionctl destroy: warning: {plan.name}: could not look for leftovers: "
-                  f"{error}; `sessionctl pool sweep {pool.name} --session {plan.name}` once it "
-                  "answers", file=sys.stderr)
+        if verb == "destroy" and target.partly_destroyed is not None:
+            message = target.partly_destroyed(text)
+            raise StackFailed(message, Exit.ENGINE, summary("partial", error=message)) from None
+        raise StackFailed(f"the engine failed on stack {name}:\n{text}", Exit.ENGINE,
+                          summary("failed", error=text)) from None
+    if verb == "destroy" and target.after_destroy is not None:
+        target.after_destroy(summary)
     if not args.json:
         shown = ", ".join(f"{n} {op}" for op, n in changes.items()) or "no changes"
-        print(f"sessionctl {verb}: stack {stack_name}: {shown}", file=sys.stderr)
-    return summary("succeeded", changes=changes, outputs=masked_outputs(outputs),
-                   steps=events.steps)
-
-
-def partly_destroyed(args: argparse.Namespace, plan: ClusterPlan, pool: Pool, stack_name: str,
-                     text: str,
-                     summary: Callable[..., dict[str, Any]], events: EventLog) -> StackFailed:
-    """``destroy`` went on past what it could not delete (an agent that does not answer):
-    remove by label what is left where agents answer, and name the rest. The stack keeps what
-    it could not delete, so a later ``destroy`` (or ``pool sweep``) finishes the job."""
-    swept = sweep(pool, plan.name)
-    lines = [f"destroy of stack {stack_name} did not finish; it removed what it could.",
-             "The engine could not delete:", *(f"  {line}" for line in text.splitlines()),
-             swept.summary(),
-             f"What is left stays in the stack: run `sessionctl destroy {args.file}` again once "
-             f"the agents answer (`sessionctl pool sweep {pool.name} --session {plan.name}` "
-             "removes leftovers by label)."]
-    message = "\n".join(lines)
-    return StackFailed(message, Exit.ENGINE,
-                       summary("partial", steps=events.steps, error=message))
+        print(f"sessionctl {shown_verb}: stack {name}: {shown}", file=sys.stderr)
+    return summary("succeeded", changes=changes, outputs=masked_outputs(outputs))
 
 
 HELP = {
