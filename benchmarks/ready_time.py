@@ -65,7 +65,8 @@ from quiet import busy_fraction, machine_cpu, settle  # noqa: E402
 
 from cluster_sessions.core.keys import generate_session_keys  # noqa: E402
 from cluster_sessions.core.loader import load_session  # noqa: E402
-from cluster_sessions.core.plan import LABEL_PREFIX, build_plan  # noqa: E402
+from cluster_sessions.core.names import LABEL_PREFIX  # noqa: E402
+from cluster_sessions.core.plan import build_plan  # noqa: E402
 from cluster_sessions.core.render import (  # noqa: E402
     BUNDLE_DIR,
     RenderedFile,

@@ -56,17 +56,13 @@ def stacks_dir() -> Path:
     return STACKS
 
 
-LAB_TOOLS = ("ip", "iptables", "nsenter", "unshare", "dockerd", "containerd", "ssh",
-             "ssh-keygen", "docker")
-
-
 def require_lab() -> None:
     """Root and the programs the netns lab runs, or skip (fail in CI)."""
     from cluster_sessions.lab import netns
 
     if os.geteuid() != 0:
         skip_or_fail("the netns lab needs root")
-    missing = [t for t in LAB_TOOLS if not shutil.which(t)]
+    missing = [t for t in netns.REQUIRED_TOOLS if not shutil.which(t)]
     if not os.access(netns.SSHD, os.X_OK):
         missing.append(str(netns.SSHD))
     if missing:

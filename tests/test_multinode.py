@@ -35,7 +35,8 @@ from cluster_sessions.agents import cleanup as K
 from cluster_sessions.agents import facts as F
 from cluster_sessions.agents.connectors import agent_props, connector_for
 from cluster_sessions.core.loader import load_file, load_session
-from cluster_sessions.core.plan import LABEL_PREFIX, build_plan
+from cluster_sessions.core.names import LABEL_PREFIX
+from cluster_sessions.core.plan import build_plan
 from cluster_sessions.driver import cli
 from cluster_sessions.driver.errors import Exit
 from cluster_sessions.emulation.docker_builder import (

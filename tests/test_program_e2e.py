@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster_sessions.core.plan import LABEL_PREFIX
+from cluster_sessions.core.names import LABEL_PREFIX
 from cluster_sessions.emulation.docker_builder import MIB, DockerBuilder
 from cluster_sessions.emulation.docker_builder import run_in as _run
 from cluster_sessions.emulation.docker_builder import sweep_session as _sweep

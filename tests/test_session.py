@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from cluster_sessions.core.loader import load_session
+from cluster_sessions.core.names import BUNDLE_DIGEST_LABEL
 from cluster_sessions.core.plan import (
-    BUNDLE_DIGEST_LABEL,
     ClusterPlan,
     build_plan,
     container_labels,

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
+from ..core.names import LABEL_PREFIX, SESSION_LABEL
 from .connectors import (
     COMMAND_FAILED,
     DOCKER_NOT_ANSWERING,
@@ -29,8 +30,6 @@ from .connectors import (
 
 T = TypeVar("T")
 
-LABEL_PREFIX = "cluster-sessions"  # plan.LABEL_PREFIX; kept here so facts stay import-light
-SESSION_LABEL = f"{LABEL_PREFIX}.session"
 
 
 class FactError(Exception):

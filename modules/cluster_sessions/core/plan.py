@@ -11,6 +11,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .clusterenv import kernel_id, members, split_user_env, static_envs
+from .names import (
+    HOST_LABEL,
+    LABEL_PREFIX,
+    ROLE_LABEL,
+    SESSION_ID_LABEL,
+    SESSION_LABEL,
+)
 from .placement import Free, Placement, Request, place, take
 from .spec import (
     DEFAULT_COMMAND,
@@ -92,10 +99,6 @@ class ClusterPlan:
         return self.status == "pending"
 
 
-LABEL_PREFIX = "cluster-sessions"
-# Set by the Session component, not the plan: the SHA-256 of a container's public files (its
-# bundle is one secret upload; the label shows a change to them in a preview).
-BUNDLE_DIGEST_LABEL = f"{LABEL_PREFIX}.bundle-digest"
 
 
 def runs_job(plan: ClusterPlan, container: ContainerPlan) -> bool:
@@ -114,10 +117,10 @@ def container_command(plan: ClusterPlan, container: ContainerPlan) -> tuple[str,
 def container_labels(plan: ClusterPlan, container: ContainerPlan) -> dict[str, str]:
     """Labels that let ``status``, ``logs``, capacity probes and clean-up find our containers."""
     return {
-        f"{LABEL_PREFIX}.session": plan.name,
-        f"{LABEL_PREFIX}.session-id": plan.session_id,
-        f"{LABEL_PREFIX}.host": container.host,
-        f"{LABEL_PREFIX}.role": container.role,
+        SESSION_LABEL: plan.name,
+        SESSION_ID_LABEL: plan.session_id,
+        HOST_LABEL: container.host,
+        ROLE_LABEL: container.role,
         f"{LABEL_PREFIX}.kernel-id": container.kernel_id,
         f"{LABEL_PREFIX}.cpu": f"{plan.resources.cpu:g}",
         f"{LABEL_PREFIX}.mem": str(plan.resources.mem),
@@ -129,7 +132,7 @@ def network_labels(plan: ClusterPlan) -> dict[str, str]:
     """Labels of the session network; the MTU and encryption too, so that a change to them
     replaces the network although the provider's ``options`` are not compared (Docker adds its
     own there: session.py)."""
-    return {f"{LABEL_PREFIX}.session": plan.name, f"{LABEL_PREFIX}.session-id": plan.session_id,
+    return {SESSION_LABEL: plan.name, SESSION_ID_LABEL: plan.session_id,
             f"{LABEL_PREFIX}.mtu": str(plan.network.mtu or ""),
             f"{LABEL_PREFIX}.encrypted": "true" if plan.network.encrypted else "false"}
 

@@ -26,13 +26,13 @@ from pathlib import Path
 import jinja2
 
 from .keys import KeyPair, SessionKeys
+from .names import DEFAULT_MASTER_PORT
 from .plan import ClusterPlan, ContainerPlan, runs_job
 from .spec import BUNDLE_DIR, DEFAULT_COMMAND, RUN_DIR, SSH_PORT
 
 TEMPLATES = Path(__file__).resolve().parents[3] / "templates"
 
 
-DEFAULT_MASTER_PORT = 29500  # PyTorch's convention; Kubeflow uses it too
 # PATH of every program started as root in a container (the definition's PATH never is)
 ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 

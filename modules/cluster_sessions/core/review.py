@@ -26,12 +26,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from .names import CLUSTER_ENV_PREFIX
 from .plan import ClusterPlan, ContainerPlan, container_command, runs_job
 from .provider_facts import CONTAINER_FORCE_NEW
 from .terminal import printable
 from .units import format_size
 
-CLUSTER_PREFIX = "BACKENDAI_"
+CLUSTER_PREFIX = CLUSTER_ENV_PREFIX
 # Values of variables whose names look like credentials are not repeated in the review.
 SENSITIVE = re.compile(r"SECRET|TOKEN|PASSW|API_?KEY|PRIVATE|CREDENTIAL|AUTH", re.IGNORECASE)
 MAX_VALUE = 80

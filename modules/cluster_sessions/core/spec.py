@@ -24,6 +24,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
+from .names import CLUSTER_ENV_PREFIX, DEFAULT_MASTER_PORT
 from .provider_facts import cpus_argument, cpus_read_back, stable_cpus_near
 from .terminal import is_hidden
 from .units import MAX_BYTES, SIZE_JSON_SCHEMA, format_size, parse_size
@@ -46,7 +47,7 @@ MAX_COUNT = 100
 # What a container runs when the definition (or, for subs of a batch session, the plan) gives
 # no command: nothing but staying up for ssh.
 DEFAULT_COMMAND = ("sleep", "infinity")
-RESERVED_ENV_PREFIX = "BACKENDAI_"
+RESERVED_ENV_PREFIX = CLUSTER_ENV_PREFIX
 SSH_PORT = 2200
 BUNDLE_DIR = "/opt/cluster-session"
 """Where one container's rendered files are mounted or uploaded (possibly read-only)."""
@@ -147,7 +148,7 @@ class Mount(_Model):
 class Distributed(_Model):
     # 1024-32767: no privileged ports, and below Linux's ephemeral range (32768-60999), where a
     # fixed port may already be taken by an outgoing connection (EADDRINUSE).
-    master_port: Annotated[int, Field(ge=1024, le=32767)] = 29500
+    master_port: Annotated[int, Field(ge=1024, le=32767)] = DEFAULT_MASTER_PORT
     # Processes per container in the MPI/DeepSpeed hostfiles ("slots"); default: the
     # container's GPU count when it has GPUs, else 1. At most the GPUs when GPUs are set.
     slots: Annotated[int, Field(ge=1, le=MAX_SLOTS)] | None = None
@@ -414,7 +415,6 @@ def _text_problems(session: Session) -> list[tuple[str, str]]:
     return found
 
 
-DEFAULT_MASTER_PORT = 29500
 
 
 def slots_per_container(session: Session) -> int:

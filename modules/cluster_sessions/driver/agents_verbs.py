@@ -32,13 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from ..core.loader import load_file
+from ..core.names import DEMO_IMAGE, POOL_DEFINITION_KEY, config_key
 from ..core.spec import Pool
 from .errors import CommandError, Exit
 
 DEFAULT_LAB_STATE = Path("/run/cluster-sessions-lab")
 LAB_POOL_NAME = "lab"
-POOL_CONFIG = "cluster-sessions:pool-definition"
-IMAGE_LATEST = "cluster-sessions/debian-sshd:latest"
+POOL_CONFIG = config_key(POOL_DEFINITION_KEY)
+IMAGE_LATEST = DEMO_IMAGE
 
 
 # --- pools --------------------------------------------------------------------------------------

@@ -58,16 +58,17 @@ import yaml
 from ..agents.capacity import preflight
 from ..agents.cleanup import sweep
 from ..core.loader import Loaded
+from ..core.names import DEFINITION_KEY, INDEX_KEY, POOL_KEY, PROJECT, config_key
 from ..core.plan import ClusterPlan
 from ..core.spec import Pool
 from .errors import CommandError, Exit
 from .session_args import EPILOG, add_session_args, selected
 
 VERBS = ("preview", "up", "destroy", "refresh")
-PROJECT_NAME = "cluster-sessions"
-CONFIG_DEFINITION = f"{PROJECT_NAME}:definition"
-CONFIG_POOL = f"{PROJECT_NAME}:pool"
-CONFIG_INDEX = f"{PROJECT_NAME}:index"
+PROJECT_NAME = PROJECT
+CONFIG_DEFINITION = config_key(DEFINITION_KEY)
+CONFIG_POOL = config_key(POOL_KEY)
+CONFIG_INDEX = config_key(INDEX_KEY)
 STACKS_DIR = "stacks"
 STATE_DIR = ".pulumi-state"
 # Public on purpose: it lets a laptop or the lab run without setup, and protects nothing.

@@ -27,10 +27,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.names import SESSION_LABEL
 from ..core.terminal import printable
 from . import engine as stacks
 from .errors import CommandError, Exit
-from .observe import DOCKER_TIMEOUT, SESSION_LABEL, Found, found_from_attrs
+from .observe import DOCKER_TIMEOUT, Found, found_from_attrs
 
 Connect = Callable[[str], Any]
 

@@ -29,15 +29,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..core.loader import Loaded
-from ..core.plan import LABEL_PREFIX, ClusterPlan
+from ..core.names import HOST_LABEL, ROLE_LABEL, SESSION_LABEL
+from ..core.plan import ClusterPlan
 from ..core.spec import Agent
 from ..core.terminal import printable
 from .errors import CommandError, Exit
 from .session_args import EPILOG, Selected, add_session_args, combined, selected
 
-SESSION_LABEL = f"{LABEL_PREFIX}.session"
-HOST_LABEL = f"{LABEL_PREFIX}.host"
-ROLE_LABEL = f"{LABEL_PREFIX}.role"
 DOCKER_TIMEOUT = 15
 
 

@@ -15,7 +15,7 @@ import tarfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from cluster_sessions.core.plan import LABEL_PREFIX
+from cluster_sessions.core.names import LABEL_PREFIX
 
 from .engine import Registration
 

@@ -25,9 +25,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.names import DEMO_IMAGE_REPOSITORY
+
 Progress = Callable[[str], None]
 
-REPOSITORY = "cluster-sessions/debian-sshd"
+REPOSITORY = DEMO_IMAGE_REPOSITORY
 # Image flavours: the packages each adds to PACKAGES, and its repository. "mpi" carries Open MPI
 # and mpi4py for the launcher tests (tests/test_workloads.py).
 FLAVOURS: dict[str, tuple[str, ...]] = {

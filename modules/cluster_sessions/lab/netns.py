@@ -68,6 +68,8 @@ REQUIRED_TOOLS = {
     "dockerd": "docker.io",
     "containerd": "containerd (a dependency of docker.io)",
     "ssh-keygen": "openssh-client",
+    "ssh": "openssh-client",
+    "docker": "docker.io",
 }
 SSHD = "/usr/sbin/sshd"  # sshd must be started by absolute path (it re-executes itself)
 

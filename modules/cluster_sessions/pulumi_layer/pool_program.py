@@ -18,13 +18,12 @@ from pathlib import Path
 import pulumi
 
 from ..core.loader import load_file
+from ..core.names import CONFIG_NAMESPACE, POOL_DEFINITION_KEY
 from ..core.problems import DefinitionError
 from ..core.spec import Pool
 from .program import resolve
 from .swarm import PoolSwarm
 
-CONFIG_NAMESPACE = "cluster-sessions"
-CONFIG_KEY = "pool-definition"
 STACKS_DIR = "stacks"
 
 
@@ -34,12 +33,12 @@ class InvalidPool(pulumi.RunError):
 
 def is_pool_stack(config: pulumi.Config | None = None) -> bool:
     """Whether this stack is a pool stack (``cluster-sessions:pool-definition`` is set)."""
-    return bool((config or pulumi.Config(CONFIG_NAMESPACE)).get(CONFIG_KEY))
+    return bool((config or pulumi.Config(CONFIG_NAMESPACE)).get(POOL_DEFINITION_KEY))
 
 
 def load(project_dir: Path, config: pulumi.Config | None = None) -> tuple[Pool, Path]:
     config = config or pulumi.Config(CONFIG_NAMESPACE)
-    path = resolve(config.require(CONFIG_KEY), project_dir / STACKS_DIR)
+    path = resolve(config.require(POOL_DEFINITION_KEY), project_dir / STACKS_DIR)
     try:
         pool = load_file(path, expect="AgentPool")
     except DefinitionError as exc:

@@ -22,11 +22,11 @@ from pathlib import Path
 import pulumi
 
 from ..core.loader import Loaded, load_session
+from ..core.names import CONFIG_NAMESPACE, DEFINITION_KEY, INDEX_KEY, POOL_KEY
 from ..core.plan import ClusterPlan, build_plans, definition_problems
 from ..core.problems import DefinitionError, Problem
 from .session import Session, SessionArgs, SessionPending
 
-CONFIG_NAMESPACE = "cluster-sessions"
 STACKS_DIR = "stacks"
 
 
@@ -43,13 +43,13 @@ def load(project_dir: Path, config: pulumi.Config | None = None) -> Loaded:
     """The session and pool this stack's configuration names."""
     config = config or pulumi.Config(CONFIG_NAMESPACE)
     stacks = project_dir / STACKS_DIR
-    value = config.get("definition")
+    value = config.get(DEFINITION_KEY)
     if not value:
         raise InvalidDefinition(f"stack config {CONFIG_NAMESPACE}:definition is not set: name "
                                 "the session definition, e.g. `pulumi config set "
                                 f"{CONFIG_NAMESPACE}:definition sessions/train-demo.yaml`")
     definition = resolve(value, stacks)
-    pool = config.get("pool")
+    pool = config.get(POOL_KEY)
     try:
         loaded = load_session(definition, resolve(pool, stacks) if pool else None)
         found = definition_problems(loaded.session, loaded.pool)
@@ -92,7 +92,7 @@ def run(project_dir: Path) -> Session:
     loaded = load(project_dir)
     stack = pulumi.get_stack()
     plans = build_plans(loaded.session, loaded.pool)
-    plan = chosen(plans, pulumi.Config(CONFIG_NAMESPACE).get("index") or None, stack)
+    plan = chosen(plans, pulumi.Config(CONFIG_NAMESPACE).get(INDEX_KEY) or None, stack)
     if plan.pending:  # before any resource, so nothing is created (Session checks it too)
         raise SessionPending(f"session {plan.name!r} is pending, nothing was created: "
                              f"{plan.reason}")

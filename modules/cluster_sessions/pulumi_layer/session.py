@@ -35,8 +35,8 @@ import pulumi
 import pulumi_docker as docker
 
 from ..core import keys
+from ..core.names import BUNDLE_DIGEST_LABEL
 from ..core.plan import (
-    BUNDLE_DIGEST_LABEL,
     ClusterPlan,
     ContainerPlan,
     container_command,
