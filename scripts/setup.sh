@@ -94,7 +94,7 @@ elif [ "$pulumi" = 1 ]; then
         ln -sf "${PULUMI_HOME:-$HOME/.pulumi}/bin/pulumi" "$bin_dir/pulumi"
         say "pulumi CLI: $bin_dir/pulumi -> ${PULUMI_HOME:-$HOME/.pulumi}/bin/pulumi"
     else
-        .venv/bin/python -c 'from cluster_sessions.driver.engine import how_to_install
+        .venv/bin/python -c 'from cluster_sessions.driver.stacks import how_to_install
 print(how_to_install())' >&2
         say "the pulumi CLI could not be installed (see above); the offline verbs work, the" \
             "engine verbs exit 4 until it is. Re-run with --no-pulumi to finish without it."

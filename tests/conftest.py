@@ -88,13 +88,13 @@ def emulated_automation(monkeypatch, docker_client, tmp_path):
     :class:`cluster_sessions.emulation.automation.Backend` (the program under the engine-backed
     mocks, building on the real engine; every call bound to the SDK's signatures). Whatever a
     test leaves is removed afterwards."""
-    from cluster_sessions.driver import engine
+    from cluster_sessions.driver import stacks
     from cluster_sessions.emulation.automation import Backend
 
     backend = Backend(docker_client)
-    monkeypatch.setattr(engine, "open_stack", backend.open_stack)
-    monkeypatch.setattr(engine, "open_workspace", backend.open_workspace)
-    monkeypatch.setattr(engine, "find_pulumi", lambda environ: Path("/emulated/bin/pulumi"))
+    monkeypatch.setattr(stacks, "open_stack", backend.open_stack)
+    monkeypatch.setattr(stacks, "open_workspace", backend.open_workspace)
+    monkeypatch.setattr(stacks, "find_pulumi", lambda environ: Path("/emulated/bin/pulumi"))
     state = tmp_path / "state"
     state.mkdir()
     monkeypatch.setenv("PULUMI_BACKEND_URL", f"file://{state}")

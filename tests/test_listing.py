@@ -8,7 +8,7 @@ import time
 import pytest
 import yaml
 
-from cluster_sessions.driver import cli, engine
+from cluster_sessions.driver import cli, stacks
 from cluster_sessions.driver.listing import session_state
 from cluster_sessions.driver.observe import Found
 
@@ -38,7 +38,7 @@ def test_the_status_of_a_listed_session(kind, states, unreachable, expected):
 
 
 def test_ls_without_the_pulumi_cli_exits_4_saying_how_to_install(monkeypatch, capsys):
-    monkeypatch.setattr(engine, "find_pulumi", lambda environ: None)
+    monkeypatch.setattr(stacks, "find_pulumi", lambda environ: None)
     assert cli.main(["ls"]) == 4
     assert "the pulumi CLI is missing" in capsys.readouterr().err
 

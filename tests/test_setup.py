@@ -85,7 +85,7 @@ def install(env: dict[str, str], served: Path | None) -> subprocess.CompletedPro
 
 
 def test_a_verified_archive_is_installed_where_sessionctl_looks(tmp_path, env):
-    from cluster_sessions.driver.engine import find_pulumi
+    from cluster_sessions.driver.stacks import find_pulumi
 
     result = install(env, serve(tmp_path, archive_bytes()))
     assert result.returncode == 0, result.stderr
@@ -111,7 +111,7 @@ def test_no_network_fails_with_the_reason(env):
 
 
 def test_the_install_instructions_are_said_once_and_plainly():
-    from cluster_sessions.driver.engine import how_to_install
+    from cluster_sessions.driver.stacks import how_to_install
 
     text = how_to_install()
     assert "brew" not in text

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from ..core.placement import Free
 from ..core.spec import Agent, Pool
 from ..core.units import format_size
-from . import facts as F
+from . import facts
 from .connectors import (
     DEFAULT_CONNECT_TIMEOUT,
     MISCONFIGURED,
@@ -52,14 +52,14 @@ class AgentReport:
     name: str
     via: str = ""
     reachable: bool = False
-    engine: F.EngineInfo | None = None
+    engine: facts.EngineInfo | None = None
     cpus: int | None = None  # the machine's, as probed
     mem: int | None = None
-    gpus: F.GpuProbe | None = None
-    held: tuple[F.HeldContainer, ...] = ()
+    gpus: facts.GpuProbe | None = None
+    held: tuple[facts.HeldContainer, ...] = ()
     total: Free | None = None  # declared, less GPUs the machine lacks
     free: Free | None = None  # total less what other sessions hold
-    encryption: F.EncryptionSupport | None = None
+    encryption: facts.EncryptionSupport | None = None
     problems: list[AgentError] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -72,7 +72,7 @@ class AgentReport:
         return self.engine.server_version if self.engine else None
 
     @property
-    def swarm(self) -> F.SwarmState | None:
+    def swarm(self) -> facts.SwarmState | None:
         return self.engine.swarm if self.engine else None
 
     @property
@@ -172,12 +172,12 @@ def probe_agent(agent: Agent, *, exclude_session: Excluded = None, encryption: b
         report.problems.append(exc)
         return report
     report.via = conn.description
-    wanted: list[F.Fact] = [F.DockerInfo(), F.SessionContainers(), F.CpuCount(), F.MemTotal(),
-                            F.Gpus()]
+    wanted: list[facts.Fact] = [facts.DockerInfo(), facts.SessionContainers(),
+                                facts.CpuCount(), facts.MemTotal(), facts.Gpus()]
     if encryption:
-        wanted.append(F.EncryptedOverlaySupport())
+        wanted.append(facts.EncryptedOverlaySupport())
     try:
-        outcomes = F.gather_all(conn, wanted)
+        outcomes = facts.gather_all(conn, wanted)
     except AgentError as exc:
         report.problems.append(exc)
         return report
@@ -206,7 +206,7 @@ def probe_agent(agent: Agent, *, exclude_session: Excluded = None, encryption: b
             report.warnings.append(str(outcome.error))
     if rest:
         enc = rest[0]
-        report.encryption = enc.value if enc.ok else F.EncryptionSupport(None, str(enc.error))
+        report.encryption = enc.value if enc.ok else facts.EncryptionSupport(None, str(enc.error))
     _effective(agent, report)
     if held.ok:
         _held_free(report)
@@ -303,7 +303,7 @@ def preflight(pool: Pool, agent_names: Iterable[str], *, overlay: bool | None = 
 
 
 def check_swarm(pool: Pool, reports: Sequence[AgentReport], names: Sequence[str],
-                nodes: Sequence[F.SwarmNode] | None = None,
+                nodes: Sequence[facts.SwarmNode] | None = None,
                 pool_ref: str | None = None) -> list[AgentError]:
     """Swarm problems of the named agents: the manager manages, the others are ready nodes of
     its swarm. Needs the manager's report among ``reports``; returns one error per problem.
@@ -323,7 +323,7 @@ def check_swarm(pool: Pool, reports: Sequence[AgentReport], names: Sequence[str]
     if nodes is None:
         try:
             with connector_for(pool.agent(mgr.name)) as conn:
-                nodes = F.gather(conn, F.SwarmNodes())
+                nodes = facts.gather(conn, facts.SwarmNodes())
         except AgentError as exc:
             return [exc]
     members = {n.node_id: n for n in nodes}

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..core.spec import Agent, Pool
-from . import facts as F
+from . import facts
 from .connectors import COMMAND_FAILED, AgentError, Connector, connector_for
 
 MAX_PARALLEL = 16
@@ -71,8 +71,8 @@ def _agents(pool: Pool, names: Iterable[str] | None) -> list[Agent]:
 def _scan(agent: Agent, session: str | None) -> tuple[list[Leftover], AgentError | None]:
     try:
         with connector_for(agent) as conn:
-            containers, networks = F.gather_all(
-                conn, [F.SessionContainers(session), F.SessionNetworks(session)])
+            containers, networks = facts.gather_all(
+                conn, [facts.SessionContainers(session), facts.SessionNetworks(session)])
     except AgentError as exc:
         return [], exc
     found: list[Leftover] = []

@@ -57,7 +57,7 @@ def pool_path(ref: str) -> Path:
 
 
 def _project() -> Path | None:
-    from .engine import find_project
+    from .stacks import find_project
 
     return find_project([Path.cwd(), Path(__file__).resolve().parent])
 
@@ -207,14 +207,14 @@ def cmd_pool_sweep(args: argparse.Namespace) -> int:
 
 
 def pool_stack_name(pool: Pool) -> str:
-    from .engine import stack_name_for
+    from .stacks import stack_name_for
 
     return stack_name_for(f"pool-{pool.name}")
 
 
 def cmd_pool_engine(args: argparse.Namespace) -> int:
     """``pool up|destroy``: the pool stack, run as the session stacks are (:mod:`.engine`)."""
-    from . import engine as stacks
+    from . import stacks
 
     verb = args.pool_verb
     pool, path = load_pool(args.pool)

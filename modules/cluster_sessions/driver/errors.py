@@ -8,6 +8,7 @@ from enum import IntEnum
 class Exit(IntEnum):
     OK = 0
     ENGINE = 1
+    CHANGES = 1  # `diff --exit-code`: there are changes (as `git diff --exit-code`)
     INVALID = 2
     PENDING = 3
     MISSING = 4

@@ -66,7 +66,7 @@ def _ask(question: str) -> bool:
 def cmd_run(args: argparse.Namespace, engine_verb: EngineVerb | None = None,
             connect: Connect = connect) -> int:
     if engine_verb is None:
-        from .engine import cmd_engine as engine_verb
+        from .stacks import cmd_stack as engine_verb
     sel = selected(args)
     names = ", ".join(p.name for _, p in sel.chosen)
     if sel.loaded.session.type != "batch":

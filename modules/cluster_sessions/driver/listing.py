@@ -29,7 +29,7 @@ from typing import Any
 
 from ..core.names import SESSION_LABEL
 from ..core.terminal import printable
-from . import engine as stacks
+from . import stacks
 from .errors import CommandError, Exit
 from .observe import DOCKER_TIMEOUT, Found, found_from_attrs
 

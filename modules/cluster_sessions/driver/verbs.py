@@ -10,11 +10,11 @@ from importlib import import_module
 
 MODULES: list[str] = [
     "cluster_sessions.driver.render_verb",
-    "cluster_sessions.driver.engine",
+    "cluster_sessions.driver.stacks",
     "cluster_sessions.driver.observe",
     "cluster_sessions.driver.jobs",
     "cluster_sessions.driver.listing",
-    "cluster_sessions.driver.diff",
+    "cluster_sessions.driver.diff_verb",
     "cluster_sessions.driver.agents_verbs",
 ]
 

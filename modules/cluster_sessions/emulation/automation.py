@@ -1,7 +1,7 @@
 """A stand-in for the Automation API's stacks and workspace, so that ``sessionctl``'s engine
 verbs run for real where the ``pulumi`` CLI is missing (tests, benchmarks; not the product).
 
-What stays real: ``driver/engine.py`` from the arguments to the summary, the program
+What stays real: ``driver/stacks.py`` from the arguments to the summary, the program
 (``__main__.py``, run under the engine-backed mocks of :mod:`.engine`) and the containers and
 networks it declares (built by :class:`.docker_builder.DockerBuilder` on real engines). What is
 stood in for: the CLI process. Every call is bound to the installed SDK's own signature
@@ -65,7 +65,7 @@ class Backend:
         self.stacks: dict[str, StackState] = {}
         self.calls: list[str] = []
 
-    # --- what driver/engine.py's open_stack and open_workspace return -------------------------
+    # --- what driver/stacks.py's open_stack and open_workspace return -------------------------
 
     def open_stack(self, stack: str, project: Path, settings: Any, pulumi: Path | None,
                    create: bool = True) -> EmulatedStack:
@@ -107,7 +107,7 @@ class Backend:
 
 
 class EmulatedStack:
-    """What ``driver/engine.py`` calls on an ``auto.Stack``."""
+    """What ``driver/stacks.py`` calls on an ``auto.Stack``."""
 
     def __init__(self, backend: Backend, state: StackState) -> None:
         self.backend = backend

@@ -80,7 +80,7 @@ class SessionKeysProvider(ResourceProvider):
         return ReadResult(id_, props)
 
 
-class SessionKeys(pulumi.dynamic.Resource, module="cluster-sessions", name="SessionKeys"):
+class SessionKeyStore(pulumi.dynamic.Resource, module="cluster-sessions", name="SessionKeys"):
     """The user keypair and per-host keys of one session (``keys.SessionKeys`` in the state).
 
     Type token ``pulumi-python:dynamic/cluster-sessions:SessionKeys``. The private outputs are

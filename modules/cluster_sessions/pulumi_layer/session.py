@@ -8,7 +8,7 @@ It maps the plan onto Docker resources and decides nothing the plan already deci
 - the session network: a bridge on the one agent, or an attachable swarm overlay created
   through the swarm manager (workers cannot create it, and only see it once a container
   attaches, so their containers refer to it by name);
-- the SSH key material (:class:`~cluster_sessions.pulumi_layer.keystore.SessionKeys`), made once
+- the SSH key material (:class:`~cluster_sessions.pulumi_layer.keystore.SessionKeyStore`), made once
   and kept;
 - one ``docker.Container`` per plan entry, named ``<session>-<host>``, with the static env, the
   rendered files as one upload under :data:`~cluster_sessions.core.render.BUNDLE_DIR`
@@ -47,7 +47,7 @@ from ..core.plan import (
 from ..core.provider_facts import NETWORK_IGNORED, cpus_argument
 from ..core.render import BUNDLE_DIR, RenderedFile, pack, pack_entrypoint_argv, render_container
 from ..core.spec import SSH_PORT, Agent, Pool
-from .keystore import SessionKeys
+from .keystore import SessionKeyStore
 
 TYPE_TOKEN = "cluster-sessions:index:Session"
 MIB = 1024 * 1024
@@ -188,7 +188,7 @@ class Session(pulumi.ComponentResource):
         self.pool = args.pool
 
         self.providers = self._build_providers(name)
-        self.keys = SessionKeys(f"{name}-keys", plan.hosts,
+        self.keys = SessionKeyStore(f"{name}-keys", plan.hosts,
                                 opts=pulumi.ResourceOptions(parent=self))
         self.docker_network = self._build_network()
         material = self.keys.material()

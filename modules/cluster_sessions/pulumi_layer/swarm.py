@@ -37,7 +37,7 @@ from pulumi.dynamic import (
     UpdateResult,
 )
 
-from ..agents import facts as F
+from ..agents import facts
 from ..agents.connectors import (
     NOT_SWARM_READY,
     AgentError,
@@ -83,11 +83,11 @@ def _connect(props: Mapping[str, Any], key: str = "agent") -> Connector:
     return connector_from_props(props[key], timeout=COMMAND_TIMEOUT)
 
 
-def _swarm(conn: Connector) -> F.SwarmState:
-    return F.gather(conn, F.SwarmInfo())
+def _swarm(conn: Connector) -> facts.SwarmState:
+    return facts.gather(conn, facts.SwarmInfo())
 
 
-def _wait_active(conn: Connector, seconds: float = 30) -> F.SwarmState:
+def _wait_active(conn: Connector, seconds: float = 30) -> facts.SwarmState:
     """The swarm state once it is no longer ``pending`` (join and init settle asynchronously)."""
     deadline = time.monotonic() + seconds
     while True:
@@ -148,7 +148,7 @@ class SwarmManagerProvider(ResourceProvider):
             if not (state.state == "active" and state.control_available):
                 raise AgentError(name, NOT_SWARM_READY, f"swarm init left the state "
                                  f"{state.role}: {state.error or 'no error reported'}")
-            token = F.gather(conn, F.SwarmJoinToken())
+            token = facts.gather(conn, facts.SwarmJoinToken())
         node_addr = state.node_addr or addr or ""
         return {
             **{k: props.get(k) for k in self.INPUTS},
@@ -172,7 +172,7 @@ class SwarmManagerProvider(ResourceProvider):
             if not (state.state == "active" and state.control_available
                     and (state.cluster_id or state.node_id) == id_):
                 return ReadResult(None, {})  # gone: the next up creates it again
-            token = F.gather(conn, F.SwarmJoinToken())
+            token = facts.gather(conn, facts.SwarmJoinToken())
         return ReadResult(id_, {**props, "node_id": state.node_id, "worker_token": token})
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
@@ -205,9 +205,9 @@ class SwarmWorkerProvider(ResourceProvider):
         outs = self._ensure(props)
         return CreateResult(outs["node_id"], outs)
 
-    def _members(self, props: Mapping[str, Any]) -> dict[str, F.SwarmNode]:
+    def _members(self, props: Mapping[str, Any]) -> dict[str, facts.SwarmNode]:
         with _connect(props, "manager") as mgr:
-            return {n.node_id: n for n in F.gather(mgr, F.SwarmNodes())}
+            return {n.node_id: n for n in facts.gather(mgr, facts.SwarmNodes())}
 
     def _ensure(self, props: Mapping[str, Any], joined: bool = False) -> dict[str, Any]:
         name = props["agent"]["name"]

@@ -20,7 +20,7 @@ from pulumi.automation._stack import _parse_extra_args
 from pulumi.automation.errors import create_command_error
 from pulumi.automation.events import EngineEvent, OpType
 
-from cluster_sessions.driver import engine
+from cluster_sessions.driver import stacks
 from cluster_sessions.driver.cli import main
 from cluster_sessions.driver.errors import CommandError, Exit
 
@@ -62,9 +62,9 @@ def no_engine(monkeypatch):
     for name in ("create_or_select_stack", "select_stack", "create_stack"):
         monkeypatch.setattr(auto, name, forbidden)
     monkeypatch.setattr(auto.LocalWorkspace, "__init__", forbidden)
-    monkeypatch.setattr(engine, "open_stack", forbidden)
-    monkeypatch.setattr(engine, "find_pulumi", forbidden)
-    monkeypatch.setattr(engine, "docker_answers", forbidden)
+    monkeypatch.setattr(stacks, "open_stack", forbidden)
+    monkeypatch.setattr(stacks, "find_pulumi", forbidden)
+    monkeypatch.setattr(stacks, "docker_answers", forbidden)
 
 
 @pytest.fixture
@@ -86,53 +86,53 @@ def no_tty(monkeypatch):
 
 
 def test_stack_is_named_after_the_session():
-    assert engine.stack_name_for("train-demo") == "train-demo"
-    assert engine.stack_name_for("a.b_c-1") == "a.b_c-1"
+    assert stacks.stack_name_for("train-demo") == "train-demo"
+    assert stacks.stack_name_for("a.b_c-1") == "a.b_c-1"
 
 
 def test_stack_override_accepts_plain_and_fully_qualified_names():
-    assert engine.stack_name_for("train-demo", "ci-train") == "ci-train"
-    assert engine.stack_name_for("train-demo", "acme/cluster-sessions/x") == (
+    assert stacks.stack_name_for("train-demo", "ci-train") == "ci-train"
+    assert stacks.stack_name_for("train-demo", "acme/cluster-sessions/x") == (
         "acme/cluster-sessions/x")
 
 
 @pytest.mark.parametrize("bad", ["", "has space", "a/b", "a/b/c/d", "x" * 101, "ü-nicode"])
 def test_invalid_stack_override_is_invalid_input(bad):
     with pytest.raises(CommandError) as err:
-        engine.stack_name_for("train-demo", bad)
+        stacks.stack_name_for("train-demo", bad)
     assert err.value.code == Exit.INVALID
 
 
 def test_config_path_is_relative_to_stacks_when_inside_it(tmp_path):
-    stacks = tmp_path / "stacks"
-    (stacks / "sessions").mkdir(parents=True)
-    file = stacks / "sessions" / "train-demo.yaml"
-    assert engine.config_path(file, stacks) == "sessions/train-demo.yaml"
+    stacks_dir = tmp_path / "stacks"
+    (stacks_dir / "sessions").mkdir(parents=True)
+    file = stacks_dir / "sessions" / "train-demo.yaml"
+    assert stacks.config_path(file, stacks_dir) == "sessions/train-demo.yaml"
     # however the file was spelled on the command line
-    assert engine.config_path(stacks / "pools" / ".." / "sessions" / "train-demo.yaml",
-                              stacks) == "sessions/train-demo.yaml"
+    assert stacks.config_path(stacks_dir / "pools" / ".." / "sessions" / "train-demo.yaml",
+                              stacks_dir) == "sessions/train-demo.yaml"
 
 
 def test_config_path_is_absolute_outside_stacks(tmp_path):
-    stacks = tmp_path / "project" / "stacks"
-    stacks.mkdir(parents=True)
+    stacks_dir = tmp_path / "project" / "stacks"
+    stacks_dir.mkdir(parents=True)
     outside = tmp_path / "elsewhere" / "s.yaml"
-    assert engine.config_path(outside, stacks) == outside.resolve().as_posix()
+    assert stacks.config_path(outside, stacks_dir) == outside.resolve().as_posix()
 
 
 def test_config_path_of_a_relative_argument_is_resolved_against_the_cwd(tmp_path, monkeypatch):
-    stacks = tmp_path / "stacks"
-    (stacks / "sessions").mkdir(parents=True)
-    monkeypatch.chdir(stacks / "sessions")
-    assert engine.config_path(Path("x.yaml"), stacks) == "sessions/x.yaml"
+    stacks_dir = tmp_path / "stacks"
+    (stacks_dir / "sessions").mkdir(parents=True)
+    monkeypatch.chdir(stacks_dir / "sessions")
+    assert stacks.config_path(Path("x.yaml"), stacks_dir) == "sessions/x.yaml"
 
 
 def test_stack_config_sets_the_definition_and_removes_a_stale_pool(tmp_path):
     project = tmp_path
-    config = engine.stack_config(project / "stacks/sessions/a.yaml", None, project)
+    config = stacks.stack_config(project / "stacks/sessions/a.yaml", None, project)
     assert config == {"cluster-sessions:definition": "sessions/a.yaml",
                       "cluster-sessions:pool": None, "cluster-sessions:index": None}
-    config = engine.stack_config(project / "stacks/sessions/a.yaml",
+    config = stacks.stack_config(project / "stacks/sessions/a.yaml",
                                  project / "stacks/pools/lab.yaml", project, index=3)
     assert config["cluster-sessions:pool"] == "pools/lab.yaml"
     assert config["cluster-sessions:index"] == "3"  # one of a count's sessions
@@ -142,14 +142,14 @@ def test_config_keys_are_the_ones_the_project_declares(project_dir):
     import yaml
 
     declared = yaml.safe_load((project_dir / "Pulumi.yaml").read_text())
-    keys = {engine.CONFIG_DEFINITION, engine.CONFIG_POOL, engine.CONFIG_INDEX}
+    keys = {stacks.CONFIG_DEFINITION, stacks.CONFIG_POOL, stacks.CONFIG_INDEX}
     assert keys <= set(declared["config"])
-    assert declared["name"] == engine.PROJECT_NAME
-    assert declared["stackConfigDir"] == engine.STACKS_DIR
+    assert declared["name"] == stacks.PROJECT_NAME
+    assert declared["stackConfigDir"] == stacks.STACKS_DIR
 
 
 def test_default_backend_is_a_file_backend_inside_the_project(tmp_path):
-    settings = engine.engine_settings({}, tmp_path, python="/usr/bin/python3")
+    settings = stacks.engine_settings({}, tmp_path, python="/usr/bin/python3")
     assert settings.backend_url == f"file://{tmp_path.resolve()}/.pulumi-state"
     assert settings.default_backend
     assert settings.state_dir == tmp_path.resolve() / ".pulumi-state"
@@ -159,62 +159,62 @@ def test_default_backend_is_a_file_backend_inside_the_project(tmp_path):
 
 
 def test_backend_url_from_the_environment_wins(tmp_path):
-    settings = engine.engine_settings({"PULUMI_BACKEND_URL": "s3://bucket/state"}, tmp_path)
+    settings = stacks.engine_settings({"PULUMI_BACKEND_URL": "s3://bucket/state"}, tmp_path)
     assert settings.backend_url == "s3://bucket/state"
     assert not settings.default_backend
     assert settings.state_dir is None
 
 
 def test_default_passphrase_is_used_and_flagged_when_none_is_set(tmp_path):
-    settings = engine.engine_settings({}, tmp_path)
+    settings = stacks.engine_settings({}, tmp_path)
     assert settings.default_passphrase
-    assert settings.env["PULUMI_CONFIG_PASSPHRASE"] == engine.DEFAULT_PASSPHRASE
+    assert settings.env["PULUMI_CONFIG_PASSPHRASE"] == stacks.DEFAULT_PASSPHRASE
 
 
 def test_default_passphrase_is_announced_once_as_insecure_without_its_value(
         tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(engine, "_warned_passphrase", False)
-    settings = engine.engine_settings({}, tmp_path)
-    engine.warn_passphrase_once(settings)
-    engine.warn_passphrase_once(settings)
+    monkeypatch.setattr(stacks, "_warned_passphrase", False)
+    settings = stacks.engine_settings({}, tmp_path)
+    stacks.warn_passphrase_once(settings)
+    stacks.warn_passphrase_once(settings)
     err = capsys.readouterr().err
     assert err.count("PULUMI_CONFIG_PASSPHRASE is not set") == 1
     assert "protects nothing" in err
-    assert engine.DEFAULT_PASSPHRASE not in err
+    assert stacks.DEFAULT_PASSPHRASE not in err
 
 
 @pytest.mark.parametrize("own", [{"PULUMI_CONFIG_PASSPHRASE": "s3cret"},
                                  {"PULUMI_CONFIG_PASSPHRASE": ""},  # empty is a passphrase too
                                  {"PULUMI_CONFIG_PASSPHRASE_FILE": "/run/secrets/pp"}])
 def test_the_users_passphrase_is_left_to_the_cli(tmp_path, own):
-    settings = engine.engine_settings(own, tmp_path)
+    settings = stacks.engine_settings(own, tmp_path)
     assert not settings.default_passphrase
     # not copied: the CLI inherits the caller's environment
     assert "PULUMI_CONFIG_PASSPHRASE" not in settings.env
 
 
 def test_no_default_passphrase_for_the_pulumi_cloud_backend(tmp_path):
-    settings = engine.engine_settings({"PULUMI_BACKEND_URL": "https://api.pulumi.com"}, tmp_path)
+    settings = stacks.engine_settings({"PULUMI_BACKEND_URL": "https://api.pulumi.com"}, tmp_path)
     assert not settings.default_passphrase
 
 
 def test_settings_never_show_the_passphrase(tmp_path):
-    settings = engine.engine_settings({}, tmp_path)
-    assert engine.DEFAULT_PASSPHRASE not in repr(settings)
+    settings = stacks.engine_settings({}, tmp_path)
+    assert stacks.DEFAULT_PASSPHRASE not in repr(settings)
 
 
 def test_project_is_found_from_a_definition_inside_it(project_dir):
-    found = engine.find_project([project_dir / "stacks" / "sessions"])
+    found = stacks.find_project([project_dir / "stacks" / "sessions"])
     assert found == project_dir
 
 
 def test_a_pulumi_project_of_another_name_is_not_ours(tmp_path):
     (tmp_path / "Pulumi.yaml").write_text("name: something-else\nruntime: python\n")
-    assert engine.find_project([tmp_path / "sub"]) is None
+    assert stacks.find_project([tmp_path / "sub"]) is None
 
 
 def test_project_search_falls_back_to_the_next_start(tmp_path, project_dir):
-    assert engine.find_project([tmp_path, project_dir]) == project_dir
+    assert stacks.find_project([tmp_path, project_dir]) == project_dir
 
 
 # --- arguments for the Automation API ------------------------------------------------------------
@@ -224,7 +224,7 @@ def kwargs_for(call: str, **over):
     base = dict(json_mode=False, color=True, on_output=print, on_error=print, on_event=None,
                 message="sessionctl up sessions/x.yaml")
     base.update(over)
-    return engine.call_kwargs(call, **base)
+    return stacks.call_kwargs(call, **base)
 
 
 @pytest.mark.parametrize("call", ["preview", "up", "destroy", "refresh", "preview_destroy"])
@@ -255,14 +255,14 @@ def test_diff_flag_reaches_the_cli():
 
 
 def test_confirmation_rules():
-    assert engine.confirmation("up", yes=False, json_mode=False, interactive=True)
-    assert engine.confirmation("destroy", yes=False, json_mode=False, interactive=True)
-    assert not engine.confirmation("up", yes=True, json_mode=True, interactive=False)
-    assert not engine.confirmation("preview", yes=False, json_mode=False, interactive=False)
-    assert not engine.confirmation("refresh", yes=False, json_mode=True, interactive=False)
+    assert stacks.confirmation("up", yes=False, json_mode=False, interactive=True)
+    assert stacks.confirmation("destroy", yes=False, json_mode=False, interactive=True)
+    assert not stacks.confirmation("up", yes=True, json_mode=True, interactive=False)
+    assert not stacks.confirmation("preview", yes=False, json_mode=False, interactive=False)
+    assert not stacks.confirmation("refresh", yes=False, json_mode=True, interactive=False)
     for json_mode, interactive in ((False, False), (True, True)):
         with pytest.raises(CommandError) as err:
-            engine.confirmation("up", yes=False, json_mode=json_mode, interactive=interactive)
+            stacks.confirmation("up", yes=False, json_mode=json_mode, interactive=interactive)
         assert err.value.code == Exit.INVALID and "--yes" in str(err.value)
 
 
@@ -285,7 +285,7 @@ class RecordingStack:
 
 def test_apply_config_sets_the_definition_and_clears_an_old_pool(tmp_path):
     stack = RecordingStack(missing={"cluster-sessions:pool", "cluster-sessions:index"})
-    engine.apply_config(stack, engine.stack_config(tmp_path / "stacks/sessions/a.yaml", None,
+    stacks.apply_config(stack, stacks.stack_config(tmp_path / "stacks/sessions/a.yaml", None,
                                                    tmp_path))
     assert stack.calls == [("set", "cluster-sessions:definition", "sessions/a.yaml", False),
                            ("remove", "cluster-sessions:pool"),
@@ -294,7 +294,7 @@ def test_apply_config_sets_the_definition_and_clears_an_old_pool(tmp_path):
 
 def test_apply_config_sets_the_pool_when_given(tmp_path):
     stack = RecordingStack()
-    engine.apply_config(stack, engine.stack_config(tmp_path / "stacks/sessions/a.yaml",
+    stacks.apply_config(stack, stacks.stack_config(tmp_path / "stacks/sessions/a.yaml",
                                                    tmp_path / "pools/lab.yaml", tmp_path))
     assert stack.calls[1] == ("set", "cluster-sessions:pool",
                               (tmp_path / "pools/lab.yaml").resolve().as_posix(), False)
@@ -302,9 +302,9 @@ def test_apply_config_sets_the_pool_when_given(tmp_path):
 
 def test_declining_or_no_answer_means_no(monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))
-    assert engine.ask("Apply?") is False
+    assert stacks.ask("Apply?") is False
     monkeypatch.setattr(sys, "stdin", io.StringIO("yes\n"))
-    assert engine.ask("Apply?") is True
+    assert stacks.ask("Apply?") is True
 
 
 # --- results and failures ------------------------------------------------------------------------
@@ -313,19 +313,19 @@ def test_declining_or_no_answer_means_no(monkeypatch):
 def test_secret_outputs_are_masked():
     outputs = {"hosts": auto.OutputValue(["main1", "sub1"], False),
                "ssh_private_key": auto.OutputValue("-----BEGIN OPENSSH", True)}
-    shown = engine.masked_outputs(outputs)
+    shown = stacks.masked_outputs(outputs)
     assert shown == {"hosts": ["main1", "sub1"], "ssh_private_key": "[secret]"}
     assert "BEGIN" not in json.dumps(shown)
 
 
 def test_change_counts_from_an_op_map():
-    assert engine.change_counts({OpType.CREATE: 3, OpType.SAME: 1, "replace": 2}) == {
+    assert stacks.change_counts({OpType.CREATE: 3, OpType.SAME: 1, "replace": 2}) == {
         "create": 3, "replace": 2, "same": 1}
-    assert engine.change_counts(None) == {}
+    assert stacks.change_counts(None) == {}
 
 
 def test_event_log_keeps_changed_steps_and_error_diagnostics():
-    log = engine.EventLog()
+    log = stacks.EventLog()
     urn = "urn:pulumi:demo::cluster-sessions::cluster-sessions:index:Session${}::demo-{}"
     log(EngineEvent.from_json({"resourcePreEvent": {"metadata": {
         "op": "replace", "urn": urn.format("docker:index/container:Container", "main1"),
@@ -347,22 +347,22 @@ def test_engine_failure_message_comes_from_the_sdk_error_text():
     exc = create_command_error(CommandResult(
         stdout="Previewing update (demo):\n\nDiagnostics:\n  pulumi:pulumi:Stack: error: x",
         stderr="error: no stack named 'demo' found", code=255))
-    out, err = engine.split_command_error(str(exc))
+    out, err = stacks.split_command_error(str(exc))
     assert out[0] == "Previewing update (demo):"
     assert err == ["error: no stack named 'demo' found"]
-    assert engine.engine_error_message([], out, err) == "error: no stack named 'demo' found"
+    assert stacks.engine_error_message([], out, err) == "error: no stack named 'demo' found"
 
 
 def test_engine_failure_message_prefers_error_diagnostics_then_stderr_then_output_tail():
-    assert engine.engine_error_message(["error: a", "error: a"], ["o"], ["e"]) == "error: a"
-    assert engine.engine_error_message([], ["o"], ["", "e"]) == "e"
-    tail = engine.engine_error_message([], [str(i) for i in range(50)], [], limit=3)
+    assert stacks.engine_error_message(["error: a", "error: a"], ["o"], ["e"]) == "error: a"
+    assert stacks.engine_error_message([], ["o"], ["", "e"]) == "e"
+    tail = stacks.engine_error_message([], [str(i) for i in range(50)], [], limit=3)
     assert tail.splitlines() == ["47", "48", "49"]
-    assert engine.engine_error_message([], [], [])
+    assert stacks.engine_error_message([], [], [])
 
 
 def test_install_instructions_say_how_and_where_from():
-    text = engine.install_instructions("3.272.0", "5.2.0")
+    text = stacks.install_instructions("3.272.0", "5.2.0")
     assert "bash scripts/install-pulumi.sh 3.272.0" in text
     assert "curl -fsSL https://get.pulumi.com | sh -s -- --version 3.272.0" in text
     assert "pulumi-v3.272.0-linux-x64.tar.gz" in text
@@ -396,21 +396,21 @@ def test_missing_cli_with_json_prints_a_summary(tmp_path, without_pulumi_cli, ca
 def test_the_automation_api_itself_fails_without_the_cli_and_becomes_exit_4(
         tmp_path, without_pulumi_cli):
     # No pre-check here: the real SDK looks for the CLI and must not find it.
-    settings = engine.engine_settings({}, tmp_path)
+    settings = stacks.engine_settings({}, tmp_path)
     with pytest.raises(CommandError) as err:
-        engine.open_stack("engine-test", tmp_path, settings, pulumi=None)
+        stacks.open_stack("engine-test", tmp_path, settings, pulumi=None)
     assert err.value.code == Exit.MISSING
     assert "curl -fsSL https://get.pulumi.com" in str(err.value)
 
 
 def test_find_pulumi_also_looks_where_the_installer_puts_it(tmp_path):
     home = tmp_path / "home"
-    assert engine.find_pulumi({"PATH": str(tmp_path), "HOME": str(home)}) is None
+    assert stacks.find_pulumi({"PATH": str(tmp_path), "HOME": str(home)}) is None
     binary = home / ".pulumi" / "bin" / "pulumi"
     binary.parent.mkdir(parents=True)
     binary.write_text("")  # only looked up, never run
     binary.chmod(0o755)
-    assert engine.find_pulumi({"PATH": str(tmp_path), "HOME": str(home)}) == binary
+    assert stacks.find_pulumi({"PATH": str(tmp_path), "HOME": str(home)}) == binary
 
 
 def test_no_docker_engine_on_a_unix_agent_exits_4_with_the_cli_problem_too(
@@ -433,7 +433,7 @@ def test_remote_agents_are_not_probed_before_the_engine(tmp_path):
     def ping(url):
         raise AssertionError(f"probed {url}")
 
-    assert engine.unreachable_local_agents(plan, loaded, ping=ping) == []
+    assert stacks.unreachable_local_agents(plan, loaded, ping=ping) == []
 
 
 @pytest.mark.parametrize("verb", ["preview", "up"])
@@ -472,7 +472,7 @@ def test_invalid_definition_exits_2_before_any_engine_call(tmp_path, no_engine, 
 @pytest.mark.parametrize("verb", ["up", "destroy"])
 def test_apply_without_a_terminal_needs_yes(tmp_path, no_engine, no_tty, capsys, verb,
                                             monkeypatch):
-    monkeypatch.setattr(engine, "find_pulumi", lambda env: Path("/usr/bin/true"))
+    monkeypatch.setattr(stacks, "find_pulumi", lambda env: Path("/usr/bin/true"))
     session = write_session(tmp_path)
     assert main([verb, str(session)]) == Exit.INVALID
     assert "--yes" in capsys.readouterr().err
@@ -484,7 +484,7 @@ def test_json_apply_needs_yes_even_on_a_terminal(tmp_path, no_engine, monkeypatc
             return True
 
     monkeypatch.setattr(sys, "stdin", Tty(""))
-    monkeypatch.setattr(engine, "find_pulumi", lambda env: Path("/usr/bin/true"))
+    monkeypatch.setattr(stacks, "find_pulumi", lambda env: Path("/usr/bin/true"))
     session = write_session(tmp_path)
     assert main(["up", str(session), "--json"]) == Exit.INVALID
     captured = capsys.readouterr()
@@ -503,9 +503,9 @@ def test_engine_verbs_are_registered():
     from cluster_sessions.driver.cli import build_parser
 
     parser = build_parser()
-    for verb in engine.VERBS:
+    for verb in stacks.VERBS:
         args = parser.parse_args([verb, "x.yaml", "--json"])
-        assert args.func is engine.cmd_engine
+        assert args.func is stacks.cmd_stack
 
 
 def test_an_unreachable_agent_stops_up_before_the_engine_is_opened(tmp_path, monkeypatch,
@@ -527,7 +527,7 @@ def test_an_unreachable_agent_stops_up_before_the_engine_is_opened(tmp_path, mon
     def forbidden(*args, **kwargs):
         raise AssertionError("a stack was opened")
 
-    monkeypatch.setattr(engine, "open_stack", forbidden)
+    monkeypatch.setattr(stacks, "open_stack", forbidden)
     session = write_session(tmp_path, docker_host=f"ssh://root@127.0.0.1:{port}")
     code = main(["up", str(session), "--yes"])
     err = capsys.readouterr().err
@@ -559,8 +559,8 @@ def test_every_engine_verb_checks_definition_then_cli_then_yes(tmp_path, monkeyp
                                                                capsys, verb):
     """definition (exit 2) -> pulumi CLI (exit 4) -> --yes (exit 2), as the README says, and
     nothing reaches the engine on the way."""
-    monkeypatch.setattr(engine, "open_stack", lambda *a, **k: pytest.fail("stack opened"))
-    monkeypatch.setattr(engine, "docker_answers", lambda host: None)
+    monkeypatch.setattr(stacks, "open_stack", lambda *a, **k: pytest.fail("stack opened"))
+    monkeypatch.setattr(stacks, "docker_answers", lambda host: None)
     session = write_session(tmp_path)
     pool = tmp_path / "pool.yaml"
     pool.write_text(pool.read_text() + "swarm: {manager: agent1}\n")
@@ -578,12 +578,12 @@ def test_every_engine_verb_checks_definition_then_cli_then_yes(tmp_path, monkeyp
     (pool if verb[0] == "pool" else session).write_text(good)
 
     # 2. then the CLI, whether or not --yes was given
-    for yes in ([], ["--yes"]) if verb[-1] in engine.CONFIRM else ([],):
+    for yes in ([], ["--yes"]) if verb[-1] in stacks.CONFIRM else ([],):
         assert main(_verb_argv(verb, session, pool, *yes)) == Exit.MISSING, yes
         assert "pulumi CLI is missing" in capsys.readouterr().err
 
     # 3. then --yes, for the verbs that change something
-    monkeypatch.setattr(engine, "find_pulumi", lambda env: Path("/usr/bin/true"))
-    if verb[-1] in engine.CONFIRM:
+    monkeypatch.setattr(stacks, "find_pulumi", lambda env: Path("/usr/bin/true"))
+    if verb[-1] in stacks.CONFIRM:
         assert main(_verb_argv(verb, session, pool)) == Exit.INVALID
         assert "--yes" in capsys.readouterr().err

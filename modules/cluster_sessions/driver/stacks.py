@@ -584,7 +584,7 @@ class Target:
     partly_destroyed: Callable[[str], str] | None = None
 
 
-def cmd_engine(args: argparse.Namespace) -> int:
+def cmd_stack(args: argparse.Namespace) -> int:
     verb = args.verb
     definition = Path(args.file)
     pool_file = Path(args.pool) if args.pool else None
@@ -794,4 +794,4 @@ def register(subparsers) -> None:
         if verb in ("preview", "up"):
             p.add_argument("--diff", action="store_true",
                            help="show a detailed property diff in the live output")
-        p.set_defaults(func=cmd_engine)
+        p.set_defaults(func=cmd_stack)

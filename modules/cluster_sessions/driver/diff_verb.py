@@ -53,7 +53,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
         sys.stdout.write("\n".join(to_markdown(r, old_label=args.old, new_label=args.new)
                                    for r in reviews))
     if args.exit_code and any(r.changed for r in reviews):
-        return Exit.ENGINE
+        return Exit.CHANGES
     return Exit.OK
 
 
