@@ -432,6 +432,14 @@ def _label_filter(session: str | None) -> str:
     return f"{SESSION_LABEL}={session}" if session else SESSION_LABEL
 
 
+def _inspect_labelled(ls: str, inspect: str, session: str | None) -> str:
+    """A shell line that inspects every object ``ls`` lists with our label (``[]`` for none;
+    an object gone between the two is left out, not an error)."""
+    flt = _shq(f"label={_label_filter(session)}")
+    return (f"ids=$({ls} -q --no-trunc --filter {flt}) || exit $?; "
+            f"if [ -z \"$ids\" ]; then echo '[]'; else {inspect} $ids 2>/dev/null; fi; exit 0")
+
+
 def _shq(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
 
@@ -449,10 +457,7 @@ class SessionContainers(_DockerFact[tuple[HeldContainer, ...]]):
         self.session = session
 
     def cmd(self) -> str:
-        flt = _shq(f"label={_label_filter(self.session)}")
-        return (f"ids=$(docker ps -aq --no-trunc --filter {flt}) || exit $?; "
-                "if [ -z \"$ids\" ]; then echo '[]'; else docker inspect $ids 2>/dev/null; "
-                "fi; exit 0")
+        return _inspect_labelled("docker ps -a", "docker inspect", self.session)
 
     def process(self, output: str) -> tuple[HeldContainer, ...]:
         text = output.strip() or "[]"  # every container vanished between ps and inspect
@@ -519,10 +524,7 @@ class SessionNetworks(_DockerFact[tuple[SessionNetwork, ...]]):
         self.session = session
 
     def cmd(self) -> str:
-        flt = _shq(f"label={_label_filter(self.session)}")
-        return (f"ids=$(docker network ls -q --no-trunc --filter {flt}) || exit $?; "
-                "if [ -z \"$ids\" ]; then echo '[]'; else docker network inspect $ids "
-                "2>/dev/null; fi; exit 0")
+        return _inspect_labelled("docker network ls", "docker network inspect", self.session)
 
     def process(self, output: str) -> tuple[SessionNetwork, ...]:
         data = _json(output.strip() or "[]", "docker network inspect")

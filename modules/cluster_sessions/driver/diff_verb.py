@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import textwrap
 from pathlib import Path
 
 from ..core.plan import ClusterPlan, build_plans
 from ..core.review import diff_plans, review_to_dict, to_markdown
 from ..core.terminal import dumps
 from .errors import CommandError, Exit
-from .session_args import load_definition, nonempty
+from .session_args import load_definition, nonempty, verb_parser
 
 ABSENT = ("/dev/null", "-")
 
@@ -58,16 +57,14 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "diff", help="review a definition change offline: what `pulumi up` will replace",
-        description=textwrap.fill(
-            "Compare two session definitions (e.g. the base and the head of a pull "
-            "request) and print, as Markdown, what applying NEW to a stack built from OLD does: "
-            "containers added, removed, replaced or unchanged and why, env and cluster variable "
-            "changes, resources, image, mounts, ports, placement and the network. Offline: no "
-            "engine, no pulumi CLI. Use /dev/null for a side that does not exist.", 79),
-        epilog="exit codes: 0 ok (1 with --exit-code when there are changes), 2 invalid input",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = verb_parser(
+        subparsers, "diff", "review a definition change offline: what `pulumi up` will replace",
+        "Compare two session definitions (e.g. the base and the head of a pull "
+        "request) and print, as Markdown, what applying NEW to a stack built from OLD does: "
+        "containers added, removed, replaced or unchanged and why, env and cluster variable "
+        "changes, resources, image, mounts, ports, placement and the network. Offline: no "
+        "engine, no pulumi CLI. Use /dev/null for a side that does not exist.",
+        epilog="exit codes: 0 ok (1 with --exit-code when there are changes), 2 invalid input")
     p.add_argument("old", metavar="OLD", type=nonempty,
                    help="the definition as deployed (or /dev/null)")
     p.add_argument("new", metavar="NEW", type=nonempty,

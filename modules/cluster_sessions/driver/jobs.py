@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import textwrap
 from collections.abc import Callable
 from typing import Any
 
@@ -21,12 +20,18 @@ from .observe import (
     JobEnd,
     agents_to_ask,
     connect,
-    positive_seconds,
     short_time,
     survey,
     wait_for_jobs,
 )
-from .session_args import EPILOG, Selected, add_session_args, combined, selected
+from .session_args import (
+    Selected,
+    add_session_args,
+    add_timeout,
+    combined,
+    selected,
+    verb_parser,
+)
 
 EngineVerb = Callable[[argparse.Namespace], int]
 
@@ -123,18 +128,15 @@ def cmd_run(args: argparse.Namespace, engine_verb: EngineVerb | None = None,
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "run", help="up a batch session, wait for its job, destroy it; exit 0, 5 or 6",
-        description=textwrap.fill(
-            "For CI: `sessionctl up --yes`, then `sessionctl wait` (main1's log, prefixed), then "
-            "`sessionctl destroy --yes`, and a summary per container (state, exit code, start "
-            "and finish). Exit 0 when the job succeeded, 5 when it failed, 6 on timeout or a "
-            "container that died first; 1-4 as for up. Ctrl-C while waiting asks on a terminal "
-            "and destroys otherwise.", 79),
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = verb_parser(
+        subparsers, "run", "up a batch session, wait for its job, destroy it; exit 0, 5 or 6",
+        "For CI: `sessionctl up --yes`, then `sessionctl wait` (main1's log, prefixed), then "
+        "`sessionctl destroy --yes`, and a summary per container (state, exit code, start "
+        "and finish). Exit 0 when the job succeeded, 5 when it failed, 6 on timeout or a "
+        "container that died first; 1-4 as for up. Ctrl-C while waiting asks on a terminal "
+        "and destroys otherwise.")
     add_session_args(p)
-    p.add_argument("--timeout", type=positive_seconds, default=None, metavar="S",
-                   help="give up waiting after S seconds (exit 6; the session is destroyed)")
+    add_timeout(p, "give up waiting after S seconds (exit 6; the session is destroyed)")
     p.add_argument("--keep", action="store_true", help="do not destroy the session afterwards")
     p.add_argument("--keep-on-failure", action="store_true",
                    help="keep the session when the job failed or was lost, to look into it")

@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import sys
-import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from ..core.terminal import printable
 from . import stacks
 from .errors import CommandError, Exit
 from .observe import DOCKER_TIMEOUT, Found, found_from_attrs
+from .session_args import verb_parser
 
 Connect = Callable[[str], Any]
 
@@ -156,16 +156,14 @@ def cmd_ls(args: argparse.Namespace, connect: Connect = connect_host) -> int:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "ls", help="the sessions in the state backend and how their containers are",
-        description=textwrap.fill(
-            "List the session stacks of the state backend (PULUMI_BACKEND_URL, else the "
-            "project's file backend) with name, type, mode, size, agents and a status read "
-            "from the engines now: running, finished (a batch job, with its exit code), "
-            "degraded (which hosts), unreachable (which agents), down or empty. Needs the "
-            "pulumi CLI to read the backend (exit 4 without it).", 79),
-        epilog="exit codes: 0 listed, 1 the backend could not be read, 4 no pulumi CLI",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = verb_parser(
+        subparsers, "ls", "the sessions in the state backend and how their containers are",
+        "List the session stacks of the state backend (PULUMI_BACKEND_URL, else the "
+        "project's file backend) with name, type, mode, size, agents and a status read "
+        "from the engines now: running, finished (a batch job, with its exit code), "
+        "degraded (which hosts), unreachable (which agents), down or empty. Needs the "
+        "pulumi CLI to read the backend (exit 4 without it).",
+        epilog="exit codes: 0 listed, 1 the backend could not be read, 4 no pulumi CLI")
     p.add_argument("--json", action="store_true",
                    help="print {backend, sessions: [...]} as JSON instead of a table")
     p.set_defaults(func=cmd_ls)

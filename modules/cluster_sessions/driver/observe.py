@@ -21,7 +21,6 @@ import argparse
 import codecs
 import json
 import sys
-import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -34,7 +33,14 @@ from ..core.plan import ClusterPlan
 from ..core.spec import Agent
 from ..core.terminal import printable
 from .errors import CommandError, Exit
-from .session_args import EPILOG, Selected, add_session_args, combined, selected
+from .session_args import (
+    Selected,
+    add_session_args,
+    add_timeout,
+    combined,
+    selected,
+    verb_parser,
+)
 
 DOCKER_TIMEOUT = 15
 
@@ -418,16 +424,6 @@ def select_hosts(plan: ClusterPlan, present: Iterable[str], wanted: Sequence[str
     return [h for h in known if h in wanted]
 
 
-def positive_seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not 0 < seconds < 10**9:
-        raise argparse.ArgumentTypeError("must be a number of seconds > 0")
-    return seconds
-
-
 def parse_tail(value: str) -> int | str:
     if value == "all":
         return value
@@ -606,26 +602,22 @@ def follow_job(plan: ClusterPlan, found: Survey, deadline: float | None,
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "status", help="the session's containers on its agents: state, health, image",
-        description=textwrap.fill(
-            "Find the session's containers by their labels on each agent (Docker API "
-            "via the agent's docker_host) and show them next to the plan: planned but missing "
-            "containers, left-over ones, and the network. Exit 1 when a planned container is "
-            "missing, exited (but a batch session's finished job), restarting or dead, or an "
-            "agent did not answer; each such host is named on stderr with its cause.", 79),
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = verb_parser(
+        subparsers, "status", "the session's containers on its agents: state, health, image",
+        "Find the session's containers by their labels on each agent (Docker API "
+        "via the agent's docker_host) and show them next to the plan: planned but missing "
+        "containers, left-over ones, and the network. Exit 1 when a planned container is "
+        "missing, exited (but a batch session's finished job), restarting or dead, or an "
+        "agent did not answer; each such host is named on stderr with its cause.")
     add_session_args(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_status)
 
-    p = subparsers.add_parser(
-        "logs", help="the containers' logs, each line prefixed with its host",
-        description=textwrap.fill(
-            "Print each container's logs (Docker API), in host order, every line "
-            "prefixed with its host (`sub1 | ...`). With --follow, lines from all containers are "
-            "printed as they come until Ctrl-C.", 79),
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = verb_parser(
+        subparsers, "logs", "the containers' logs, each line prefixed with its host",
+        "Print each container's logs (Docker API), in host order, every line "
+        "prefixed with its host (`sub1 | ...`). With --follow, lines from all containers are "
+        "printed as they come until Ctrl-C.")
     add_session_args(p)
     p.add_argument("--host", action="append", metavar="HOST",
                    help="only this host (main1, sub1, ...); may be repeated")
@@ -636,18 +628,15 @@ def register(subparsers) -> None:
                    help="show the engine's timestamp on each line")
     p.set_defaults(func=cmd_logs)
 
-    p = subparsers.add_parser(
-        "wait", help="follow a batch session's job until it ends; exit 0, 5 or 6",
-        description=textwrap.fill(
-            "Follow main1's log (each line prefixed with its host) until the batch job, "
-            "main1's command, ends. Exit 0 when it succeeded, 5 when it failed (its exit code "
-            "is printed), 6 when --timeout passed first or another container died or "
-            "disappeared before the job ended, 1 when an agent did not answer, 2 for a "
-            "definition that is not a batch session.", 79),
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = verb_parser(
+        subparsers, "wait", "follow a batch session's job until it ends; exit 0, 5 or 6",
+        "Follow main1's log (each line prefixed with its host) until the batch job, "
+        "main1's command, ends. Exit 0 when it succeeded, 5 when it failed (its exit code "
+        "is printed), 6 when --timeout passed first or another container died or "
+        "disappeared before the job ended, 1 when an agent did not answer, 2 for a "
+        "definition that is not a batch session.")
     add_session_args(p)
-    p.add_argument("--timeout", type=positive_seconds, default=None, metavar="S",
-                   help="give up after S seconds (exit 6); default: wait as long as it runs")
+    add_timeout(p, "give up after S seconds (exit 6); default: wait as long as it runs")
     p.add_argument("--json", action="store_true",
                    help="also print the outcome as JSON on stdout (exit, result, job_exit_code)")
     p.set_defaults(func=cmd_wait)

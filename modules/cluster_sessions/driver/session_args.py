@@ -8,6 +8,7 @@ returns the plans in either case, so that no verb loads or plans a definition it
 from __future__ import annotations
 
 import argparse
+import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,29 @@ def nonempty(value: str) -> str:
     if not value:
         raise argparse.ArgumentTypeError("must not be empty")
     return value
+
+
+def verb_parser(subparsers, name: str, help: str, description: str,
+                epilog: str = EPILOG) -> argparse.ArgumentParser:
+    """A verb's parser as every verb has it: one-line help, the description wrapped, the exit
+    codes below."""
+    return subparsers.add_parser(name, help=help, description=textwrap.fill(description, 79),
+                                 epilog=epilog,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def add_timeout(p: argparse.ArgumentParser, help: str) -> None:
+    p.add_argument("--timeout", type=positive_seconds, default=None, metavar="S", help=help)
+
+
+def positive_seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < 10**9:
+        raise argparse.ArgumentTypeError("must be a number of seconds > 0")
+    return seconds
 
 
 def positive_index(value: str) -> int:
