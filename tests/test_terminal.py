@@ -36,3 +36,13 @@ def test_dumps_reads_back_the_same_and_holds_no_control_character(value):
     text = dumps(value, indent=2)
     assert json.loads(text) == value
     assert not hidden(text, allow="\n")
+
+
+def test_tables_pad_columns_to_the_widest_cell_and_escape_what_a_terminal_acts_on():
+    from cluster_sessions.core.terminal import table
+
+    assert table(("A", "LONG HEADER"), [("wide cell", "x"), ("b\x1b[2J", "")]) == [
+        "A          LONG HEADER",
+        "wide cell  x",
+        "b\\x1b[2J",
+    ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from collections.abc import Iterable, Sequence
 
 # Controls (C0, DEL, C1), format characters (bidi overrides, zero-width joiners) and the two
 # Unicode line breaks: what a terminal acts on or a reader cannot see.
@@ -67,3 +68,12 @@ def dumps(obj: object, **kwargs: object) -> str:
     if text.isascii() and "\x7f" not in text:  # the common case, at memory speed
         return text
     return _NOT_ASCII.sub(_json_escape, text)
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """Columns padded to their widest cell, two spaces apart, each line made printable; every
+    table the verbs print (plan, status, ls, pool check) is made here."""
+    cells = [tuple(header), *(tuple(r) for r in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return [printable("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+            for row in cells]

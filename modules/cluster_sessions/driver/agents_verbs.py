@@ -34,6 +34,7 @@ from typing import Any
 from ..core.loader import load_file
 from ..core.names import DEMO_IMAGE, POOL_DEFINITION_KEY, config_key
 from ..core.spec import Pool
+from ..core.terminal import table
 from .errors import CommandError, Exit
 
 DEFAULT_LAB_STATE = Path("/run/cluster-sessions-lab")
@@ -86,7 +87,7 @@ def _cpu(millicpu: int | None) -> str:
 def check_table(reports: Sequence[Any]) -> str:
     header = ("AGENT", "REACHABLE", "DOCKER", "SWARM", "CPU free/total", "MEM free/total",
               "GPUS free/total", "SESSIONS")
-    rows = [header]
+    rows = []
     for r in reports:
         total, free = r.total, r.free
         rows.append((
@@ -100,9 +101,7 @@ def check_table(reports: Sequence[Any]) -> str:
              if total and total.gpus else "-"),
             ",".join(r.sessions) or "-",
         ))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
-                     for row in rows)
+    return "\n".join(table(header, rows))
 
 
 def report_document(pool: Pool, reports: Sequence[Any], notes: Sequence[str],

@@ -19,7 +19,7 @@ from ..core.placement import Free
 from ..core.plan import ClusterPlan, plan_to_dict, session_copies
 from ..core.problems import DefinitionError
 from ..core.spec import Pool, Session
-from ..core.terminal import dumps, printable
+from ..core.terminal import dumps, printable, table
 from ..core.units import format_size
 from . import verbs
 from .errors import CommandError, Exit
@@ -90,17 +90,13 @@ def plan_table(plan: ClusterPlan) -> str:
         lines.append(f"network  {net.driver} {net.name} on {net.agent}"
                      + (f", mtu {net.mtu}" if net.mtu else "")
                      + (", encrypted" if net.encrypted else ""))
-    header = ("HOST", "ROLE", "AGENT", "CPU", "MEM", "SHMEM", "GPUS")
-    rows = [header] + [
+    lines = [printable(line) for line in lines]
+    lines.append("")
+    lines += table(("HOST", "ROLE", "AGENT", "CPU", "MEM", "SHMEM", "GPUS"), (
         (c.host, c.role, c.agent or "-", f"{res.cpu:g}", format_size(res.mem),
          format_size(res.shmem), ",".join(map(str, c.gpus)) or "-")
-        for c in plan.containers
-    ]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines.append("")
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip()
-              for r in rows]
-    return "\n".join(printable(line) for line in lines)
+        for c in plan.containers))
+    return "\n".join(lines)
 
 
 def definitions_schema(kind: str | None = None) -> dict:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.names import SESSION_LABEL
-from ..core.terminal import printable
+from ..core.terminal import table
 from . import stacks
 from .errors import CommandError, Exit
 from .observe import DOCKER_TIMEOUT, Found, found_from_attrs
@@ -107,15 +107,11 @@ def listed(stack: str, outputs: Mapping[str, Any], connect: Connect) -> Listed:
                   session.get("mode", "-"), len(hosts), tuple(agents), state, detail, code)
 
 
-def table(rows: Sequence[Listed]) -> str:
-    header = ("NAME", "TYPE", "MODE", "SIZE", "AGENTS", "STATUS")
-    lines = [header] + [
+def listing_table(rows: Sequence[Listed]) -> str:
+    return "\n".join(table(("NAME", "TYPE", "MODE", "SIZE", "AGENTS", "STATUS"), (
         (r.name, r.type, r.mode, str(r.size), ",".join(r.agents) or "-",
          r.state + (f" ({r.detail})" if r.detail else ""))
-        for r in rows]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "\n".join(printable("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True))
-                               .rstrip()) for line in lines)
+        for r in rows)))
 
 
 def cmd_ls(args: argparse.Namespace, connect: Connect = connect_host) -> int:
@@ -149,7 +145,7 @@ def cmd_ls(args: argparse.Namespace, connect: Connect = connect_host) -> int:
                   sys.stdout, indent=2, ensure_ascii=False)
         print()
     elif rows:
-        print(table(rows))
+        print(listing_table(rows))
     else:
         print(f"no sessions in {settings.backend_url}", file=sys.stderr)
     return Exit.OK

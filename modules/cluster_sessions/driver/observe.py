@@ -31,7 +31,7 @@ from ..core.loader import Loaded
 from ..core.names import HOST_LABEL, ROLE_LABEL, SESSION_LABEL
 from ..core.plan import ClusterPlan
 from ..core.spec import Agent
-from ..core.terminal import printable
+from ..core.terminal import printable, table
 from .errors import CommandError, Exit
 from .session_args import (
     Selected,
@@ -232,16 +232,11 @@ def report_table(report: Report) -> str:
         detail = f" (id {net.id}, {net.actual_driver}, {net.containers} attached)"
     lines.append(f"network  {net.name} [{net.driver}]{where}: {net.state}{detail}"
                  + (f" - {net.note}" if net.note else ""))
-    header = ("HOST", "ROLE", "AGENT", "STATE", "HEALTH", "STARTED", "IMAGE", "NOTE")
-    rows = [header] + [
+    lines.append("")
+    lines += table(("HOST", "ROLE", "AGENT", "STATE", "HEALTH", "STARTED", "IMAGE", "NOTE"), (
         (r.host, r.role, r.agent or "-", r.state, r.health or "-", short_time(r.started_at),
          r.image or "-", r.note or "")
-        for r in report.rows
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines.append("")
-    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
-              for row in rows]
+        for r in report.rows))
     return "\n".join(lines)  # why an agent did not answer: one line each on stderr
 
 
