@@ -26,6 +26,7 @@ import getpass
 import hashlib
 import os
 import re
+import select
 import shlex
 import subprocess
 import threading
@@ -319,7 +320,9 @@ class SSHConnector(Connector):
                     raise AgentError(self.agent, TIMEOUT,
                                      f"`{cmd}` did not finish within {limit:g}s")
                 if not got:
-                    time.sleep(0.005)
+                    # wake on stdout, end of file or close (the channel's pipe); stderr alone
+                    # does not wake it, so look again at least every 0.2 s
+                    select.select([chan], [], [], min(0.2, max(0.0, deadline - time.monotonic())))
             rc = chan.recv_exit_status()
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self.close()

@@ -27,7 +27,6 @@ This module is a library (no argument parsing); ``sessionctl lab up/down/status`
 from __future__ import annotations
 
 import contextlib
-import http.client
 import ipaddress
 import json
 import os
@@ -492,42 +491,23 @@ def _unmount_under(roots: Iterable[Path]) -> None:
 # --------------------------------------------------------------------------- the engine API
 
 
-class _UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float):
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
+def _client(sock: Path, timeout: float):
+    import docker
 
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        sock.connect(self._path)
-        self.sock = sock
-
-
-def engine_request(
-    sock: Path, method: str, path: str, timeout: float = 5.0
-) -> tuple[int, bytes]:
-    """One HTTP request to a Docker Engine on a unix socket: ``(status, body)``."""
-    conn = _UnixHTTPConnection(str(sock), timeout)
-    try:
-        conn.request(method, path)
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    finally:
-        conn.close()
+    return docker.DockerClient(base_url=f"unix://{sock}", timeout=timeout)
 
 
 def engine_id(sock: Path, timeout: float = 5.0) -> str:
     """The engine's ID (``docker info`` ID), or "" when it does not answer."""
-    try:
-        status, body = engine_request(sock, "GET", "/info", timeout)
-    except OSError:
-        return ""
-    if status != 200:
+    if not sock.exists():
         return ""
     try:
-        return json.loads(body).get("ID", "") or ""
-    except ValueError:
+        client = _client(sock, timeout)
+        try:
+            return str(client.info().get("ID", "") or "")
+        finally:
+            client.close()
+    except Exception:  # any failure to ask it: it does not answer
         return ""
 
 
@@ -1027,20 +1007,22 @@ def lab_status(state_dir: Path) -> LabStatus:
 def _stop_containers(sock: Path) -> None:
     """Stop every running container of one engine at once (no 10 s grace per container)."""
     try:
-        status, body = engine_request(sock, "GET", "/containers/json", timeout=3)
-        ids = [c["Id"] for c in json.loads(body)] if status == 200 else []
-    except (OSError, ValueError, KeyError, TypeError):
+        client = _client(sock, 10)
+        running = client.containers.list()
+    except Exception:  # the engine is gone already: nothing to stop
         return
-    threads = []
-    for cid in ids:
-        def stop(cid: str = cid) -> None:
-            with contextlib.suppress(OSError):
-                engine_request(sock, "POST", f"/containers/{cid}/stop?t=0", timeout=10)
-        t = threading.Thread(target=stop, daemon=True)
-        t.start()
-        threads.append(t)
-    for t in threads:
-        t.join(15)
+    try:
+        def stop(container) -> None:
+            with contextlib.suppress(Exception):
+                container.stop(timeout=0)
+
+        threads = [threading.Thread(target=stop, args=(c,), daemon=True) for c in running]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(15)
+    finally:
+        client.close()
 
 
 def lab_down(state_dir: Path, progress: Progress | None = None, *,
