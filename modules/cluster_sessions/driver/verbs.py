@@ -15,7 +15,8 @@ MODULES: list[str] = [
     "cluster_sessions.driver.jobs",
     "cluster_sessions.driver.listing",
     "cluster_sessions.driver.diff_verb",
-    "cluster_sessions.driver.agents_verbs",
+    "cluster_sessions.driver.pool_verbs",
+    "cluster_sessions.driver.lab_verbs",
 ]
 
 

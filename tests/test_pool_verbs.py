@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster_sessions.driver import agents_verbs as V
-from cluster_sessions.driver import cli
+from cluster_sessions.driver import cli, lab_verbs, pool_verbs
 from cluster_sessions.driver.errors import CommandError, Exit
 from cluster_sessions.emulation.engine import Engine, run_program
 from cluster_sessions.lab.netns import POOL_FILE_HEADER
@@ -33,31 +32,32 @@ def agent(name: str, docker_host: str, **extra) -> dict:
 
 def test_a_pool_is_a_name_in_stacks_pools_or_a_file(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert V.pool_path("lab3") == STACKS / "pools" / "lab3.yaml"  # the project's, from anywhere
+    # the project's, from anywhere
+    assert pool_verbs.pool_path("lab3") == STACKS / "pools" / "lab3.yaml"
     own = write_pool(tmp_path / "mine.yaml", agent("a", "unix:///x.sock"))
-    assert V.pool_path(str(own)) == own
-    assert V.pool_path("mine.yaml") == Path("mine.yaml")
+    assert pool_verbs.pool_path(str(own)) == own
+    assert pool_verbs.pool_path("mine.yaml") == Path("mine.yaml")
     with pytest.raises(CommandError) as caught:
-        V.pool_path("nosuchpool")
+        pool_verbs.pool_path("nosuchpool")
     assert caught.value.code == Exit.INVALID and "nosuchpool" in str(caught.value)
 
 
 def test_lab_never_overwrites_a_pool_file_it_did_not_write(tmp_path):
     committed = STACKS / "pools" / "lab3.yaml"
     with pytest.raises(CommandError) as caught:
-        V.check_pool_file_is_ours(committed, force=False)
+        lab_verbs.check_pool_file_is_ours(committed, force=False)
     assert caught.value.code == Exit.INVALID and "--force" in str(caught.value)
-    V.check_pool_file_is_ours(committed, force=True)  # asked for: allowed
+    lab_verbs.check_pool_file_is_ours(committed, force=True)  # asked for: allowed
     ours = tmp_path / "lab.yaml"
     ours.write_text(POOL_FILE_HEADER + " (cluster_sessions.lab.netns)\nkind: AgentPool\n")
-    V.check_pool_file_is_ours(ours, force=False)
-    V.check_pool_file_is_ours(tmp_path / "new.yaml", force=False)
+    lab_verbs.check_pool_file_is_ours(ours, force=False)
+    lab_verbs.check_pool_file_is_ours(tmp_path / "new.yaml", force=False)
 
 
 def test_the_default_lab_pool_file_is_the_projects_lab_pool(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
-    assert V.default_lab_pool_file() == PROJECT / "stacks" / "pools" / "lab.yaml"
-    assert Path("/run/cluster-sessions-lab") == V.DEFAULT_LAB_STATE
+    assert lab_verbs.default_lab_pool_file() == PROJECT / "stacks" / "pools" / "lab.yaml"
+    assert Path("/run/cluster-sessions-lab") == lab_verbs.DEFAULT_LAB_STATE
 
 
 def test_lab_verbs_need_root(monkeypatch, capsys):
@@ -151,7 +151,7 @@ def test_the_pool_program_refuses_a_pool_without_a_swarm():
 def test_the_pool_stack_is_named_after_the_pool():
     from cluster_sessions.core.loader import load_file
 
-    assert V.pool_stack_name(load_file(STACKS / "pools" / "lab3.yaml")) == "pool-lab3"
+    assert pool_verbs.pool_stack_name(load_file(STACKS / "pools" / "lab3.yaml")) == "pool-lab3"
 
 
 def test_pool_check_exits_1_when_the_swarm_is_not_formed(tmp_path, capsys, monkeypatch):
@@ -228,7 +228,7 @@ def test_pool_verbs_and_definitions_find_a_pool_name_in_the_same_place(tmp_path,
                                        "pool": "shared", "image": "x"}))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CLUSTER_SESSIONS_POOLS", str(mine))
-    assert V.pool_path("shared") == pool == load_session(session).pool_file
+    assert pool_verbs.pool_path("shared") == pool == load_session(session).pool_file
     monkeypatch.delenv("CLUSTER_SESSIONS_POOLS")
     assert cli.main(["pool", "check", "shared"]) == Exit.INVALID
     verb_err = capsys.readouterr().err
