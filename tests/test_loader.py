@@ -748,3 +748,16 @@ def test_count_with_a_fixed_host_port_is_refused(tree):
     assert problems_of(tree(text)) == [
         "ports.0.host: host port 18888 is fixed, but count makes 2 sessions that may share an "
         "agent and cannot all publish it: leave host unset (the engine picks a free port)"]
+
+
+@pytest.mark.parametrize(("agent", "address"), [
+    ({"address": "10.0.0.5", "ssh": {"host": "h"}, "docker_host": "ssh://u@d"}, "10.0.0.5"),
+    ({"ssh": {"host": "h.example"}, "docker_host": "ssh://u@d"}, "h.example"),
+    ({"docker_host": "tcp://10.1.1.1:2376"}, "10.1.1.1"),
+    ({"docker_host": "unix:///var/run/docker.sock"}, None),
+])
+def test_an_agent_is_reached_at_one_address_for_the_swarm_and_published_ports(agent, address):
+    from cluster_sessions.core.spec import Agent, agent_address
+
+    assert agent_address(Agent.model_validate(
+        {"name": "a", "capacity": {"cpu": 1, "mem": "1g"}, **agent})) == address

@@ -245,6 +245,20 @@ class Pool(_Model):
         return next(a for a in self.agents if a.name == name)
 
 
+def agent_address(agent: Agent) -> str | None:
+    """The address other machines reach an agent at: its ``address``, else its SSH host, else
+    the host of an ``ssh://``/``tcp://`` docker_host; None for a local unix socket. The swarm
+    advertises it, and main1's published ports are shown at it."""
+    if agent.address:
+        return agent.address
+    if agent.ssh is not None:
+        return agent.ssh.host
+    url = urlsplit(agent.docker_host)
+    if url.scheme in ("ssh", "tcp") and url.hostname:
+        return url.hostname
+    return None
+
+
 KINDS: dict[str, type[_Model]] = {"ClusterSession": Session, "AgentPool": Pool}
 
 

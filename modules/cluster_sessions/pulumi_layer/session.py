@@ -46,7 +46,7 @@ from ..core.plan import (
 )
 from ..core.provider_facts import NETWORK_IGNORED, cpus_argument
 from ..core.render import BUNDLE_DIR, RenderedFile, pack, pack_entrypoint_argv, render_container
-from ..core.spec import SSH_PORT, Agent, Pool
+from ..core.spec import SSH_PORT, Agent, Pool, agent_address
 from .keystore import SessionKeyStore
 
 TYPE_TOKEN = "cluster-sessions:index:Session"
@@ -107,16 +107,9 @@ def ssh_opts(agent: Agent) -> list[str] | None:
     return opts
 
 
-def agent_address(agent: Agent) -> str:
+def published_at(agent: Agent) -> str:
     """Where a person reaches ports the agent publishes on all addresses."""
-    if agent.address:
-        return agent.address
-    if agent.ssh:
-        return agent.ssh.host
-    parts = urlsplit(agent.docker_host)
-    if parts.scheme in ("ssh", "tcp") and parts.hostname:
-        return parts.hostname
-    return "127.0.0.1"
+    return agent_address(agent) or "127.0.0.1"
 
 
 def docker_cli(agent: Agent) -> str:
@@ -378,7 +371,7 @@ def _published(port, agent: Agent) -> dict:
         "host": int(external) if external else None,
         "host_ip": ip,
         "protocol": get("protocol") or "tcp",
-        "address": agent_address(agent) if ip in ("0.0.0.0", "::") else ip,
+        "address": published_at(agent) if ip in ("0.0.0.0", "::") else ip,
     }
 
 

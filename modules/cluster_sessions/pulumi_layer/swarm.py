@@ -24,7 +24,6 @@ import shlex
 import time
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 import pulumi
 from pulumi.dynamic import (
@@ -45,7 +44,7 @@ from ..agents.connectors import (
     agent_props,
     connector_from_props,
 )
-from ..core.spec import Agent, Pool
+from ..core.spec import Agent, Pool, agent_address
 
 SWARM_PORT = 2377
 COMMAND_TIMEOUT = 120.0
@@ -56,15 +55,9 @@ WORKER_REPLACES = ("manager_addr", "advertise_addr")
 
 
 def advertise_address(agent: Agent) -> str | None:
-    """The address other nodes reach this agent at: ``address``, else its SSH or docker host."""
-    if agent.address:
-        return agent.address
-    if agent.ssh is not None:
-        return agent.ssh.host
-    url = urlsplit(agent.docker_host)
-    if url.scheme in ("ssh", "tcp") and url.hostname:
-        return url.hostname
-    return None  # a local unix socket: let Docker choose (it says so if it cannot)
+    """The address other nodes reach this agent at (None for a local unix socket: Docker
+    chooses, and says so if it cannot)."""
+    return agent_address(agent)
 
 
 def _identity(props: Mapping[str, Any]) -> tuple[str, str]:
