@@ -127,6 +127,28 @@ def _remove(conn: Connector, kind: str, ids: Sequence[str]) -> None:
                          f"{(err.strip() or out.strip()).splitlines()[-1:]}")
 
 
+Plan = dict[str, list[Leftover]]  # agent -> what to remove through it
+
+
+def removal_plan(found: Iterable[Leftover], manager: str | None) -> tuple[Plan, Plan]:
+    """Where each leftover is removed: containers on their own agent (first: a network cannot
+    go while one is attached); networks once each, a swarm-scoped overlay through the swarm
+    manager (the only node that can remove it; each worker lists it too), a bridge on its
+    agent."""
+    containers: Plan = {}
+    networks: Plan = {}
+    seen_networks: set[str] = set()
+    for item in found:
+        if item.kind == "container":
+            containers.setdefault(item.agent, []).append(item)
+        elif item.object_id not in seen_networks:
+            seen_networks.add(item.object_id)
+            swarm_scoped = item.detail.endswith("swarm")
+            where = manager if swarm_scoped and manager else item.agent
+            networks.setdefault(where, []).append(item)
+    return containers, networks
+
+
 def sweep(pool: Pool, session: str, *, agents: Iterable[str] | None = None,
           dry_run: bool = False, wait: float = 15.0) -> SweepReport:
     """Remove every container and network of ``session`` on the pool's agents; then verify.
@@ -162,17 +184,7 @@ def sweep(pool: Pool, session: str, *, agents: Iterable[str] | None = None,
             failures = ex.map(lambda kv: remove_on(kv[0], kind, kv[1]), by_agent.items())
             report.errors.extend(e for e in failures if e is not None)
 
-    containers: dict[str, list[Leftover]] = {}
-    networks: dict[str, list[Leftover]] = {}
-    seen_networks: set[str] = set()
-    for item in found:
-        if item.kind == "container":
-            containers.setdefault(item.agent, []).append(item)
-        elif item.object_id not in seen_networks:
-            seen_networks.add(item.object_id)
-            swarm_scoped = item.detail.endswith("swarm")
-            where = manager if swarm_scoped and manager else item.agent
-            networks.setdefault(where, []).append(item)
+    containers, networks = removal_plan(found, manager)
     run_all("container", containers)
     run_all("network", networks)
 
