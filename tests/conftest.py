@@ -71,13 +71,13 @@ def require_lab() -> None:
 
 def clear_stale_lab(prefix: str) -> None:
     """Tear down a lab with ``prefix`` left by an earlier (killed) test run."""
-    from cluster_sessions.lab import netns
+    from cluster_sessions.lab import netns, processes
 
     rec = netns._read_json(netns.RUN_BASE / prefix / "lab.json")
     if rec is None:
         return
     pid = rec.get("creator_pid")
-    if pid and pid != os.getpid() and netns._alive(pid):
+    if pid and pid != os.getpid() and processes.alive(pid):
         skip_or_fail(f"another test run (pid {pid}) uses the {prefix!r} lab right now")
     netns.lab_down(Path(rec["state_dir"]))
 

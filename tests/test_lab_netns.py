@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster_sessions.lab import netns
+from cluster_sessions.lab import netns, processes
 from cluster_sessions.lab.netns import LabError
 from tests.conftest import clear_stale_lab, require_lab
 
@@ -57,15 +57,15 @@ def _leftovers(prefix: str, state_dir: Path) -> list[str]:
     markers = (str(state_dir), str(netns.RUN_BASE / prefix))
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
-            args = netns._cmdline(int(entry.name))
-            if netns._alive(int(entry.name)) and any(m in a for a in args for m in markers):
+            args = processes.cmdline(int(entry.name))
+            if processes.alive(int(entry.name)) and any(m in a for a in args for m in markers):
                 left.append(f"process {entry.name} {' '.join(args)[:120]}")
     rules = subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True).stdout
     left += [f"iptables {r}" for r in rules.splitlines() if f"{prefix}-br0" in r]
     mounts = Path("/proc/self/mountinfo").read_text()
     left += [f"mount {m}" for m in re.findall(r"^\S+ \S+ \S+ \S+ (\S+)", mounts, re.M)
              if m.startswith(markers)]
-    left += [f"cgroup {p}" for p in netns._cgroup_dirs(f"{prefix}-agent1")]
+    left += [f"cgroup {p}" for p in processes.cgroup_dirs(f"{prefix}-agent1")]
     if (netns.RUN_BASE / prefix).exists():
         left.append(f"run dir {netns.RUN_BASE / prefix}")
     return left
@@ -193,7 +193,7 @@ class TestLab:
         # and each agent has its own containerd
         sockets = set()
         for agent in lab.agents:
-            args = netns._cmdline(rec["pids"][agent.name]["dockerd"])
+            args = processes.cmdline(rec["pids"][agent.name]["dockerd"])
             sockets.add(args[args.index("--containerd") + 1])
         assert len(sockets) == 2
 

@@ -46,7 +46,7 @@ from cluster_sessions.emulation.docker_builder import (
     wait_until_ready,
 )
 from cluster_sessions.emulation.engine import Engine, run_program
-from cluster_sessions.lab import netns
+from cluster_sessions.lab import netns, processes
 from cluster_sessions.lab.image import ensure_images
 from cluster_sessions.lab.netns import LabError
 from cluster_sessions.pulumi_layer import swarm as S
@@ -555,9 +555,9 @@ def _stop(lab: Lab, agent: str, daemon: str) -> None:
     pid = rec["pids"][agent][daemon]
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 20
-    while netns._alive(pid) and time.monotonic() < deadline:
+    while processes.alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not netns._alive(pid), f"{daemon} of {agent} did not stop"
+    assert not processes.alive(pid), f"{daemon} of {agent} did not stop"
 
 
 def test_an_agent_stopped_mid_plan_is_named_and_nothing_is_created(lab, tmp_path, capsys):

@@ -34,20 +34,33 @@ import re
 import shutil
 import signal
 import socket
-import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import yaml
 
+from .processes import (
+    LabError,
+    alive,
+    kill,
+    pid_matching,
+    pids_in_cgroups,
+    pids_in_netns,
+    read_pid,
+    remove_cgroups,
+    run,
+    spawn,
+    terminate,
+    unmount_under,
+)
+
 Progress = Callable[[str], None]
 
 RUN_BASE = Path("/run/csl-lab")
 NETNS_DIR = Path("/var/run/netns")
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 DEFAULT_PREFIX = "csl"
 DEFAULT_SUBNET = "10.251.0.0/24"
 MAX_AGENTS = 32
@@ -74,10 +87,6 @@ SSHD = "/usr/sbin/sshd"  # sshd must be started by absolute path (it re-executes
 
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+@-]+$")
 _PREFIX = re.compile(r"^[a-z][a-z0-9]{0,7}$")
-
-
-class LabError(RuntimeError):
-    """The lab cannot be brought up, inspected or torn down; the message says why."""
 
 
 # --------------------------------------------------------------------------- public types
@@ -270,28 +279,13 @@ def _noop(_msg: str) -> None:
     pass
 
 
-def _run(cmd: list[str], *, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
-    try:
-        proc = subprocess.run(
-            cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
-        )
-    except FileNotFoundError:
-        raise LabError(f"{cmd[0]}: command not found") from None
-    except subprocess.TimeoutExpired:
-        raise LabError(f"timed out after {timeout:.0f}s: {' '.join(cmd)}") from None
-    if check and proc.returncode != 0:
-        msg = (proc.stderr or proc.stdout).strip()
-        raise LabError(f"`{' '.join(cmd)}` failed ({proc.returncode}): {msg}")
-    return proc
-
-
 def _iptables_chain_exists(chain: str) -> bool:
-    return _run(["iptables", "-w", "-n", "-L", chain], check=False).returncode == 0
+    return run(["iptables", "-w", "-n", "-L", chain], check=False).returncode == 0
 
 
 def _iptables_has(rule: list[str]) -> bool:
     chain, spec = rule[0], rule[1:]
-    return _run(["iptables", "-w", "-C", chain, *spec], check=False).returncode == 0
+    return run(["iptables", "-w", "-C", chain, *spec], check=False).returncode == 0
 
 
 def _link_exists(name: str) -> bool:
@@ -337,158 +331,6 @@ def _root_account_locked() -> bool:
     except OSError:
         pass
     return False
-
-
-# --------------------------------------------------------------------------- processes
-
-_CHILDREN: dict[int, subprocess.Popen] = {}
-_CHILDREN_LOCK = threading.Lock()
-
-
-def _spawn(cmd: list[str], log: Path) -> int:
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # outlives the caller, unaffected by its Ctrl-C
-            close_fds=True,
-        )
-    with _CHILDREN_LOCK:
-        _CHILDREN[proc.pid] = proc
-    return proc.pid
-
-
-def _alive(pid: int) -> bool:
-    with _CHILDREN_LOCK:
-        proc = _CHILDREN.get(pid)
-    if proc is not None:
-        if proc.poll() is None:
-            return True
-        with _CHILDREN_LOCK:
-            _CHILDREN.pop(pid, None)
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [p.decode(errors="replace") for p in raw.split(b"\0") if p]
-
-
-def _pid_matching(pid: int | None, marker: str) -> int | None:
-    """``pid`` if it is alive and its command line mentions ``marker`` (guards pid reuse)."""
-    if not pid or not _alive(pid):
-        return None
-    return pid if any(marker in arg for arg in _cmdline(pid)) else None
-
-
-def _read_pid(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def _kill(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)
-
-
-def _terminate(pids: Iterable[int], timeout: float) -> None:
-    pids = {p for p in pids if p and _alive(p)}
-    for pid in pids:
-        _kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while pids and time.monotonic() < deadline:
-        pids = {p for p in pids if _alive(p)}
-        if pids:
-            time.sleep(0.05)
-    for pid in pids:
-        _kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 5
-    while pids and time.monotonic() < deadline:
-        pids = {p for p in pids if _alive(p)}
-        if pids:
-            time.sleep(0.05)
-
-
-def _pids_in_netns(path: Path) -> set[int]:
-    try:
-        ino = path.stat().st_ino
-    except OSError:
-        return set()
-    want = f"net:[{ino}]"
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if os.readlink(entry / "ns/net") == want:
-                found.add(int(entry.name))
-        except OSError:
-            continue
-    found.discard(os.getpid())
-    return {p for p in found if _alive(p)}
-
-
-def _cgroup_dirs(name: str) -> list[Path]:
-    """Every cgroup directory called ``name`` directly under a hierarchy root."""
-    dirs = []
-    if (CGROUP_ROOT / name).is_dir():
-        dirs.append(CGROUP_ROOT / name)
-    with contextlib.suppress(OSError):
-        for hier in CGROUP_ROOT.iterdir():
-            if (hier / name).is_dir():
-                dirs.append(hier / name)
-    return dirs
-
-
-def _pids_in_cgroups(name: str) -> set[int]:
-    pids: set[int] = set()
-    for top in _cgroup_dirs(name):
-        for dirpath, _dirs, files in os.walk(top):
-            if "cgroup.procs" in files:
-                with contextlib.suppress(OSError):
-                    pids.update(
-                        int(x) for x in Path(dirpath, "cgroup.procs").read_text().split()
-                    )
-    pids.discard(os.getpid())
-    return {p for p in pids if _alive(p)}
-
-
-def _remove_cgroups(name: str) -> None:
-    for top in _cgroup_dirs(name):
-        for dirpath, _dirs, _files in os.walk(top, topdown=False):
-            with contextlib.suppress(OSError):
-                os.rmdir(dirpath)
-
-
-def _unmount_under(roots: Iterable[Path]) -> None:
-    roots = [str(r).rstrip("/") for r in roots]
-    try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return
-    points = []
-    for line in lines:
-        mp = line.split()[4]
-        mp = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), mp)
-        if any(mp == r or mp.startswith(r + "/") for r in roots):
-            points.append(mp)
-    for mp in sorted(set(points), key=lambda p: p.count("/"), reverse=True):
-        _run(["umount", "-l", mp], check=False)
-
-
-# --------------------------------------------------------------------------- the engine API
 
 
 def _client(sock: Path, timeout: float):
@@ -563,7 +405,7 @@ def _layout_from_record(rec: dict) -> _Layout:
 def _ensure_keys(lay: _Layout, agents: int) -> None:
     if not lay.key_file.exists():
         lay.key_file.with_suffix(".pub").unlink(missing_ok=True)
-        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "cluster-sessions-lab",
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "cluster-sessions-lab",
               "-f", str(lay.key_file)])
     for k in range(1, agents + 1):
         d = lay.agent_dir(k)
@@ -571,7 +413,7 @@ def _ensure_keys(lay: _Layout, agents: int) -> None:
         hk = d / "ssh_host_ed25519_key"
         if not hk.exists():
             hk.with_suffix(".pub").unlink(missing_ok=True)
-            _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"lab-agent{k}",
+            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"lab-agent{k}",
                   "-f", str(hk)])
     pub = lay.key_file.with_name("id_lab.pub").read_text().strip()
     _write_private(lay.authorized_keys, pub + "\n")
@@ -586,29 +428,29 @@ def _create_network(lay: _Layout, agents: int, progress: Progress) -> None:
     br = lay.bridge
     if not _link_exists(br):
         progress(f"bridge {br} {lay.bridge_address}/24")
-        _run(["ip", "link", "add", br, "type", "bridge"])
+        run(["ip", "link", "add", br, "type", "bridge"])
     addr = f"{lay.bridge_address}/{lay.subnet.prefixlen}"
-    if addr not in _run(["ip", "-o", "addr", "show", "dev", br]).stdout:
-        _run(["ip", "addr", "add", addr, "dev", br])
-    _run(["ip", "link", "set", br, "up"])
+    if addr not in run(["ip", "-o", "addr", "show", "dev", br]).stdout:
+        run(["ip", "addr", "add", addr, "dev", br])
+    run(["ip", "link", "set", br, "up"])
     for rule in lay.iptables_rules():
         if not _iptables_has(rule):
-            _run(["iptables", "-w", "-I", rule[0], "1", *rule[1:]])
+            run(["iptables", "-w", "-I", rule[0], "1", *rule[1:]])
     for k in range(1, agents + 1):
         ns, veth = lay.netns(k), lay.veth(k)
         progress(f"namespace {ns} {lay.address(k)}")
         if not _netns_exists(ns):
-            _run(["ip", "netns", "add", ns])
+            run(["ip", "netns", "add", ns])
         if not _link_exists(veth):
-            _run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0",
+            run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0",
                   "netns", ns])
-        _run(["ip", "link", "set", veth, "master", br, "up"])
-        _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+        run(["ip", "link", "set", veth, "master", br, "up"])
+        run(["ip", "-n", ns, "link", "set", "lo", "up"])
         a = f"{lay.address(k)}/{lay.subnet.prefixlen}"
-        if a not in _run(["ip", "-n", ns, "-o", "addr", "show", "dev", "eth0"]).stdout:
-            _run(["ip", "-n", ns, "addr", "add", a, "dev", "eth0"])
-        _run(["ip", "-n", ns, "link", "set", "eth0", "up"])
-        _run(["ip", "-n", ns, "route", "replace", "default", "via", lay.bridge_address])
+        if a not in run(["ip", "-n", ns, "-o", "addr", "show", "dev", "eth0"]).stdout:
+            run(["ip", "-n", ns, "addr", "add", a, "dev", "eth0"])
+        run(["ip", "-n", ns, "link", "set", "eth0", "up"])
+        run(["ip", "-n", ns, "route", "replace", "default", "via", lay.bridge_address])
 
 
 def _containerd_config(lay: _Layout, k: int) -> str:
@@ -676,7 +518,7 @@ def _start_agent_daemons(lay: _Layout, agents: int, progress: Progress) -> dict:
         _write_private(cfg, _containerd_config(lay, k))
         cmd = [nsenter, f"--net={NETNS_DIR / lay.netns(k)}", "--",
                shutil.which("containerd") or "containerd", "--config", str(cfg)]
-        pids[f"agent{k}"] = {"containerd": _spawn(cmd, d / "containerd.log")}
+        pids[f"agent{k}"] = {"containerd": spawn(cmd, d / "containerd.log")}
     progress(f"started {agents} containerd")
     _wait_for(
         lambda: all(lay.containerd_socket(k).exists() for k in range(1, agents + 1)),
@@ -692,9 +534,9 @@ def _start_agent_daemons(lay: _Layout, agents: int, progress: Progress) -> dict:
         d = lay.agent_dir(k)
         cfg = d / "sshd_config"
         _write_private(cfg, _sshd_config(lay, k))
-        _run([SSHD, "-t", "-f", str(cfg)])
+        run([SSHD, "-t", "-f", str(cfg)])
         cmd = [*_in_agent(lay, k), SSHD, "-D", "-f", str(cfg), "-E", str(d / "sshd.log")]
-        pids[f"agent{k}"]["sshd"] = _spawn(cmd, d / "sshd.out")
+        pids[f"agent{k}"]["sshd"] = spawn(cmd, d / "sshd.out")
     progress(f"started {agents} sshd")
     return pids
 
@@ -722,7 +564,7 @@ def _spawn_dockerd(lay: _Layout, k: int) -> int:
         "--dns", lay.bridge_address,
         "--swarm-default-advertise-addr", lay.address(k),
     ]
-    return _spawn(cmd, d / "dockerd.log")
+    return spawn(cmd, d / "dockerd.log")
 
 
 def stop_dockerd(state_dir: Path, agent: str, timeout: float = 30) -> None:
@@ -730,7 +572,7 @@ def stop_dockerd(state_dir: Path, agent: str, timeout: float = 30) -> None:
     rec = _find_record(state_dir)
     if rec is None:
         raise LabError(f"no lab recorded for {state_dir}")
-    _terminate([rec["pids"][agent]["dockerd"]], timeout)
+    terminate([rec["pids"][agent]["dockerd"]], timeout)
 
 
 def start_dockerd(state_dir: Path, agent: str, timeout: float = 60) -> None:
@@ -890,7 +732,7 @@ def lab_up(
             ids = {i + 1: a.engine_id for i, a in enumerate(status.agents)}
             for rule in lay.iptables_rules():  # a restarted host dockerd may have flushed them
                 if not _iptables_has(rule):
-                    _run(["iptables", "-w", "-I", rule[0], "1", *rule[1:]])
+                    run(["iptables", "-w", "-I", rule[0], "1", *rule[1:]])
             info = _info(lay, agents, pool_file, ids)
             _write_pool(info)
             existing["pool_file"] = str(pool_file) if pool_file else None
@@ -936,7 +778,7 @@ def lab_up(
             for k in range(1, agents + 1):
                 if k not in ids:
                     dpid = record["pids"][f"agent{k}"]["dockerd"]
-                    if not _alive(dpid):
+                    if not alive(dpid):
                         raise LabError(f"dockerd of agent{k} exited; see "
                                        f"{lay.agent_dir(k) / 'dockerd.log'}"
                                        + _log_tails(lay, agents))
@@ -988,10 +830,10 @@ def lab_status(state_dir: Path) -> LabStatus:
         if owned:
             p = pids.get(f"agent{k}", {})
             a.netns = _netns_exists(lay.netns(k))
-            a.containerd = _pid_matching(p.get("containerd"), str(lay.agent_dir(k))) is not None
-            a.dockerd = _pid_matching(p.get("dockerd"), str(lay.exec_root(k))) is not None
+            a.containerd = pid_matching(p.get("containerd"), str(lay.agent_dir(k))) is not None
+            a.dockerd = pid_matching(p.get("dockerd"), str(lay.exec_root(k))) is not None
             a.engine_id = engine_id(lay.socket(k), timeout=2) if a.dockerd else ""
-            a.sshd = _pid_matching(p.get("sshd"), str(lay.agent_dir(k))) is not None and (
+            a.sshd = pid_matching(p.get("sshd"), str(lay.agent_dir(k))) is not None and (
                 _sshd_answers(lay.address(k))
             )
         else:
@@ -1058,9 +900,9 @@ def lab_down(state_dir: Path, progress: Progress | None = None, *,
 
     def recorded(kind: str, k: int) -> int | None:
         marker = str(lay.exec_root(k)) if kind == "dockerd" else str(lay.agent_dir(k))
-        pid = _pid_matching(pids.get(f"agent{k}", {}).get(kind), marker)
+        pid = pid_matching(pids.get(f"agent{k}", {}).get(kind), marker)
         if kind == "dockerd" and pid is None:
-            pid = _pid_matching(_read_pid(lay.agent_dir(k) / "docker.pid"), marker)
+            pid = pid_matching(read_pid(lay.agent_dir(k) / "docker.pid"), marker)
         return pid
 
     agent_nums = range(1, n + 1)
@@ -1080,45 +922,45 @@ def lab_down(state_dir: Path, progress: Progress | None = None, *,
         t.join(30)
     progress(f"stopping {len(dockerd)} dockerd, {len(sshd)} sshd")
     for pid in broken:
-        _kill(pid, signal.SIGKILL)
+        kill(pid, signal.SIGKILL)
     # a swarm member's graceful shutdown can wait 5 s on a gossip "leave" no peer will ever
     # receive (they all stop at once); the engines' data is deleted anyway, so be brief
-    _terminate(sshd + broken + [dockerd[k] for k in healthy], timeout=DOCKERD_GRACE)
-    _terminate(list(containerd.values()), timeout=10)
+    terminate(sshd + broken + [dockerd[k] for k in healthy], timeout=DOCKERD_GRACE)
+    terminate(list(containerd.values()), timeout=10)
 
     # 2) anything left in the namespaces (shims, docker-proxy, ssh sessions) or in the agents'
     #    cgroups (container processes of a killed engine)
     for _ in range(3):
         rest: set[int] = set()
         for k in range(1, n + 1):
-            rest |= _pids_in_netns(NETNS_DIR / lay.netns(k))
-            rest |= _pids_in_cgroups(lay.netns(k))
+            rest |= pids_in_netns(NETNS_DIR / lay.netns(k))
+            rest |= pids_in_cgroups(lay.netns(k))
         if not rest:
             break
         progress(f"killing {len(rest)} leftover processes")
         for pid in rest:
-            _kill(pid, signal.SIGKILL)
-        _terminate(rest, timeout=5)
+            kill(pid, signal.SIGKILL)
+        terminate(rest, timeout=5)
 
     # 3) mounts, cgroups, namespaces, links, firewall
     roots = [lay.run_dir]
     for k in range(1, n + 1):
         roots += [lay.agent_dir(k) / "docker", lay.agent_dir(k) / "containerd"]
-    _unmount_under(roots)
+    unmount_under(roots)
     for k in range(1, n + 1):
-        _remove_cgroups(lay.netns(k))
+        remove_cgroups(lay.netns(k))
         if _netns_exists(lay.netns(k)):
-            _run(["ip", "netns", "delete", lay.netns(k)], check=False)
+            run(["ip", "netns", "delete", lay.netns(k)], check=False)
         if _link_exists(lay.veth(k)):
-            _run(["ip", "link", "delete", lay.veth(k)], check=False)
+            run(["ip", "link", "delete", lay.veth(k)], check=False)
     rules = run_rec.get("iptables") or lay.iptables_rules()
     for rule in rules:
         for _ in range(10):  # also duplicates
             if not _iptables_has(rule):
                 break
-            _run(["iptables", "-w", "-D", rule[0], *rule[1:]], check=False)
+            run(["iptables", "-w", "-D", rule[0], *rule[1:]], check=False)
     if _link_exists(lay.bridge):
-        _run(["ip", "link", "delete", lay.bridge], check=False)
+        run(["ip", "link", "delete", lay.bridge], check=False)
 
     # 4) verify
     left = []
@@ -1129,9 +971,9 @@ def lab_down(state_dir: Path, progress: Progress | None = None, *,
             left.append(f"netns {lay.netns(k)}")
         if _link_exists(lay.veth(k)):
             left.append(f"veth {lay.veth(k)}")
-    alive = [p for p in [*sshd, *dockerd.values(), *containerd.values()] if _alive(p)]
-    if alive:
-        left.append(f"processes {alive}")
+    survivors = [p for p in [*sshd, *dockerd.values(), *containerd.values()] if alive(p)]
+    if survivors:
+        left.append(f"processes {survivors}")
     left += [f"iptables rule {' '.join(r)}" for r in rules if _iptables_has(r)]
     if left:
         raise LabError("lab_down could not remove: " + "; ".join(left))
@@ -1171,7 +1013,7 @@ def _cleanup_files(lay: _Layout, agents: int, *, run_record: bool) -> None:
         d = lay.agent_dir(k)
         for sub in ("docker", "containerd"):
             if (d / sub).exists():
-                _unmount_under([d / sub])
+                unmount_under([d / sub])
                 shutil.rmtree(d / sub, ignore_errors=True)
         for name in ("docker.sock", "docker.pid", "sshd.pid", "key.json"):
             (d / name).unlink(missing_ok=True)
