@@ -42,6 +42,7 @@ from pathlib import Path
 
 import yaml
 
+from ..agents.polling import poll_until
 from .processes import (
     LabError,
     alive,
@@ -590,12 +591,9 @@ def start_dockerd(state_dir: Path, agent: str, timeout: float = 60) -> None:
 
 def _wait_for(cond: Callable[[], bool], timeout: float, what: str, lay: _Layout,
               agents: int) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise LabError(f"timed out after {timeout:.0f}s waiting for {what}; "
-                           f"logs: {lay.state_dir}/agent*/" + _log_tails(lay, agents))
-        time.sleep(0.1)
+    if not poll_until(cond, bool, timeout, interval=0.1):
+        raise LabError(f"timed out after {timeout:.0f}s waiting for {what}; "
+                       f"logs: {lay.state_dir}/agent*/" + _log_tails(lay, agents))
 
 
 def _log_tails(lay: _Layout, agents: int) -> str:

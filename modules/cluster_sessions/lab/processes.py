@@ -10,9 +10,10 @@ import re
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Iterable
 from pathlib import Path
+
+from ..agents.polling import poll_until
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -102,18 +103,11 @@ def terminate(pids: Iterable[int], timeout: float) -> None:
     pids = {p for p in pids if p and alive(p)}
     for pid in pids:
         kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while pids and time.monotonic() < deadline:
-        pids = {p for p in pids if alive(p)}
-        if pids:
-            time.sleep(0.05)
+    pids = poll_until(lambda: {p for p in pids if alive(p)}, lambda left: not left, timeout,
+                      interval=0.05)
     for pid in pids:
         kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 5
-    while pids and time.monotonic() < deadline:
-        pids = {p for p in pids if alive(p)}
-        if pids:
-            time.sleep(0.05)
+    poll_until(lambda: {p for p in pids if alive(p)}, lambda left: not left, 5, interval=0.05)
 
 
 def pids_in_netns(path: Path) -> set[int]:

@@ -21,7 +21,6 @@ reference, so the project must be importable where ``pulumi`` runs (``pip instal
 from __future__ import annotations
 
 import shlex
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,6 +43,7 @@ from ..agents.connectors import (
     agent_props,
     connector_from_props,
 )
+from ..agents.polling import poll_until
 from ..core.spec import Agent, Pool, agent_address
 
 SWARM_PORT = 2377
@@ -82,12 +82,7 @@ def _swarm(conn: Connector) -> facts.SwarmState:
 
 def _wait_active(conn: Connector, seconds: float = 30) -> facts.SwarmState:
     """The swarm state once it is no longer ``pending`` (join and init settle asynchronously)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        state = _swarm(conn)
-        if state.state != "pending" or time.monotonic() > deadline:
-            return state
-        time.sleep(0.2)
+    return poll_until(lambda: _swarm(conn), lambda state: state.state != "pending", seconds)
 
 
 def _diff(olds: Mapping[str, Any], news: Mapping[str, Any], replaces_on: tuple[str, ...],
@@ -235,16 +230,12 @@ class SwarmWorkerProvider(ResourceProvider):
                 "joined": joined}
 
     def _wait_ready(self, props: Mapping[str, Any], node_id: str, seconds: float = 30) -> None:
-        deadline = time.monotonic() + seconds
-        while True:
-            node = self._members(props).get(node_id)
-            if node is not None and node.ready:
-                return
-            if time.monotonic() > deadline:
-                raise AgentError(props["agent"]["name"], NOT_SWARM_READY,
-                                 f"joined, but the manager {props['manager']['name']} lists node "
-                                 f"{node_id} as {node.status if node else 'absent'}")
-            time.sleep(0.2)
+        node = poll_until(lambda: self._members(props).get(node_id),
+                          lambda node: node is not None and node.ready, seconds)
+        if node is None or not node.ready:
+            raise AgentError(props["agent"]["name"], NOT_SWARM_READY,
+                             f"joined, but the manager {props['manager']['name']} lists node "
+                             f"{node_id} as {node.status if node else 'absent'}")
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
         # A rotated join token changes nothing for a node that has joined.
