@@ -200,7 +200,7 @@ def pool_stack_name(pool: Pool) -> str:
 
 
 def cmd_pool_engine(args: argparse.Namespace) -> int:
-    """``pool up|destroy``: the pool stack, run as the session stacks are (:mod:`.engine`)."""
+    """``pool up|destroy``: the pool stack, run as the session stacks are (:mod:`.stacks`)."""
     from . import stacks
 
     verb = args.pool_verb
