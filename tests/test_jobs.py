@@ -13,6 +13,7 @@ import yaml
 from cluster_sessions.core.plan import build_plan, container_command, runs_job
 from cluster_sessions.driver import cli
 
+from . import factories
 from .test_runtime import (  # noqa: F401 (fixtures used by name)
     POOL,
     image,
@@ -111,32 +112,24 @@ def test_docker_stop_reaches_the_job_and_is_logged(session_factory, image):  # n
 
 
 def test_wait_refuses_an_interactive_session(tmp_path, capsys):
-    path = tmp_path / "interactive.yaml"
-    path.write_text(yaml.safe_dump({"kind": "ClusterSession", "name": "inter-active",
-                                    "pool": "local", "image": "img"}))
+    path = factories.write(tmp_path / "interactive.yaml", factories.session("inter-active"))
     assert cli.main(["wait", str(path)]) == 2
     assert "only a batch session" in capsys.readouterr().err
 
 
 def test_a_batch_session_without_a_command_is_refused(tmp_path, capsys):
-    path = tmp_path / "batch.yaml"
-    path.write_text(yaml.safe_dump({"kind": "ClusterSession", "name": "no-command",
-                                    "pool": "local", "image": "img", "type": "batch"}))
+    path = factories.write(tmp_path / "batch.yaml", factories.session("no-command", type="batch"))
     assert cli.main(["validate", str(path)]) == 2
     assert f"{path}: command: a batch session needs a command" in capsys.readouterr().err
-    path.write_text(yaml.safe_dump({"kind": "ClusterSession", "name": "bad-type",
-                                    "pool": "local", "image": "img", "type": "batchh"}))
+    factories.write(path, factories.session("bad-type", type="batchh"))
     assert cli.main(["validate", str(path)]) == 2
     assert f"{path}: type: " in capsys.readouterr().err
 
 
 def write_definition(tmp_path, name: str, image_tag: str, script: str, **over) -> str:
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({
-        "kind": "ClusterSession", "name": name, "pool": "local", "image": image_tag,
-        "type": "batch", "command": ["sh", "-c", script], "cluster": {"size": 2},
-        "resources": {"cpu": 0.5, "mem": "512m", "shmem": "64m"}, **over}))
-    return str(path)
+    doc = factories.session(name, image=image_tag, size=2, cpu=0.5, mem="512m", type="batch",
+                            command=["sh", "-c", script])
+    return str(factories.write(tmp_path / f"{name}.yaml", {**doc, **over}))
 
 
 @pytest.mark.docker

@@ -6,12 +6,12 @@ import json
 import time
 
 import pytest
-import yaml
 
 from cluster_sessions.driver import cli, stacks
 from cluster_sessions.driver.listing import session_state
 from cluster_sessions.driver.observe import Found
 
+from . import factories
 from .test_runtime import image, unique  # noqa: F401 (a fixture, used by name)
 
 
@@ -47,12 +47,10 @@ def test_ls_without_the_pulumi_cli_exits_4_saying_how_to_install(monkeypatch, ca
 def test_ls_lists_each_session_with_what_its_engine_says(
         emulated_automation, docker_client, image, tmp_path, capsys):  # noqa: F811
     name = unique("ls")
-    base = {"kind": "ClusterSession", "pool": "local", "image": image, "cluster": {"size": 2},
-            "resources": {"cpu": 0.25, "mem": "256m", "shmem": "64m"}}
-    inter, batch = tmp_path / "i.yaml", tmp_path / "b.yaml"
-    inter.write_text(yaml.safe_dump({**base, "name": f"{name}-i"}))
-    batch.write_text(yaml.safe_dump({**base, "name": f"{name}-b", "type": "batch",
-                                     "command": ["sh", "-c", "exit 7"]}))
+    small = {"image": image, "size": 2, "cpu": 0.25, "mem": "256m"}
+    inter = factories.write(tmp_path / "i.yaml", factories.session(f"{name}-i", **small))
+    batch = factories.write(tmp_path / "b.yaml", factories.session(
+        f"{name}-b", **small, type="batch", command=["sh", "-c", "exit 7"]))
     assert cli.main(["ls"]) == 0
     assert "no sessions in file://" in capsys.readouterr().err
     assert cli.main(["up", str(inter), "--yes"]) == 0

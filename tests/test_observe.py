@@ -28,26 +28,11 @@ from cluster_sessions.driver import observe
 from cluster_sessions.driver.cli import main
 from cluster_sessions.driver.errors import CommandError, Exit
 
+from . import factories
+
 DOCKER_HOST = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
 BUSYBOX = Path("/bin/busybox")
 
-POOL = """\
-kind: AgentPool
-name: observe-test
-agents:
-  - name: agent1
-    docker_host: {docker_host}
-    capacity: {{cpu: 8, mem: 16g}}
-"""
-
-SESSION = """\
-kind: ClusterSession
-name: {name}
-pool: {pool}
-image: {image}
-cluster: {{mode: single-node, size: {size}}}
-resources: {{cpu: 0.1, mem: 64m, shmem: 8m}}
-"""
 
 
 def busybox_rootfs() -> bytes:
@@ -123,11 +108,11 @@ def wait_for_logs(container, *needles: bytes, timeout: float = 20) -> None:
 
 
 def make_session(tmp_path: Path, image: str, size: int, docker_host: str = DOCKER_HOST):
-    pool = tmp_path / "pool.yaml"
-    pool.write_text(POOL.format(docker_host=docker_host))
     name = f"obs-{uuid.uuid4().hex[:10]}"
-    file = tmp_path / f"{name}.yaml"
-    file.write_text(SESSION.format(name=name, pool=pool, image=image, size=size))
+    file = factories.write_pair(
+        tmp_path, factories.session(name, image=image, size=size, cpu=0.1, mem="64m",
+                                    shmem="8m"),
+        factories.pool("observe-test", factories.agent(docker_host=docker_host)))
     loaded = load_session(file)
     return file, build_plan(loaded.session, loaded.pool)
 

@@ -24,32 +24,14 @@ from cluster_sessions.driver import stacks
 from cluster_sessions.driver.cli import main
 from cluster_sessions.driver.errors import CommandError, Exit
 
-POOL = """\
-kind: AgentPool
-name: {name}
-agents:
-  - name: agent1
-    docker_host: {docker_host}
-    capacity: {{cpu: 8, mem: 16g}}
-"""
-
-SESSION = """\
-kind: ClusterSession
-name: {name}
-pool: {pool}
-image: busybox:stable
-cluster: {{mode: single-node, size: {size}}}
-resources: {{cpu: 1, mem: 1g, shmem: 64m}}
-"""
+from . import factories
 
 
 def write_session(tmp_path: Path, *, size: int = 2, name: str = "engine-test",
                   docker_host: str = "ssh://ops@agent1.invalid") -> Path:
-    pool = tmp_path / "pool.yaml"
-    pool.write_text(POOL.format(name="test", docker_host=docker_host))
-    session = tmp_path / f"{name}.yaml"
-    session.write_text(SESSION.format(name=name, pool=pool, size=size))
-    return session
+    return factories.write_pair(
+        tmp_path, factories.session(name, image="busybox:stable", size=size),
+        factories.pool("test", factories.agent(docker_host=docker_host)))
 
 
 @pytest.fixture
