@@ -101,15 +101,35 @@ def test_swarm_info_reads_only_the_swarm_part():
 
 
 def test_swarm_nodes_as_the_manager_lists_them():
-    nodes = F.SwarmNodes().parse(0, data("docker-node-ls.jsonl"), "")
-    assert [(n.hostname, n.manager_status, n.ready, n.self) for n in nodes] == [
-        ("agent1", "Leader", True, True), ("agent2", "", True, False)]
+    # captured from a lab manager (docker 20.10): its own ID, then `docker node inspect`
+    nodes = F.SwarmNodes().parse(0, data("docker-node-inspect.txt"), "")
+    assert [(n.hostname, n.manager_status, n.ready, n.self, n.availability) for n in nodes] == [
+        ("agent1", "Leader", True, True, "Active"), ("agent2", "", True, False, "Active")]
+
+
+def test_swarm_nodes_read_the_same_over_a_shell_and_through_the_api():
+    """One parser: the Engine API's /nodes objects are what `docker node inspect` prints."""
+    own, _, listing = data("docker-node-inspect.txt").partition("\n")
+
+    class Api:
+        def nodes(self):
+            return json.loads(listing)
+
+    class Client:
+        api = Api()
+
+        def info(self):
+            return {"Swarm": {"NodeID": own.strip()}}
+
+    assert F.SwarmNodes().from_api(Client()) == F.SwarmNodes().parse(
+        0, data("docker-node-inspect.txt"), "")
 
 
 def test_swarm_nodes_on_a_worker_fails_with_the_daemons_words():
     with pytest.raises(F.FactError) as caught:
-        F.SwarmNodes().parse(int(data("node-ls-worker.rc")), data("node-ls-worker.stdout"),
-                             data("node-ls-worker.stderr"))
+        F.SwarmNodes().parse(int(data("node-inspect-worker.rc")),
+                             data("node-inspect-worker.stdout"),
+                             data("node-inspect-worker.stderr"))
     assert "not a swarm manager" in caught.value.detail
 
 

@@ -243,46 +243,44 @@ class SwarmNode:
 
 
 class SwarmNodes(_DockerFact[tuple[SwarmNode, ...]]):
-    """The nodes of the swarm, as its manager sees them (``docker node ls``; managers only)."""
+    """The nodes of the swarm, as its manager sees them (managers only).
 
-    command = "docker node ls --format '{{json .}}'"
-    what = "docker node ls"
+    Over a shell: the node's own ID, then ``docker node inspect`` of every node, which prints
+    the objects the Engine API's ``/nodes`` returns; so both ways end in :func:`_nodes`."""
+
+    command = ("own=$(docker info --format '{{.Swarm.NodeID}}') || exit $?; "
+               "ids=$(docker node ls -q) || exit $?; echo \"$own\"; docker node inspect $ids")
+    what = "docker node inspect"
 
     def process(self, output: str) -> tuple[SwarmNode, ...]:
-        nodes = []
-        for line in output.splitlines():
-            if not line.strip():
-                continue
-            d = _json(line, "docker node ls")
-            nodes.append(SwarmNode(
-                node_id=str(d.get("ID", "")),
-                hostname=str(d.get("Hostname", "")),
-                status=str(d.get("Status", "")),
-                availability=str(d.get("Availability", "")),
-                manager_status=str(d.get("ManagerStatus", "")),
-                engine_version=str(d.get("EngineVersion", "")),
-                self=bool(d.get("Self")),
-            ))
-        return tuple(nodes)
+        own, _, rest = output.strip().partition("\n")
+        data = _json(rest, "docker node inspect")
+        if not isinstance(data, list):
+            raise FactError(COMMAND_FAILED, "docker node inspect did not print a list")
+        return _nodes(data, own.strip())
 
     def from_api(self, client: Any) -> tuple[SwarmNode, ...]:
-        info = _api_errors(client, "info")
-        own = (info.get("Swarm") or {}).get("NodeID")
-        nodes = []
-        for n in _api_errors(client.api, "nodes"):
-            spec, desc, st = n.get("Spec", {}), n.get("Description", {}), n.get("Status", {})
-            manager = n.get("ManagerStatus") or {}
-            mstat = ("Leader" if manager.get("Leader") else
-                     str(manager.get("Reachability", "")).capitalize()) if manager else ""
-            nodes.append(SwarmNode(
-                node_id=n["ID"], hostname=desc.get("Hostname", ""),
-                status=str(st.get("State", "")).capitalize(),
-                availability=str(spec.get("Availability", "")).capitalize(),
-                manager_status=mstat,
-                engine_version=(desc.get("Engine") or {}).get("EngineVersion", ""),
-                self=n["ID"] == own,
-            ))
-        return tuple(nodes)
+        own = (_api_errors(client, "info").get("Swarm") or {}).get("NodeID", "")
+        return _nodes(_api_errors(client.api, "nodes"), own)
+
+
+def _nodes(data: list[Mapping[str, Any]], own: str) -> tuple[SwarmNode, ...]:
+    """Nodes from the Engine API's node objects (``docker node inspect`` prints the same)."""
+    nodes = []
+    for n in data:
+        spec, desc, st = n.get("Spec") or {}, n.get("Description") or {}, n.get("Status") or {}
+        manager = n.get("ManagerStatus") or {}
+        mstat = ("Leader" if manager.get("Leader") else
+                 str(manager.get("Reachability", "")).capitalize()) if manager else ""
+        nodes.append(SwarmNode(
+            node_id=str(n.get("ID", "")), hostname=str(desc.get("Hostname", "")),
+            status=str(st.get("State", "")).capitalize(),
+            availability=str(spec.get("Availability", "")).capitalize(),
+            manager_status=mstat,
+            engine_version=str((desc.get("Engine") or {}).get("EngineVersion", "")),
+            self=n.get("ID") == own,
+        ))
+    return tuple(nodes)
 
 
 class SwarmJoinToken(_DockerFact[str]):
