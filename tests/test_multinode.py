@@ -292,6 +292,7 @@ class Live:
     builder: DockerBuilder
     outputs: dict
     containers: dict
+    path: Path | None = None  # the definition
 
 
 def _build(lab: Lab, path: Path) -> Live:
@@ -300,7 +301,7 @@ def _build(lab: Lab, path: Path) -> Live:
     C.preflight(loaded.pool, plan.agents)  # what the engine verbs do before anything
     builder = DockerBuilder()
     engine = Engine(on_create=builder)
-    live = Live(plan.name, plan, engine, builder, {}, {})
+    live = Live(plan.name, plan, engine, builder, {}, {}, path)
     try:
         live.outputs = run_program(engine, plan.name, {"cluster-sessions:definition": str(path)})
         live.containers = {c.host: lab.client(c.agent).containers.get(c.container_name)
@@ -355,6 +356,32 @@ def test_overlay_dns_resolves_every_host_from_every_agent(spread):
             addresses.setdefault(peer, set()).add(out.split()[0])
     assert all(len(seen) == 1 for seen in addresses.values()), addresses  # one address each
     assert len({next(iter(a)) for a in addresses.values()}) == 4
+
+
+def test_status_reaches_every_agent_with_the_pools_ssh_key_and_known_hosts(
+        lab, spread, tmp_path, capsys):
+    """Agents given as ssh://root@ADDR with the lab's key in their ssh block: status talks to
+    each engine through the agent's connector (docker system dial-stdio over that SSH
+    connection). The Docker SDK's own ssh:// transport, which knows nothing of the pool's key
+    or known_hosts, cannot."""
+    import docker
+    import paramiko
+
+    doc = yaml.safe_load(lab.pool_file.read_text())
+    for a in doc["agents"]:
+        a["docker_host"] = f"ssh://root@{a['address']}"
+    pool = tmp_path / "over-ssh.yaml"
+    pool.write_text(yaml.safe_dump(doc, sort_keys=False))
+    definition = yaml.safe_load(spread.path.read_text())
+    path = tmp_path / f"{spread.name}.yaml"
+    path.write_text(yaml.safe_dump({**definition, "pool": str(pool)}, sort_keys=False))
+    assert cli.main(["status", str(path), "--json"]) == 0, capsys.readouterr().err
+    report = json.loads(capsys.readouterr().out)
+    assert [(c["host"], c["agent"], c["state"]) for c in report["containers"]] == [
+        ("main1", "agent1", "running"), ("sub1", "agent1", "running"),
+        ("sub2", "agent2", "running"), ("sub3", "agent3", "running")]
+    with pytest.raises(paramiko.SSHException):  # no lab key, no known host key
+        docker.DockerClient(base_url=doc["agents"][1]["docker_host"], timeout=10).ping()
 
 
 def test_full_ssh_mesh_with_strict_host_keys_across_agents(spread):

@@ -22,6 +22,7 @@ connects at construction; the SSH connection opens at the first command and is r
 from __future__ import annotations
 
 import base64
+import contextlib
 import getpass
 import hashlib
 import os
@@ -88,6 +89,12 @@ class Connector:
     def close(self) -> None:
         pass
 
+    def docker_client(self) -> Any:
+        """A Docker SDK client for the agent's engine, reached the way this connector reaches
+        the agent (so an SSH agent's key file and known_hosts apply); closing it closes what
+        it opened, not the connector."""
+        raise NotImplementedError
+
     def __enter__(self) -> Connector:
         return self
 
@@ -120,6 +127,12 @@ class LocalConnector(Connector):
                              f"`{cmd}` did not finish within {limit:g}s") from None
         return (proc.returncode, proc.stdout.decode(errors="replace"),
                 proc.stderr.decode(errors="replace"))
+
+    def docker_client(self) -> Any:
+        import docker
+
+        host = self.env.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        return docker.DockerClient(base_url=host, timeout=int(self.timeout))
 
 
 def fingerprint(key: Any) -> str:
@@ -185,6 +198,7 @@ class SSHConnector(Connector):
         self.description = f"ssh {self.user}@{host}:{port}"
         self._client: Any = None
         self._lock = threading.Lock()
+        self._relays: list[DialStdioRelay] = []
 
     # --- connection ----------------------------------------------------------------------------
 
@@ -278,11 +292,32 @@ class SSHConnector(Connector):
 
     def close(self) -> None:
         with self._lock:
+            for relay in self._relays:
+                relay.close()
+            self._relays.clear()
             if self._client is not None:
                 self._client.close()
                 self._client = None
 
-    # --- commands ------------------------------------------------------------------------------
+    def docker_client(self) -> Any:
+        """The Docker SDK over this SSH connection: a private unix socket here whose every
+        connection is ``docker system dial-stdio`` on the agent (with ``env``), as ``docker -H
+        ssh://`` does, but with this connector's key and known_hosts."""
+        import docker
+
+        self.connect()
+        relay = DialStdioRelay(self, f"{_env_prefix(self.env)}exec docker system dial-stdio")
+        with self._lock:
+            self._relays.append(relay)
+        return docker.DockerClient(base_url=f"unix://{relay.path}", timeout=int(self.timeout))
+
+    def open_channel(self, command: str) -> Any:
+        """A new session channel running ``command`` under /bin/sh on the agent."""
+        self.connect()
+        chan = self._client.get_transport().open_session(timeout=self.connect_timeout)
+        chan.exec_command(f"/bin/sh -c {shlex.quote(command)}")
+        return chan
+
 
     def run(self, cmd: str, timeout: float | None = None) -> tuple[int, str, str]:
         import paramiko
@@ -332,6 +367,75 @@ class SSHConnector(Connector):
         return rc, out.decode(errors="replace"), err.decode(errors="replace")
 
 
+class DialStdioRelay:
+    """A unix socket in a private directory of this machine; each connection to it is piped to
+    a new SSH channel running ``command`` on the agent (a byte stream to its engine)."""
+
+    def __init__(self, connector: SSHConnector, command: str):
+        import socket
+        import tempfile
+
+        self.connector = connector
+        self.command = command
+        self.dir = Path(tempfile.mkdtemp(prefix="cluster-sessions-docker-"))  # mode 0700
+        self.path = self.dir / "docker.sock"
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(str(self.path))
+        self.server.listen(16)
+        self._closed = False
+        threading.Thread(target=self._serve, daemon=True, name="docker-relay").start()
+
+    def _serve(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._pipe, args=(conn,), daemon=True).start()
+
+    def _pipe(self, conn: Any) -> None:
+        import socket
+
+        try:
+            chan = self.connector.open_channel(self.command)
+        except Exception:  # the agent went away: the client sees the connection close
+            conn.close()
+            return
+        sources = [conn, chan]
+        try:
+            while True:
+                readable, _, _ = select.select(sources, [], [], 5)
+                if conn in readable:
+                    data = conn.recv(65536)
+                    if data:
+                        chan.sendall(data)
+                    else:  # the client is done sending: say so, keep reading the answer
+                        chan.shutdown_write()
+                        sources = [chan]
+                if chan in readable:
+                    data = chan.recv(65536)  # b"" at the agent's end of file
+                    if not data:
+                        with contextlib.suppress(OSError):
+                            conn.shutdown(socket.SHUT_WR)
+                        return
+                    conn.sendall(data)
+        except Exception:  # either end went away: this connection is over
+            pass
+        finally:
+            chan.close()
+            conn.close()
+
+    def close(self) -> None:
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self.server.close()
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+            self.dir.rmdir()
+
+    # --- commands ------------------------------------------------------------------------------
+
+
 class ApiConnector(Connector):
     """A Docker Engine reached only through its API (``tcp://``); no shell, no host facts."""
 
@@ -358,6 +462,11 @@ class ApiConnector(Connector):
                 raise AgentError(self.agent, DOCKER_NOT_ANSWERING,
                                  f"{self.description}: {short_error(exc)}") from None
         return self._client
+
+    def docker_client(self) -> Any:
+        import docker
+
+        return docker.DockerClient(base_url=self.docker_host, timeout=int(self.timeout))
 
     def run(self, cmd: str, timeout: float | None = None) -> tuple[int, str, str]:
         raise AgentError(self.agent, MISCONFIGURED,

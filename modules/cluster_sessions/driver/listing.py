@@ -18,22 +18,30 @@ Exit 0 when the list was read (``ls`` describes; ``status`` judges), 4 without t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.loader import load_file
 from ..core.names import SESSION_LABEL
+from ..core.spec import Agent, Pool
 from ..core.terminal import table
 from . import stacks
 from .errors import CommandError, Exit
-from .observe import DOCKER_TIMEOUT, Found, found_from_attrs
+from .observe import (
+    Connect,
+    Found,
+    connect,
+    disconnect,
+    found_from_attrs,
+    unreachable_cause,
+)
 from .session_args import verb_parser
-
-Connect = Callable[[str], Any]
 
 
 @dataclass(frozen=True)
@@ -67,15 +75,22 @@ def session_state(kind: str, hosts: Sequence[str], found: Sequence[Found],
     return "running", "", None
 
 
-def connect_host(docker_host: str) -> Any:
-    import docker
+def stack_agents(session: Mapping[str, Any], agents: Mapping[str, Mapping[str, Any]],
+                 project: Path) -> dict[str, Agent]:
+    """The session's agents as its pool file describes them (with their SSH settings) when
+    that file is still there, else as the stack recorded them (their docker_host)."""
+    pool: Pool | None = None
+    with contextlib.suppress(Exception):  # moved or changed since: fall back to the stack's
+        found = load_file(project / str(session.get("pool", "")), expect="AgentPool")
+        pool = found if isinstance(found, Pool) else None
+    known = {a.name: a for a in pool.agents} if pool is not None else {}
+    return {name: known.get(name) or Agent.model_validate(
+                {"name": name, "docker_host": str(info["docker_host"]),
+                 "capacity": {"cpu": 1, "mem": "1g"}})  # capacity is not used here
+            for name, info in agents.items()}
 
-    client = docker.DockerClient(base_url=docker_host, timeout=DOCKER_TIMEOUT)
-    client.ping()
-    return client
 
-
-def listed(stack: str, outputs: Mapping[str, Any], connect: Connect) -> Listed:
+def listed(stack: str, outputs: Mapping[str, Any], project: Path, connect: Connect) -> Listed:
     def value(key: str) -> Any:
         out = outputs.get(key)
         return getattr(out, "value", out)
@@ -84,23 +99,23 @@ def listed(stack: str, outputs: Mapping[str, Any], connect: Connect) -> Listed:
     if not session:
         return Listed(stack, stack, "-", "-", 0, (), "empty", "no resources in the stack")
     hosts = list(value("hosts") or [])
-    agents: Mapping[str, Mapping[str, Any]] = value("agents") or {}
+    agents = stack_agents(session, value("agents") or {}, project)
     found: list[Found] = []
     unreachable: dict[str, str] = {}
-    for agent, info in agents.items():
+    for name, agent in agents.items():
         try:
-            client = connect(str(info["docker_host"]))
+            client = connect(agent)
         except Exception as exc:  # any failure to reach it: say so, go on with the others
-            unreachable[agent] = f"{info['docker_host']}: {type(exc).__name__}: {exc}"
+            unreachable[name] = unreachable_cause(agent, exc)
             continue
         try:
             for c in client.containers.list(all=True, ignore_removed=True, filters={
                     "label": f"{SESSION_LABEL}={session['name']}"}):
-                found.append(found_from_attrs(agent, c.attrs))
+                found.append(found_from_attrs(name, c.attrs))
         except Exception as exc:
-            unreachable[agent] = f"{info['docker_host']}: {type(exc).__name__}: {exc}"
+            unreachable[name] = unreachable_cause(agent, exc)
         finally:
-            client.close()
+            disconnect(client)
     state, detail, code = session_state(session.get("type", "interactive"), hosts, found,
                                         unreachable)
     return Listed(stack, session["name"], session.get("type", "interactive"),
@@ -114,7 +129,7 @@ def listing_table(rows: Sequence[Listed]) -> str:
         for r in rows)))
 
 
-def cmd_ls(args: argparse.Namespace, connect: Connect = connect_host) -> int:
+def cmd_ls(args: argparse.Namespace, connect: Connect = connect) -> int:
     project = stacks.find_project([Path.cwd(), Path(__file__).resolve().parent])
     if project is None:
         raise CommandError(f"no Pulumi project {stacks.PROJECT_NAME!r} (Pulumi.yaml) found "
@@ -139,7 +154,7 @@ def cmd_ls(args: argparse.Namespace, connect: Connect = connect_host) -> int:
         outputs = workspace.stack_outputs(summary.name)
         if outputs and "session" not in outputs:
             continue  # a pool stack (`sessionctl pool up`), not a session
-        rows.append(listed(summary.name, outputs, connect))
+        rows.append(listed(summary.name, outputs, project, connect))
     if args.json:
         json.dump({"backend": settings.backend_url, "sessions": [asdict(r) for r in rows]},
                   sys.stdout, indent=2, ensure_ascii=False)

@@ -270,11 +270,27 @@ Connect = Callable[[Agent], Any]
 
 
 def connect(agent: Agent) -> Any:
-    import docker
+    """A Docker client for the agent, through its connector: over SSH with the pool's key and
+    known_hosts when the agent has them, else its docker_host. ``close()`` on the result closes
+    the connection too (:meth:`Survey.close`)."""
+    from ..agents.connectors import connector_for
 
-    client = docker.DockerClient(base_url=agent.docker_host, timeout=DOCKER_TIMEOUT)
-    client.ping()
+    connector = connector_for(agent, timeout=DOCKER_TIMEOUT)
+    try:
+        client = connector.docker_client()
+        client.ping()
+    except BaseException:
+        connector.close()
+        raise
+    client.connector = connector
     return client
+
+
+def disconnect(client: Any) -> None:
+    client.close()
+    connector = getattr(client, "connector", None)
+    if connector is not None:
+        connector.close()
 
 
 @dataclass
@@ -288,7 +304,7 @@ class Survey:
 
     def close(self) -> None:
         for client in self.clients.values():
-            client.close()
+            disconnect(client)
 
 
 def unreachable_cause(agent: Agent, exc: BaseException) -> str:

@@ -406,7 +406,7 @@ def unreachable_local_agents(plan: ClusterPlan, loaded: Loaded,
     missing = []
     for name in plan.agents:
         agent = loaded.pool.agent(name)
-        if agent.docker_host.startswith("unix://"):
+        if agent.docker_host.startswith("unix://") and agent.ssh is None:  # on this machine
             why = ping(agent.docker_host)
             if why:
                 missing.append(f"agent {name}: no Docker Engine answers on "
