@@ -1,8 +1,9 @@
-"""``sessionctl status FILE`` and ``sessionctl logs FILE``: what is running, read from Docker.
+"""``sessionctl status|logs|wait FILE``: what is running, read from Docker.
 
-Both find a session's containers by the labels the component puts on them
+They find a session's containers by the labels the component puts on them
 (:func:`cluster_sessions.core.plan.container_labels`: ``cluster-sessions.session``, ``.host``,
-``.role``), on each agent through its ``docker_host`` with the Docker SDK; neither needs the
+``.role``), on each agent with the Docker SDK through the agent's connector (over SSH with the
+pool's key and known_hosts when the agent has an ``ssh`` block); none needs the
 Pulumi CLI or the stack's state, so they also show what Pulumi does not know about (a
 container left behind by an interrupted ``up``, or one from before the session shrank).
 
@@ -616,7 +617,7 @@ def register(subparsers) -> None:
     p = verb_parser(
         subparsers, "status", "the session's containers on its agents: state, health, image",
         "Find the session's containers by their labels on each agent (Docker API "
-        "via the agent's docker_host) and show them next to the plan: planned but missing "
+        "through the agent's connector) and show them next to the plan: planned but missing "
         "containers, left-over ones, and the network. Exit 1 when a planned container is "
         "missing, exited (but a batch session's finished job), restarting or dead, or an "
         "agent did not answer; each such host is named on stderr with its cause.")
