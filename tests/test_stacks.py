@@ -569,3 +569,21 @@ def test_every_engine_verb_checks_definition_then_cli_then_yes(tmp_path, monkeyp
     if verb[-1] in stacks.CONFIRM:
         assert main(_verb_argv(verb, session, pool)) == Exit.INVALID
         assert "--yes" in capsys.readouterr().err
+
+
+def test_an_agent_with_an_ssh_block_is_not_probed_here_before_the_engine(tmp_path):
+    """Its unix:// docker_host is the engine as the agent reaches it, not a socket here."""
+    from cluster_sessions.core.loader import load_session
+    from cluster_sessions.core.plan import build_plan
+
+    path = factories.write_pair(tmp_path, factories.session("remote-unix", image="busybox"),
+                                factories.pool("test", factories.agent(
+                                    docker_host="unix:///var/run/docker.sock",
+                                    ssh={"host": "10.0.0.7", "user": "ops"})))
+    loaded = load_session(path)
+
+    def ping(agent):
+        raise AssertionError(f"probed {agent.name} on this machine")
+
+    assert stacks.unreachable_local_agents(build_plan(loaded.session, loaded.pool), loaded,
+                                           ping=ping) == []

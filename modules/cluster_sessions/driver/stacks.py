@@ -60,7 +60,7 @@ from ..agents.cleanup import sweep
 from ..core.loader import Loaded
 from ..core.names import DEFINITION_KEY, INDEX_KEY, POOL_KEY, PROJECT, config_key
 from ..core.plan import ClusterPlan
-from ..core.spec import Pool
+from ..core.spec import Agent, Pool
 from .errors import CommandError, Exit
 from .session_args import EPILOG, add_session_args, selected
 
@@ -375,22 +375,27 @@ def find_pulumi(environ: Mapping[str, str]) -> Path | None:
     return installed if installed.is_file() and os.access(installed, os.X_OK) else None
 
 
-def docker_answers(url: str, timeout: float = 5) -> str | None:
-    """``None`` when a Docker Engine answers at ``url``, else why not."""
-    import docker
+def docker_answers(agent: Agent, timeout: float = 5) -> str | None:
+    """``None`` when the agent's Docker Engine answers (asked through its connector), else why
+    not."""
+    from ..agents.connectors import connector_for
 
-    if url.startswith("unix://"):
+    url = agent.docker_host
+    if url.startswith("unix://") and agent.ssh is None:
         socket = Path(url.removeprefix("unix://"))
         if not socket.exists():
             return f"{socket} does not exist"
+    connector = connector_for(agent, timeout=timeout)
     try:
-        client = docker.DockerClient(base_url=url, timeout=timeout)
+        client = connector.docker_client()
         try:
             client.ping()
         finally:
             client.close()
     except Exception as exc:  # any failure to reach it means "no engine here"
         return f"{type(exc).__name__}: {exc}"
+    finally:
+        connector.close()
     return None
 
 
@@ -401,13 +406,13 @@ def start_hint(docker_host: str) -> str:
 
 
 def unreachable_local_agents(plan: ClusterPlan, loaded: Loaded,
-                             ping: Callable[[str], str | None] = docker_answers) -> list[str]:
+                             ping: Callable[[Agent], str | None] = docker_answers) -> list[str]:
     """One message per ``unix://`` agent of the plan whose engine does not answer."""
     missing = []
     for name in plan.agents:
         agent = loaded.pool.agent(name)
         if agent.docker_host.startswith("unix://") and agent.ssh is None:  # on this machine
-            why = ping(agent.docker_host)
+            why = ping(agent)
             if why:
                 missing.append(f"agent {name}: no Docker Engine answers on "
                                f"{agent.docker_host} ({why}); {start_hint(agent.docker_host)}")
