@@ -22,3 +22,11 @@ def test_it_gives_up_after_the_timeout_with_the_last_result():
 def test_it_asks_at_least_once_even_with_no_time():
     calls = []
     assert poll_until(lambda: calls.append(1) or len(calls), bool, 0) == 1
+
+
+def test_between_runs_after_each_probe_that_is_not_the_last():
+    results = iter([3, 2, 0])
+    retried = []
+    assert poll_until(lambda: next(results), lambda n: n == 0, 5, interval=0,
+                      between=retried.append) == 0
+    assert retried == [3, 2]

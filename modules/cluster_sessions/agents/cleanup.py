@@ -18,7 +18,6 @@ is seen anywhere:
 from __future__ import annotations
 
 import shlex
-import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from dataclasses import dataclass, field
 from ..core.spec import Agent, Pool
 from . import facts
 from .connectors import COMMAND_FAILED, AgentError, Connector, connector_for
+from .polling import poll_until
 
 MAX_PARALLEL = 16
 
@@ -188,27 +188,24 @@ def sweep(pool: Pool, session: str, *, agents: Iterable[str] | None = None,
     run_all("container", containers)
     run_all("network", networks)
 
-    deadline = time.monotonic() + wait
-    while True:
-        remaining, scan_errors = find_leftovers(pool, session, agents)
-        # retry only what is still seen; an agent that cannot be asked is reported, not waited for
-        if not remaining or time.monotonic() > deadline:
-            break
-        # an overlay can only go once every agent has let go of it: retry through the manager
-        retry = {}
-        for item in remaining:
+    def retry(scan: tuple[list[Leftover], list[AgentError]]) -> None:
+        """An overlay can only go once every agent has let go of it: retry what is still seen
+        (overlays through the manager); an agent that cannot be asked is reported, not waited
+        for."""
+        by_agent: dict[str, dict[str, list[Leftover]]] = {}
+        for item in scan[0]:
             if item.kind == "network" and item.detail.endswith("swarm") and manager:
-                retry.setdefault(manager, []).append(item)
+                by_agent.setdefault(manager, {}).setdefault("network", []).append(item)
             elif item.kind == "container":
-                retry.setdefault(item.agent, []).append(item)
-        for name, items in retry.items():
-            with_kind: dict[str, list[Leftover]] = {}
-            for item in items:
-                with_kind.setdefault(item.kind, []).append(item)
+                by_agent.setdefault(item.agent, {}).setdefault("container", []).append(item)
+        for name, kinds in by_agent.items():
             for kind in ("container", "network"):
-                if kind in with_kind:
-                    remove_on(name, kind, with_kind[kind])
-        time.sleep(0.3)
+                if kind in kinds:
+                    remove_on(name, kind, kinds[kind])
+
+    remaining, scan_errors = poll_until(lambda: find_leftovers(pool, session, agents),
+                                        lambda scan: not scan[0], wait, interval=0.3,
+                                        between=retry)
     report.remaining = remaining
     if remaining or scan_errors:
         report.errors = list({str(e): e for e in [*report.errors, *scan_errors]}.values())
