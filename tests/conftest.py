@@ -71,9 +71,9 @@ def require_lab() -> None:
 
 def clear_stale_lab(prefix: str) -> None:
     """Tear down a lab with ``prefix`` left by an earlier (killed) test run."""
-    from cluster_sessions.lab import netns, processes
+    from cluster_sessions.lab import layout, netns, processes
 
-    rec = netns._read_json(netns.RUN_BASE / prefix / "lab.json")
+    rec = layout.read_json(layout.RUN_BASE / prefix / "lab.json")
     if rec is None:
         return
     pid = rec.get("creator_pid")

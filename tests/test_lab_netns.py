@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster_sessions.lab import netns, processes
+from cluster_sessions.lab import layout, netns, processes
 from cluster_sessions.lab.netns import LabError
 from tests.conftest import clear_stale_lab, require_lab
 
@@ -34,7 +34,7 @@ LAB = [pytest.mark.lab, pytest.mark.docker]
 # --------------------------------------------------------------------------- helpers
 
 
-def _ssh(info: netns.LabInfo, agent: netns.LabAgent, *cmd: str, known_hosts: Path | None = None,
+def _ssh(info: netns.LabInfo, agent: layout.LabAgent, *cmd: str, known_hosts: Path | None = None,
          timeout: float = 30) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["ssh", "-F", "/dev/null", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
@@ -48,13 +48,13 @@ def _ssh(info: netns.LabInfo, agent: netns.LabAgent, *cmd: str, known_hosts: Pat
 def _leftovers(prefix: str, state_dir: Path) -> list[str]:
     """Everything of a lab still present on the machine."""
     left = []
-    netns_dir = netns.NETNS_DIR
+    netns_dir = layout.NETNS_DIR
     if netns_dir.is_dir():
         left += [f"netns {p.name}" for p in netns_dir.iterdir()
                  if p.name.startswith(prefix + "-")]
     left += [f"link {p.name}" for p in Path("/sys/class/net").iterdir()
              if p.name.startswith(prefix + "-")]
-    markers = (str(state_dir), str(netns.RUN_BASE / prefix))
+    markers = (str(state_dir), str(layout.RUN_BASE / prefix))
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
             args = processes.cmdline(int(entry.name))
@@ -66,8 +66,8 @@ def _leftovers(prefix: str, state_dir: Path) -> list[str]:
     left += [f"mount {m}" for m in re.findall(r"^\S+ \S+ \S+ \S+ (\S+)", mounts, re.M)
              if m.startswith(markers)]
     left += [f"cgroup {p}" for p in processes.cgroup_dirs(f"{prefix}-agent1")]
-    if (netns.RUN_BASE / prefix).exists():
-        left.append(f"run dir {netns.RUN_BASE / prefix}")
+    if (layout.RUN_BASE / prefix).exists():
+        left.append(f"run dir {layout.RUN_BASE / prefix}")
     return left
 
 
@@ -126,11 +126,11 @@ def test_lab_needs_root(monkeypatch, tmp_path):
 )
 def test_layout_rejects_bad_names(prefix, subnet, message, tmp_path):
     with pytest.raises(LabError, match=message):
-        netns._layout(tmp_path, prefix, subnet)
+        layout.layout_for(tmp_path, prefix, subnet)
 
 
 def test_layout_names(tmp_path):
-    lay = netns._layout(tmp_path, "csl", "10.251.0.0/24")
+    lay = layout.layout_for(tmp_path, "csl", "10.251.0.0/24")
     assert (lay.bridge, lay.bridge_address, lay.netns(3), lay.address(3)) == (
         "csl-br0", "10.251.0.1", "csl-agent3", "10.251.0.13")
     assert lay.socket(2) == tmp_path / "agent2" / "docker.sock"
@@ -145,7 +145,7 @@ def test_lab_status_without_a_lab(tmp_path):
 def test_pool_document_is_a_valid_pool(tmp_path):
     from cluster_sessions.core.loader import load_file
 
-    lay = netns._layout(tmp_path, "csl", "10.251.0.0/24")
+    lay = layout.layout_for(tmp_path, "csl", "10.251.0.0/24")
     info = netns._info(lay, 3, tmp_path / "lab.yaml", {})
     netns._write_pool(info)
     pool = load_file(tmp_path / "lab.yaml", expect="AgentPool")

@@ -27,22 +27,39 @@ This module is a library (no argument parsing); ``sessionctl lab up/down/status`
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import json
 import os
-import re
 import shutil
 import signal
 import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import yaml
 
 from ..agents.polling import poll_until
+from .layout import (
+    DEFAULT_PREFIX,
+    DEFAULT_SUBNET,
+    MAX_AGENTS,
+    MAX_SOCKET_PATH,
+    NETNS_DIR,
+    RECORD_VERSION,
+    RUN_BASE,
+    SAFE_PATH,
+    AgentStatus,
+    LabInfo,
+    LabStatus,
+    Layout,
+    find_record,
+    layout_for,
+    layout_from_record,
+    read_json,
+    write_private,
+    write_records,
+)
 from .processes import (
     LabError,
     alive,
@@ -59,18 +76,10 @@ from .processes import (
 )
 
 Progress = Callable[[str], None]
-
-RUN_BASE = Path("/run/csl-lab")
-NETNS_DIR = Path("/var/run/netns")
-DEFAULT_PREFIX = "csl"
-DEFAULT_SUBNET = "10.251.0.0/24"
-MAX_AGENTS = 32
-RECORD_VERSION = 1
 ENGINE_TIMEOUT = 60.0
 SSHD_TIMEOUT = 20.0
 DOCKERD_GRACE = 3.0  # seconds between SIGTERM and SIGKILL in lab_down
-# sun_path is 108 bytes including the terminating NUL
-MAX_SOCKET_PATH = 107
+
 
 REQUIRED_TOOLS = {
     "ip": "iproute2",
@@ -86,191 +95,6 @@ REQUIRED_TOOLS = {
 }
 SSHD = "/usr/sbin/sshd"  # sshd must be started by absolute path (it re-executes itself)
 
-_SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+@-]+$")
-_PREFIX = re.compile(r"^[a-z][a-z0-9]{0,7}$")
-
-
-# --------------------------------------------------------------------------- public types
-
-
-@dataclass(frozen=True)
-class LabAgent:
-    name: str  # agent1
-    index: int  # 1
-    address: str  # 10.251.0.11 (also the swarm advertise address)
-    netns: str  # csl-agent1
-    socket: Path  # <state_dir>/agent1/docker.sock
-    engine_id: str = ""
-
-    @property
-    def docker_host(self) -> str:
-        return f"unix://{self.socket}"
-
-    @property
-    def netns_path(self) -> Path:
-        return NETNS_DIR / self.netns
-
-
-@dataclass(frozen=True)
-class LabInfo:
-    state_dir: Path
-    pool_file: Path | None
-    bridge: str
-    bridge_address: str
-    key_file: Path
-    known_hosts: Path
-    agents: tuple[LabAgent, ...]
-
-    @property
-    def names(self) -> list[str]:
-        return [a.name for a in self.agents]
-
-    @property
-    def addresses(self) -> list[str]:
-        return [a.address for a in self.agents]
-
-    @property
-    def sockets(self) -> list[Path]:
-        return [a.socket for a in self.agents]
-
-
-@dataclass
-class AgentStatus:
-    name: str
-    address: str
-    netns: bool = False
-    dockerd: bool = False
-    containerd: bool = False
-    sshd: bool = False
-    engine_id: str = ""
-    error: str = ""
-
-    @property
-    def up(self) -> bool:
-        return all((self.netns, self.dockerd, self.containerd, self.sshd, self.engine_id))
-
-
-@dataclass
-class LabStatus:
-    state: str  # "down" | "up" | "degraded"
-    state_dir: Path
-    prefix: str = DEFAULT_PREFIX
-    bridge: bool = False
-    pool_file: Path | None = None
-    agents: list[AgentStatus] = field(default_factory=list)
-
-    def as_dict(self) -> dict:
-        d = asdict(self)
-        d["state_dir"] = str(self.state_dir)
-        d["pool_file"] = str(self.pool_file) if self.pool_file else None
-        for a, st in zip(d["agents"], self.agents, strict=True):
-            a["up"] = st.up
-        return d
-
-
-# --------------------------------------------------------------------------- naming
-
-
-@dataclass(frozen=True)
-class _Layout:
-    state_dir: Path
-    prefix: str
-    subnet: ipaddress.IPv4Network
-
-    @property
-    def run_dir(self) -> Path:
-        return RUN_BASE / self.prefix
-
-    @property
-    def run_record(self) -> Path:
-        return self.run_dir / "lab.json"
-
-    @property
-    def state_record(self) -> Path:
-        return self.state_dir / "lab.json"
-
-    @property
-    def bridge(self) -> str:
-        return f"{self.prefix}-br0"
-
-    @property
-    def bridge_address(self) -> str:
-        return str(self.subnet[1])
-
-    @property
-    def key_file(self) -> Path:
-        return self.state_dir / "id_lab"
-
-    @property
-    def known_hosts(self) -> Path:
-        return self.state_dir / "known_hosts"
-
-    @property
-    def authorized_keys(self) -> Path:
-        return self.state_dir / "authorized_keys"
-
-    def netns(self, k: int) -> str:
-        return f"{self.prefix}-agent{k}"
-
-    def veth(self, k: int) -> str:
-        return f"{self.prefix}-v{k}"
-
-    def address(self, k: int) -> str:
-        return str(self.subnet[10 + k])
-
-    def bip(self, k: int) -> str:
-        # docker0 inside the agent's namespace; distinct per agent so that addresses seen in
-        # logs and traces tell the agents apart
-        return f"172.31.{k}.1/24"
-
-    def agent_dir(self, k: int) -> Path:
-        return self.state_dir / f"agent{k}"
-
-    def socket(self, k: int) -> Path:
-        return self.agent_dir(k) / "docker.sock"
-
-    def exec_root(self, k: int) -> Path:
-        return self.run_dir / f"a{k}"
-
-    def containerd_state(self, k: int) -> Path:
-        return self.run_dir / f"c{k}"
-
-    def containerd_socket(self, k: int) -> Path:
-        return self.containerd_state(k) / "containerd.sock"
-
-    def agent(self, k: int, engine_id: str = "") -> LabAgent:
-        return LabAgent(
-            name=f"agent{k}",
-            index=k,
-            address=self.address(k),
-            netns=self.netns(k),
-            socket=self.socket(k),
-            engine_id=engine_id,
-        )
-
-    def iptables_rules(self) -> list[list[str]]:
-        br = self.bridge
-        rules = [
-            # bridged frames pass the host FORWARD chain when br_netfilter is active
-            ["FORWARD", "-i", br, "-o", br, "-j", "ACCEPT"],
-            # nothing the agents route via the host may leave the lab
-            ["FORWARD", "-i", br, "!", "-o", br, "-j", "REJECT"],
-        ]
-        if _iptables_chain_exists("DOCKER-USER"):
-            rules.append(["DOCKER-USER", "-i", br, "-o", br, "-j", "ACCEPT"])
-        return rules
-
-
-def _layout(state_dir: Path, prefix: str, subnet: str) -> _Layout:
-    if not _PREFIX.match(prefix):
-        raise LabError(f"prefix {prefix!r} must be 1-8 lowercase letters/digits, starting a letter")
-    try:
-        net = ipaddress.IPv4Network(subnet)
-    except ValueError as exc:
-        raise LabError(f"subnet {subnet!r}: {exc}") from None
-    if net.prefixlen != 24 or not net.is_private:
-        raise LabError(f"subnet {subnet!r} must be a private /24")
-    return _Layout(Path(state_dir).absolute(), prefix, net)
 
 
 # --------------------------------------------------------------------------- small helpers
@@ -278,10 +102,6 @@ def _layout(state_dir: Path, prefix: str, subnet: str) -> _Layout:
 
 def _noop(_msg: str) -> None:
     pass
-
-
-def _iptables_chain_exists(chain: str) -> bool:
-    return run(["iptables", "-w", "-n", "-L", chain], check=False).returncode == 0
 
 
 def _iptables_has(rule: list[str]) -> bool:
@@ -295,13 +115,6 @@ def _link_exists(name: str) -> bool:
 
 def _netns_exists(name: str) -> bool:
     return (NETNS_DIR / name).exists()
-
-
-def _write_private(path: Path, text: str, mode: int = 0o644) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.chmod(mode)
-    tmp.replace(path)
 
 
 def _check_root() -> None:
@@ -363,47 +176,10 @@ def _sshd_answers(address: str, timeout: float = 2.0) -> bool:
         return False
 
 
-# --------------------------------------------------------------------------- records
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and data.get("version") == RECORD_VERSION else None
-
-
-def _write_records(lay: _Layout, record: dict) -> None:
-    text = json.dumps(record, indent=2, sort_keys=True) + "\n"
-    lay.run_dir.mkdir(parents=True, exist_ok=True)
-    lay.state_dir.mkdir(parents=True, exist_ok=True)
-    _write_private(lay.run_record, text)
-    _write_private(lay.state_record, text)
-
-
-def _find_record(state_dir: Path) -> dict | None:
-    """The lab recorded for ``state_dir``: its own record, else a runtime record naming it."""
-    state_dir = Path(state_dir).absolute()
-    rec = _read_json(state_dir / "lab.json")
-    if rec is not None:
-        return rec
-    with contextlib.suppress(OSError):
-        for run_rec in sorted(RUN_BASE.glob("*/lab.json")):
-            rec = _read_json(run_rec)
-            if rec is not None and rec.get("state_dir") == str(state_dir):
-                return rec
-    return None
-
-
-def _layout_from_record(rec: dict) -> _Layout:
-    return _layout(Path(rec["state_dir"]), rec["prefix"], rec["subnet"])
-
-
 # --------------------------------------------------------------------------- bring-up steps
 
 
-def _ensure_keys(lay: _Layout, agents: int) -> None:
+def _ensure_keys(lay: Layout, agents: int) -> None:
     if not lay.key_file.exists():
         lay.key_file.with_suffix(".pub").unlink(missing_ok=True)
         run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "cluster-sessions-lab",
@@ -417,15 +193,15 @@ def _ensure_keys(lay: _Layout, agents: int) -> None:
             run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"lab-agent{k}",
                   "-f", str(hk)])
     pub = lay.key_file.with_name("id_lab.pub").read_text().strip()
-    _write_private(lay.authorized_keys, pub + "\n")
+    write_private(lay.authorized_keys, pub + "\n")
     lines = []
     for k in range(1, agents + 1):
         hostpub = (lay.agent_dir(k) / "ssh_host_ed25519_key.pub").read_text().split()
         lines.append(f"{lay.address(k)} {hostpub[0]} {hostpub[1]}")
-    _write_private(lay.known_hosts, "\n".join(lines) + "\n")
+    write_private(lay.known_hosts, "\n".join(lines) + "\n")
 
 
-def _create_network(lay: _Layout, agents: int, progress: Progress) -> None:
+def _create_network(lay: Layout, agents: int, progress: Progress) -> None:
     br = lay.bridge
     if not _link_exists(br):
         progress(f"bridge {br} {lay.bridge_address}/24")
@@ -454,7 +230,7 @@ def _create_network(lay: _Layout, agents: int, progress: Progress) -> None:
         run(["ip", "-n", ns, "route", "replace", "default", "via", lay.bridge_address])
 
 
-def _containerd_config(lay: _Layout, k: int) -> str:
+def _containerd_config(lay: Layout, k: int) -> str:
     root = lay.agent_dir(k) / "containerd"
     return "\n".join([
         "version = 2",
@@ -471,7 +247,7 @@ def _containerd_config(lay: _Layout, k: int) -> str:
     ])
 
 
-def _sshd_config(lay: _Layout, k: int) -> str:
+def _sshd_config(lay: Layout, k: int) -> str:
     d = lay.agent_dir(k)
     return "\n".join([
         f"# lab sshd for agent{k}, written by cluster_sessions.lab.netns",
@@ -495,7 +271,7 @@ def _sshd_config(lay: _Layout, k: int) -> str:
     ])
 
 
-def _in_agent(lay: _Layout, k: int) -> list[str]:
+def _in_agent(lay: Layout, k: int) -> list[str]:
     """Command prefix: run in agent k's network namespace, in a UTS namespace of its own whose
     hostname is the agent's name (so swarm node names and ``ssh agentK hostname`` tell the
     agents apart). Every step execs, so the pid stays the daemon's."""
@@ -506,7 +282,7 @@ def _in_agent(lay: _Layout, k: int) -> list[str]:
     ]
 
 
-def _start_agent_daemons(lay: _Layout, agents: int, progress: Progress) -> dict:
+def _start_agent_daemons(lay: Layout, agents: int, progress: Progress) -> dict:
     pids: dict[str, dict[str, int]] = {}
     nsenter = shutil.which("nsenter") or "nsenter"
     # 1) one containerd per agent (dockerd would otherwise use a system containerd at
@@ -516,7 +292,7 @@ def _start_agent_daemons(lay: _Layout, agents: int, progress: Progress) -> dict:
         d.mkdir(parents=True, exist_ok=True)
         lay.containerd_state(k).mkdir(parents=True, exist_ok=True)
         cfg = d / "containerd.toml"
-        _write_private(cfg, _containerd_config(lay, k))
+        write_private(cfg, _containerd_config(lay, k))
         cmd = [nsenter, f"--net={NETNS_DIR / lay.netns(k)}", "--",
                shutil.which("containerd") or "containerd", "--config", str(cfg)]
         pids[f"agent{k}"] = {"containerd": spawn(cmd, d / "containerd.log")}
@@ -534,7 +310,7 @@ def _start_agent_daemons(lay: _Layout, agents: int, progress: Progress) -> dict:
     for k in range(1, agents + 1):
         d = lay.agent_dir(k)
         cfg = d / "sshd_config"
-        _write_private(cfg, _sshd_config(lay, k))
+        write_private(cfg, _sshd_config(lay, k))
         run([SSHD, "-t", "-f", str(cfg)])
         cmd = [*_in_agent(lay, k), SSHD, "-D", "-f", str(cfg), "-E", str(d / "sshd.log")]
         pids[f"agent{k}"]["sshd"] = spawn(cmd, d / "sshd.out")
@@ -542,11 +318,11 @@ def _start_agent_daemons(lay: _Layout, agents: int, progress: Progress) -> dict:
     return pids
 
 
-def _spawn_dockerd(lay: _Layout, k: int) -> int:
+def _spawn_dockerd(lay: Layout, k: int) -> int:
     d = lay.agent_dir(k)
     dcfg = d / "daemon.json"
     # without its own key file every engine would share /etc/docker/key.json, hence its ID
-    _write_private(dcfg, json.dumps({"deprecated-key-path": str(d / "key.json")}) + "\n")
+    write_private(dcfg, json.dumps({"deprecated-key-path": str(d / "key.json")}) + "\n")
     lay.socket(k).unlink(missing_ok=True)
     cmd = [
         *_in_agent(lay, k),
@@ -570,7 +346,7 @@ def _spawn_dockerd(lay: _Layout, k: int) -> int:
 
 def stop_dockerd(state_dir: Path, agent: str, timeout: float = 30) -> None:
     """Stop one agent's Docker Engine (a fault to test against; ``start_dockerd`` undoes it)."""
-    rec = _find_record(state_dir)
+    rec = find_record(state_dir)
     if rec is None:
         raise LabError(f"no lab recorded for {state_dir}")
     terminate([rec["pids"][agent]["dockerd"]], timeout)
@@ -578,25 +354,25 @@ def stop_dockerd(state_dir: Path, agent: str, timeout: float = 30) -> None:
 
 def start_dockerd(state_dir: Path, agent: str, timeout: float = 60) -> None:
     """Start a stopped agent's Docker Engine again, as ``lab up`` did, and wait for it."""
-    rec = _find_record(state_dir)
+    rec = find_record(state_dir)
     if rec is None:
         raise LabError(f"no lab recorded for {state_dir}")
-    lay = _layout_from_record(rec)
+    lay = layout_from_record(rec)
     k = int(agent.removeprefix("agent"))
     rec["pids"][agent]["dockerd"] = _spawn_dockerd(lay, k)
-    _write_records(lay, rec)
+    write_records(lay, rec)
     _wait_for(lambda: bool(engine_id(lay.socket(k), timeout=2)), timeout,
               f"{agent}'s dockerd", lay, k)
 
 
-def _wait_for(cond: Callable[[], bool], timeout: float, what: str, lay: _Layout,
+def _wait_for(cond: Callable[[], bool], timeout: float, what: str, lay: Layout,
               agents: int) -> None:
     if not poll_until(cond, bool, timeout, interval=0.1):
         raise LabError(f"timed out after {timeout:.0f}s waiting for {what}; "
                        f"logs: {lay.state_dir}/agent*/" + _log_tails(lay, agents))
 
 
-def _log_tails(lay: _Layout, agents: int) -> str:
+def _log_tails(lay: Layout, agents: int) -> str:
     out = []
     for k in range(1, agents + 1):
         for name in ("containerd.log", "dockerd.log", "sshd.log"):
@@ -655,10 +431,10 @@ def _write_pool(info: LabInfo) -> None:
         + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
     )
     info.pool_file.parent.mkdir(parents=True, exist_ok=True)
-    _write_private(info.pool_file, text)
+    write_private(info.pool_file, text)
 
 
-def _info(lay: _Layout, agents: int, pool_file: Path | None, ids: dict[int, str]) -> LabInfo:
+def _info(lay: Layout, agents: int, pool_file: Path | None, ids: dict[int, str]) -> LabInfo:
     return LabInfo(
         state_dir=lay.state_dir,
         pool_file=pool_file,
@@ -694,8 +470,8 @@ def lab_up(
     _check_tools()
     if not isinstance(agents, int) or not 1 <= agents <= MAX_AGENTS:
         raise LabError(f"agents must be between 1 and {MAX_AGENTS}, got {agents!r}")
-    lay = _layout(state_dir, prefix, subnet)
-    if not _SAFE_PATH.match(str(lay.state_dir)):
+    lay = layout_for(state_dir, prefix, subnet)
+    if not SAFE_PATH.match(str(lay.state_dir)):
         raise LabError(f"state dir {lay.state_dir} may only contain letters, digits and _./+@-")
     if len(str(lay.socket(agents)).encode()) > MAX_SOCKET_PATH:
         raise LabError(f"state dir {lay.state_dir} is too long for a unix socket path "
@@ -705,14 +481,14 @@ def lab_up(
                        "refuses key logins; unlock it without a password: usermod -p '*' root")
     pool_file = Path(pool_file).absolute() if pool_file is not None else None
 
-    own = _read_json(lay.state_record)
+    own = read_json(lay.state_record)
     if own is not None and own.get("prefix") != prefix:
-        other = _read_json(RUN_BASE / str(own.get("prefix")) / "lab.json")
+        other = read_json(RUN_BASE / str(own.get("prefix")) / "lab.json")
         if other is not None and other.get("state_dir") == str(lay.state_dir):
             raise LabError(f"{lay.state_dir} holds a running lab with prefix "
                            f"{own.get('prefix')!r}; take it down first or use another state dir")
 
-    existing = _read_json(lay.run_record)
+    existing = read_json(lay.run_record)
     if existing is not None:
         if existing.get("state_dir") != str(lay.state_dir):
             raise LabError(
@@ -734,7 +510,7 @@ def lab_up(
             info = _info(lay, agents, pool_file, ids)
             _write_pool(info)
             existing["pool_file"] = str(pool_file) if pool_file else None
-            _write_records(lay, existing)
+            write_records(lay, existing)
             progress(f"lab already up: {', '.join(info.names)}")
             return info
         progress(f"lab in {lay.state_dir} is {status.state}; rebuilding it")
@@ -763,12 +539,12 @@ def lab_up(
     }
     # recorded before anything is created, so lab_down always knows what to remove
     record["iptables"] = lay.iptables_rules()
-    _write_records(lay, record)
+    write_records(lay, record)
     try:
         _ensure_keys(lay, agents)
         _create_network(lay, agents, progress)
         record["pids"] = _start_agent_daemons(lay, agents, progress)
-        _write_records(lay, record)
+        write_records(lay, record)
 
         ids: dict[int, str] = {}
 
@@ -795,7 +571,7 @@ def lab_up(
         _write_pool(info)
         record["state"] = "up"
         record["engine_ids"] = {f"agent{k}": v for k, v in ids.items()}
-        _write_records(lay, record)
+        write_records(lay, record)
     except BaseException:
         progress("bring-up failed; removing what was created")
         with contextlib.suppress(Exception):
@@ -809,11 +585,11 @@ def lab_up(
 def lab_status(state_dir: Path) -> LabStatus:
     """What is running of the lab recorded in ``state_dir`` (never raises for a missing lab)."""
     state_dir = Path(state_dir).absolute()
-    rec = _find_record(state_dir)
+    rec = find_record(state_dir)
     if rec is None:
         return LabStatus(state="down", state_dir=state_dir)
-    lay = _layout_from_record(rec)
-    run_rec = _read_json(lay.run_record)
+    lay = layout_from_record(rec)
+    run_rec = read_json(lay.run_record)
     owned = run_rec is not None and run_rec.get("state_dir") == str(lay.state_dir)
     st = LabStatus(
         state="down",
@@ -879,12 +655,12 @@ def lab_down(state_dir: Path, progress: Progress | None = None, *,
     progress = progress or _noop
     _check_root()
     state_dir = Path(state_dir).absolute()
-    rec = _find_record(state_dir)
+    rec = find_record(state_dir)
     if rec is None:
         progress(f"no lab recorded in {state_dir}; nothing to do")
         return
-    lay = _layout_from_record(rec)
-    run_rec = _read_json(lay.run_record)
+    lay = layout_from_record(rec)
+    run_rec = read_json(lay.run_record)
     n = int(rec.get("agents", 0))
     if run_rec is None or run_rec.get("state_dir") != str(lay.state_dir):
         # the machine-wide names are not ours (or already gone): only forget our record
@@ -980,7 +756,7 @@ def lab_down(state_dir: Path, progress: Progress | None = None, *,
     progress(f"lab down in {time.monotonic() - t0:.1f}s")
 
 
-def _forget(lay: _Layout, agents: int, pool_file: str | None, progress: Progress, *,
+def _forget(lay: Layout, agents: int, pool_file: str | None, progress: Progress, *,
             keep_keys: bool) -> None:
     """Remove the files ``lab_up`` wrote outside the engines, and nothing else: the pool file
     if ``lab_up`` wrote it (it describes a lab that is gone); unless ``keep_keys``, the key
@@ -1005,7 +781,7 @@ def _forget(lay: _Layout, agents: int, pool_file: str | None, progress: Progress
         progress(f"left {lay.state_dir} in place: it holds files the lab did not write")
 
 
-def _cleanup_files(lay: _Layout, agents: int, *, run_record: bool) -> None:
+def _cleanup_files(lay: Layout, agents: int, *, run_record: bool) -> None:
     """Delete the engines' data and runtime files; keep keys, known_hosts and logs."""
     for k in range(1, agents + 1):
         d = lay.agent_dir(k)
