@@ -25,6 +25,7 @@ from cluster_sessions.core.plan import build_plan
 from cluster_sessions.core.render import DEFAULT_MASTER_PORT, render_container
 from cluster_sessions.core.spec import BUNDLE_DIR, Pool, Session
 
+from . import factories
 from .conftest import skip_or_fail
 
 DERIVED = ("MASTER_ADDR", "MASTER_PORT", "TF_CONFIG",
@@ -54,8 +55,7 @@ def shell(request, tmp_path_factory) -> str:
 
 def make_session(size: int = 4, env: dict[str, str] | None = None,
                  master_port: int | None = None) -> Session:
-    data: dict = {"kind": "ClusterSession", "name": "envtest", "pool": "p", "image": "img",
-                  "cluster": {"size": size}, "env": env or {}}
+    data = factories.session("envtest", "p", size=size, env=env or {})
     if master_port is not None:
         data["distributed"] = {"master_port": master_port}
     return Session.model_validate(data)

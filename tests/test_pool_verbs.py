@@ -16,6 +16,8 @@ from cluster_sessions.emulation.engine import Engine, run_program
 from cluster_sessions.lab.netns import POOL_FILE_HEADER
 from tests.conftest import PROJECT, STACKS
 
+from . import factories
+
 
 def write_pool(path: Path, *agents: dict, swarm: str | None = None) -> Path:
     doc = {"kind": "AgentPool", "name": path.stem, "agents": list(agents)}
@@ -120,9 +122,7 @@ def test_pool_check_names_agents_whose_engine_does_not_answer(tmp_path, capsys):
 
 def test_plan_probe_on_an_unusable_pool_exits_4_naming_the_agent(tmp_path, capsys):
     pool = write_pool(tmp_path / "dead.yaml", agent("closed-port", "tcp://127.0.0.1:9"))
-    session = tmp_path / "s.yaml"
-    session.write_text(yaml.safe_dump({"kind": "ClusterSession", "name": "probe-test",
-                                       "pool": str(pool), "image": "x"}))
+    session = factories.write(tmp_path / "s.yaml", factories.session("probe-test", str(pool)))
     assert cli.main(["plan", str(session), "--probe"]) == Exit.MISSING
     err = capsys.readouterr().err
     assert "pool dead: 1 of 1 agent(s) cannot be used to probe free capacity:" in err
@@ -224,8 +224,7 @@ def test_pool_verbs_and_definitions_find_a_pool_name_in_the_same_place(tmp_path,
     pool = write_pool(mine / "shared.yaml", agent("a", f"unix://{tmp_path}/no.sock"))
     session = tmp_path / "elsewhere" / "s.yaml"
     session.parent.mkdir()
-    session.write_text(yaml.safe_dump({"kind": "ClusterSession", "name": "lookup",
-                                       "pool": "shared", "image": "x"}))
+    factories.write(session, factories.session("lookup", "shared"))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CLUSTER_SESSIONS_POOLS", str(mine))
     assert pool_verbs.pool_path("shared") == pool == load_session(session).pool_file

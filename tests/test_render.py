@@ -33,6 +33,7 @@ from cluster_sessions.core.render import (
 )
 from cluster_sessions.core.spec import SSH_PORT, Pool, Session
 
+from . import factories
 from .conftest import skip_or_fail
 
 POOL = Pool.model_validate({"kind": "AgentPool", "name": "p", "agents": [
@@ -47,9 +48,8 @@ SECRET = {"ssh/id_cluster", "ssh/ssh_host_ed25519_key"}
 
 
 def make_session(size: int = 4, **over) -> Session:
-    data = {"kind": "ClusterSession", "name": "render-test", "pool": "p", "image": "img",
-            "cluster": {"size": size}, "env": {"FOO": "bar"}, **over}
-    return Session.model_validate(data)
+    return Session.model_validate(
+        {**factories.session("render-test", "p", size=size, env={"FOO": "bar"}), **over})
 
 
 def render(size: int = 4, **over):

@@ -13,6 +13,8 @@ from cluster_sessions.driver import cli
 from cluster_sessions.driver.errors import Exit
 from cluster_sessions.driver.session_args import combined
 
+from . import factories
+
 POOL = {"kind": "AgentPool", "name": "two", "agents": [
     {"name": "a1", "docker_host": "unix:///a1.sock", "capacity": {"cpu": 4, "mem": "8g"}},
     {"name": "a2", "docker_host": "unix:///a2.sock", "capacity": {"cpu": 4, "mem": "8g"}}]}
@@ -23,12 +25,8 @@ def counted(tmp_path):
     (tmp_path / "two.yaml").write_text(yaml.safe_dump(POOL))
 
     def write(count: int, size: int = 2) -> str:
-        path = tmp_path / "job.yaml"
-        path.write_text(yaml.safe_dump({
-            "kind": "ClusterSession", "name": "train", "pool": str(tmp_path / "two.yaml"),
-            "image": "img", "count": count, "cluster": {"size": size},
-            "resources": {"cpu": 2, "mem": "1g", "shmem": "64m"}}))
-        return str(path)
+        return str(factories.write(tmp_path / "job.yaml", factories.session(
+            "train", str(tmp_path / "two.yaml"), size=size, cpu=2, count=count)))
 
     return write
 
