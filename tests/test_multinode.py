@@ -52,6 +52,8 @@ from cluster_sessions.lab.netns import LabError
 from cluster_sessions.pulumi_layer import swarm as S
 from tests.conftest import PROJECT, clear_stale_lab, require_lab
 
+from . import factories
+
 pytestmark = [pytest.mark.lab, pytest.mark.docker, pytest.mark.slow]
 
 PREFIX, SUBNET = "cslm", "10.251.102.0/24"
@@ -77,15 +79,10 @@ class Lab:
         return self.clients[agent]
 
     def write_session(self, directory: Path, name: str, size: int, **extra) -> Path:
-        definition = {
-            "kind": "ClusterSession", "name": name, "pool": str(self.pool_file),
-            "image": self.image, "cluster": {"mode": "multi-node", "size": size},
-            "resources": {"cpu": 1, "mem": "512m", "shmem": "64m"},
-            "env": {"EXPERIMENT": "multi node"}, **extra,
-        }
-        path = directory / f"{name}.yaml"
-        path.write_text(yaml.safe_dump(definition, sort_keys=False))
-        return path
+        definition = factories.session(name, str(self.pool_file), self.image, size=size,
+                                       mode="multi-node", mem="512m",
+                                       env={"EXPERIMENT": "multi node"})
+        return factories.write(directory / f"{name}.yaml", {**definition, **extra})
 
 
 @pytest.fixture(scope="module")

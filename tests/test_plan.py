@@ -12,17 +12,16 @@ from cluster_sessions.core.clusterenv import kernel_id, members
 from cluster_sessions.core.plan import build_plan, build_plans, container_labels, plan_to_dict
 from cluster_sessions.core.spec import Pool, Session
 
+from . import factories
+
 DERIVED = {"MASTER_ADDR", "MASTER_PORT", "TF_CONFIG", "WORLD_SIZE", "RANK", "LOCAL_RANK",
            "PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"}
 
 
 def session(**over) -> Session:
-    data = {"kind": "ClusterSession", "name": "train-demo", "pool": "lab", "image": "img:1",
-            "cluster": {"mode": "single-node", "size": 4},
-            "resources": {"cpu": 2, "mem": "4g", "shmem": "1g", "gpu": 0},
-            "env": {"FOO": "bar"}}
-    data.update(over)
-    return Session.model_validate(data)
+    data = factories.session("train-demo", "lab", "img:1", size=4, cpu=2, mem="4g", shmem="1g",
+                             env={"FOO": "bar"})
+    return Session.model_validate({**data, **over})
 
 
 def pool(*caps, swarm=True, **over) -> Pool:

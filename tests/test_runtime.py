@@ -41,6 +41,8 @@ from cluster_sessions.core.render import BUNDLE_DIR, entrypoint_argv, render_ses
 from cluster_sessions.core.spec import SSH_PORT, Pool, Session
 from cluster_sessions.driver.render_verb import write_bundle
 
+from . import factories
+
 pytestmark = pytest.mark.docker
 
 POOL = Pool.model_validate({"kind": "AgentPool", "name": "local", "agents": [
@@ -67,11 +69,8 @@ DUMP = ("import json, os, sys; json.dump({k.decode(): v.hex() for k, v in "
 
 
 def session_def(name: str, size: int, **over) -> Session:
-    data = {"kind": "ClusterSession", "name": name, "pool": "local", "image": "set-later",
-            "cluster": {"mode": "single-node", "size": size},
-            "resources": {"cpu": 1, "mem": "1g", "shmem": "64m"},
-            "readiness": {"timeout": 60}, **over}
-    return Session.model_validate(data)
+    data = factories.session(name, image="set-later", size=size, readiness={"timeout": 60})
+    return Session.model_validate({**data, **over})
 
 
 @dataclass
