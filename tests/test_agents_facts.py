@@ -13,7 +13,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from cluster_sessions.agents import facts as F
+from cluster_sessions.agents import facts, gathering
 from cluster_sessions.agents.capacity import AgentReport, PreflightError, _effective, _held_free
 from cluster_sessions.agents.connectors import (
     AUTH_FAILED,
@@ -48,7 +48,7 @@ def agent(**kw) -> Agent:
 
 
 def test_docker_info_of_a_swarm_manager():
-    info = F.DockerInfo().parse(0, data("docker-info-manager.json"), "")
+    info = facts.DockerInfo().parse(0, data("docker-info-manager.json"), "")
     assert info.server_version == "20.10.24+dfsg1"
     assert info.name == "agent1" and info.ncpu == 2 and info.mem_total > 2**30
     assert info.engine_id.count(":") == 11
@@ -62,7 +62,7 @@ def test_docker_info_of_a_swarm_manager():
 
 
 def test_docker_info_of_a_swarm_worker_knows_its_managers_not_the_cluster():
-    swarm = F.DockerInfo().parse(0, data("docker-info-worker.json"), "").swarm
+    swarm = facts.DockerInfo().parse(0, data("docker-info-worker.json"), "").swarm
     assert swarm.role == "worker"
     assert swarm.node_id == "b73or0h4nv8mwrsafjtmpzpfy"
     assert swarm.remote_managers == ("10.251.103.11:2377",)
@@ -70,7 +70,7 @@ def test_docker_info_of_a_swarm_worker_knows_its_managers_not_the_cluster():
 
 
 def test_docker_info_of_an_engine_outside_any_swarm():
-    info = F.DockerInfo().parse(0, data("docker-info-inactive.json"), "")
+    info = facts.DockerInfo().parse(0, data("docker-info-inactive.json"), "")
     assert info.swarm.role == "inactive" and info.swarm.node_id == ""
 
 
@@ -78,31 +78,31 @@ def test_docker_info_of_an_engine_outside_any_swarm():
 def test_docker_info_when_the_daemon_does_not_answer(cli):
     rc = int(data(f"docker-info-down-{cli}.rc"))
     out, err = data(f"docker-info-down-{cli}.stdout"), data(f"docker-info-down-{cli}.stderr")
-    with pytest.raises(F.FactError) as caught:
-        F.DockerInfo().parse(rc, out, err)
+    with pytest.raises(gathering.FactError) as caught:
+        facts.DockerInfo().parse(rc, out, err)
     assert caught.value.cause == DOCKER_NOT_ANSWERING
     assert "Cannot connect to the Docker daemon" in caught.value.detail
 
 
 def test_docker_cli_missing_on_the_agent_is_a_misconfiguration():
-    with pytest.raises(F.FactError) as caught:
-        F.DockerInfo().parse(127, "", "sh: 1: docker: not found\n")
+    with pytest.raises(gathering.FactError) as caught:
+        facts.DockerInfo().parse(127, "", "sh: 1: docker: not found\n")
     assert caught.value.cause == MISCONFIGURED and "docker CLI" in caught.value.detail
 
 
 def test_swarm_info_reads_only_the_swarm_part():
     swarm = json.loads(data("docker-info-worker.json"))["Swarm"]
-    state = F.SwarmInfo().parse(0, json.dumps(swarm) + "\n", "")
+    state = facts.SwarmInfo().parse(0, json.dumps(swarm) + "\n", "")
     assert state.role == "worker" and state.node_addr == "10.251.103.12"
     # newer CLIs print an empty document (LocalNodeState "") when the engine is gone
-    with pytest.raises(F.FactError) as caught:
-        F.SwarmInfo().parse(0, json.dumps({**swarm, "LocalNodeState": ""}), "")
+    with pytest.raises(gathering.FactError) as caught:
+        facts.SwarmInfo().parse(0, json.dumps({**swarm, "LocalNodeState": ""}), "")
     assert caught.value.cause == DOCKER_NOT_ANSWERING
 
 
 def test_swarm_nodes_as_the_manager_lists_them():
     # captured from a lab manager (docker 20.10): its own ID, then `docker node inspect`
-    nodes = F.SwarmNodes().parse(0, data("docker-node-inspect.txt"), "")
+    nodes = facts.SwarmNodes().parse(0, data("docker-node-inspect.txt"), "")
     assert [(n.hostname, n.manager_status, n.ready, n.self, n.availability) for n in nodes] == [
         ("agent1", "Leader", True, True, "Active"), ("agent2", "", True, False, "Active")]
 
@@ -121,13 +121,13 @@ def test_swarm_nodes_read_the_same_over_a_shell_and_through_the_api():
         def info(self):
             return {"Swarm": {"NodeID": own.strip()}}
 
-    assert F.SwarmNodes().from_api(Client()) == F.SwarmNodes().parse(
+    assert facts.SwarmNodes().from_api(Client()) == facts.SwarmNodes().parse(
         0, data("docker-node-inspect.txt"), "")
 
 
 def test_swarm_nodes_on_a_worker_fails_with_the_daemons_words():
-    with pytest.raises(F.FactError) as caught:
-        F.SwarmNodes().parse(int(data("node-inspect-worker.rc")),
+    with pytest.raises(gathering.FactError) as caught:
+        facts.SwarmNodes().parse(int(data("node-inspect-worker.rc")),
                              data("node-inspect-worker.stdout"),
                              data("node-inspect-worker.stderr"))
     assert "not a swarm manager" in caught.value.detail
@@ -135,38 +135,38 @@ def test_swarm_nodes_on_a_worker_fails_with_the_daemons_words():
 
 def test_join_token_is_checked_for_shape():
     token = "SWMTKN-1-" + "a" * 50 + "-" + "b" * 25
-    assert F.SwarmJoinToken().parse(0, token + "\n", "") == token
-    with pytest.raises(F.FactError):
-        F.SwarmJoinToken().parse(0, "\n", "")
+    assert facts.SwarmJoinToken().parse(0, token + "\n", "") == token
+    with pytest.raises(gathering.FactError):
+        facts.SwarmJoinToken().parse(0, "\n", "")
 
 
 # --- the machine ------------------------------------------------------------------------------
 
 
 def test_cpu_count_and_memory():
-    assert F.CpuCount().parse(0, "2\n", "") == 2
+    assert facts.CpuCount().parse(0, "2\n", "") == 2
     kib = int(data("meminfo.txt").splitlines()[0].split()[1])  # "MemTotal:  N kB"
-    assert F.MemTotal().parse(0, data("meminfo.txt"), "") == kib * 1024
-    assert F.MemTotal().process("MemTotal:       16384 kB\nMemFree: 1 kB\n") == 16384 * 1024
-    with pytest.raises(F.FactError):
-        F.CpuCount().parse(0, "lots\n", "")
-    with pytest.raises(F.FactError):
-        F.MemTotal().parse(0, "MemFree: 1 kB\n", "")
+    assert facts.MemTotal().parse(0, data("meminfo.txt"), "") == kib * 1024
+    assert facts.MemTotal().process("MemTotal:       16384 kB\nMemFree: 1 kB\n") == 16384 * 1024
+    with pytest.raises(gathering.FactError):
+        facts.CpuCount().parse(0, "lots\n", "")
+    with pytest.raises(gathering.FactError):
+        facts.MemTotal().parse(0, "MemFree: 1 kB\n", "")
 
 
 def test_gpus_without_nvidia_smi():
-    assert F.Gpus().parse(0, F.NO_NVIDIA_SMI + "\n", "") == F.GpuProbe(False)
+    assert facts.Gpus().parse(0, facts.NO_NVIDIA_SMI + "\n", "") == facts.GpuProbe(False)
 
 
 def test_gpus_listed_by_nvidia_smi():
     # `nvidia-smi --query-gpu=index --format=csv,noheader` on a 4-GPU machine
-    assert F.Gpus().parse(0, "0\n1\n2\n3\n", "") == F.GpuProbe(True, (0, 1, 2, 3))
+    assert facts.Gpus().parse(0, "0\n1\n2\n3\n", "") == facts.GpuProbe(True, (0, 1, 2, 3))
 
 
 def test_gpus_when_nvidia_smi_cannot_reach_the_driver():
     out = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
            "Make sure that the latest NVIDIA driver is installed and running.\n")
-    probe = F.Gpus().parse(9, out, "")
+    probe = facts.Gpus().parse(9, out, "")
     assert probe.present and probe.ids == () and "couldn't communicate" in probe.error
 
 
@@ -174,7 +174,7 @@ def test_gpus_when_nvidia_smi_cannot_reach_the_driver():
 
 
 def test_session_containers_read_what_they_hold_from_labels():
-    held = F.SessionContainers().parse(0, data("docker-inspect-containers-worker.json"), "")
+    held = facts.SessionContainers().parse(0, data("docker-inspect-containers-worker.json"), "")
     assert len(held) == 1
     sub1 = held[0]
     assert (sub1.name, sub1.session, sub1.session_id, sub1.host, sub1.state) == (
@@ -183,30 +183,30 @@ def test_session_containers_read_what_they_hold_from_labels():
 
 
 def test_session_containers_without_resource_labels_fall_back_to_the_host_config():
-    held = F.SessionContainers().parse(0, data("docker-inspect-containers-manager.json"), "")
+    held = facts.SessionContainers().parse(0, data("docker-inspect-containers-manager.json"), "")
     main1 = held[0]
     assert main1.state == "exited"  # a stopped container still belongs to its stack
     assert (main1.millicpu, main1.mem, main1.gpus) == (500, 512 * 2**20, ())
 
 
 def test_session_containers_when_there_are_none_or_they_vanished():
-    assert F.SessionContainers().parse(0, "[]\n", "") == ()
-    assert F.SessionContainers().parse(0, "", "") == ()  # removed between ps and inspect
+    assert facts.SessionContainers().parse(0, "[]\n", "") == ()
+    assert facts.SessionContainers().parse(0, "", "") == ()  # removed between ps and inspect
 
 
 def test_session_containers_of_one_session_only():
-    fact = F.SessionContainers("other")
+    fact = facts.SessionContainers("other")
     assert "label=cluster-sessions.session=other" in fact.cmd()
     assert fact.parse(0, data("docker-inspect-containers-worker.json"), "") == ()
 
 
 def test_session_filter_is_quoted_for_the_shell():
-    fact = F.SessionContainers("it's")
+    fact = facts.SessionContainers("it's")
     assert "'label=cluster-sessions.session=it'\\''s'" in fact.cmd()
 
 
 def test_session_networks():
-    nets = F.SessionNetworks().parse(0, data("docker-network-inspect-manager.json"), "")
+    nets = facts.SessionNetworks().parse(0, data("docker-network-inspect-manager.json"), "")
     assert [(n.name, n.driver, n.scope, n.session) for n in nets] == [
         ("demo-mn-net", "overlay", "swarm", "demo-mn")]
 
@@ -215,20 +215,20 @@ def test_session_networks():
 
 
 def test_encryption_probe_as_root_on_a_kernel_without_esp_and_gcm():
-    support = F.EncryptedOverlaySupport().parse(0, data("encryption-probe-root.txt"), "")
+    support = facts.EncryptedOverlaySupport().parse(0, data("encryption-probe-root.txt"), "")
     assert support.supported is False
     assert "CONFIG_CRYPTO_GCM" in support.detail and "CONFIG_INET_ESP" in support.detail
 
 
 def test_encryption_probe_without_root_reads_the_kernel_configuration():
-    support = F.EncryptedOverlaySupport().parse(0, data("encryption-probe-nonroot.txt"), "")
+    support = facts.EncryptedOverlaySupport().parse(0, data("encryption-probe-nonroot.txt"), "")
     assert support.supported is False
     assert "CONFIG_INET_ESP" in support.detail and "CONFIG_CRYPTO_GCM" in support.detail
     assert "CONFIG_XFRM_USER" not in support.detail
 
 
 def test_encryption_probe_results_that_pass_or_are_unknown():
-    fact = F.EncryptedOverlaySupport()
+    fact = facts.EncryptedOverlaySupport()
     assert fact.parse(0, "#probe ok\n", "").supported is True
     stock = "\n".join(["#config", "CONFIG_MODULES=y", "CONFIG_XFRM_USER=m", "CONFIG_INET_ESP=m",
                        "CONFIG_CRYPTO_GCM=m", "CONFIG_NETFILTER_XT_MATCH_U32=m",
@@ -243,16 +243,16 @@ def test_encryption_probe_results_that_pass_or_are_unknown():
 def test_a_batch_keeps_each_commands_output_and_status_apart():
     conn = LocalConnector("here")
     marker = "@@test-marker"
-    rc, out, _ = conn.run(F.batch_script(
+    rc, out, _ = conn.run(gathering.batch_script(
         ["echo a; echo b >&2; exit 3", "printf 'no newline'", "printf '\\n\\n'", "true"], marker))
     assert rc == 0
-    assert F.split_batch(out, marker, 4) == [
+    assert gathering.split_batch(out, marker, 4) == [
         (3, "a\n", "b\n"), (0, "no newline", ""), (0, "\n\n", ""), (0, "", "")]
 
 
 def test_gather_all_reports_failing_facts_without_losing_the_others():
     conn = LocalConnector("here")
-    ok, bad = F.gather_all(conn, [F.CpuCount(), F.SwarmJoinToken()])
+    ok, bad = gathering.gather_all(conn, [facts.CpuCount(), facts.SwarmJoinToken()])
     assert ok.ok and ok.value >= 1
     assert not bad.ok and bad.error.agent == "here"
 
@@ -379,23 +379,23 @@ def _report(a: Agent, held=(), cpus=None, mem=None, gpus=None) -> AgentReport:
 
 
 def _holding(session, cpu, mem, gpus=()):
-    return F.HeldContainer("id", f"{session}-x", session, "sid", "main1", "running", cpu, mem,
+    return facts.HeldContainer("id", f"{session}-x", session, "sid", "main1", "running", cpu, mem,
                            tuple(gpus))
 
 
 def test_free_is_declared_capacity_less_what_sessions_hold():
     a = agent(capacity={"cpu": 8, "mem": "16g", "gpus": [0, 1, 2, 3]})
     r = _report(a, [_holding("s1", 2000, 4 * 2**30, (1,)), _holding("s2", 500, 2**30, (3,))],
-                cpus=8, mem=32 * 2**30, gpus=F.GpuProbe(True, (0, 1, 2, 3)))
+                cpus=8, mem=32 * 2**30, gpus=facts.GpuProbe(True, (0, 1, 2, 3)))
     assert (r.free.millicpu, r.free.mem, r.free.gpus) == (5500, 11 * 2**30, (0, 2))
     assert r.warnings == []
 
 
 def test_declared_gpus_the_machine_lacks_are_not_offered():
     a = agent(capacity={"cpu": 8, "mem": "16g", "gpus": [0, 1]})
-    r = _report(a, gpus=F.GpuProbe(False))
+    r = _report(a, gpus=facts.GpuProbe(False))
     assert r.free.gpus == () and "nvidia-smi is not installed" in r.warnings[0]
-    r = _report(a, gpus=F.GpuProbe(True, (0,)))
+    r = _report(a, gpus=facts.GpuProbe(True, (0,)))
     assert r.free.gpus == (0,) and "GPUs 1" in r.warnings[0]
 
 

@@ -30,9 +30,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster_sessions.agents import capacity as C
-from cluster_sessions.agents import cleanup as K
-from cluster_sessions.agents import facts as F
+from cluster_sessions.agents import capacity, cleanup, facts, gathering
 from cluster_sessions.agents.connectors import agent_props, connector_for
 from cluster_sessions.core.loader import load_file, load_session
 from cluster_sessions.core.names import LABEL_PREFIX
@@ -49,7 +47,7 @@ from cluster_sessions.emulation.engine import Engine, run_program
 from cluster_sessions.lab import netns, processes
 from cluster_sessions.lab.image import ensure_images
 from cluster_sessions.lab.netns import LabError
-from cluster_sessions.pulumi_layer import swarm as S
+from cluster_sessions.pulumi_layer import swarm as swarm_resources
 from tests.conftest import PROJECT, clear_stale_lab, require_lab
 
 from . import factories
@@ -115,16 +113,16 @@ def lab(tmp_path_factory):
         netns.lab_down(state)
 
 
-def _nodes(lab: Lab) -> list[F.SwarmNode]:
+def _nodes(lab: Lab) -> list[facts.SwarmNode]:
     with connector_for(lab.pool.agent("agent1")) as conn:
-        return list(F.gather(conn, F.SwarmNodes()))
+        return list(gathering.gather(conn, facts.SwarmNodes()))
 
 
 def _swarm_states(lab: Lab) -> dict[str, str]:
     out = {}
     for a in lab.pool.agents:
         with connector_for(a) as conn:
-            out[a.name] = F.gather(conn, F.SwarmInfo()).role
+            out[a.name] = gathering.gather(conn, facts.SwarmInfo()).role
     return out
 
 
@@ -148,7 +146,7 @@ def _leave_all(lab: Lab, engine: Engine) -> None:
     """What ``pool destroy`` does: workers first, then the manager (each only if it is ours)."""
     def leave(item: tuple[str, dict]) -> None:
         with contextlib.suppress(Exception):
-            S.SwarmWorkerProvider().delete(*item)
+            swarm_resources.SwarmWorkerProvider().delete(*item)
 
     workers = [state for urn, state in engine.state.items() if ":SwarmWorker::" in urn]
     with ThreadPoolExecutor(max_workers=4) as ex:  # the engine deletes them in parallel too
@@ -156,7 +154,7 @@ def _leave_all(lab: Lab, engine: Engine) -> None:
     for urn, (id_, outs) in list(engine.state.items()):
         if ":SwarmManager::" in urn:
             with contextlib.suppress(Exception):
-                S.SwarmManagerProvider().delete(id_, outs)
+                swarm_resources.SwarmManagerProvider().delete(id_, outs)
 
 
 # --- pool check -----------------------------------------------------------------------------------
@@ -242,11 +240,11 @@ def test_swarm_resources_are_idempotent(lab, swarm):
     assert len(again) == 3 and all(c.endswith("changes=False") for c in again), again
     # create called again on agents that are already in place adopts them as they are
     pool = lab.pool
-    mgr = S.SwarmManagerProvider().create(
+    mgr = swarm_resources.SwarmManagerProvider().create(
         {"agent": agent_props(pool.agent("agent1")), "advertise_addr": "10.251.102.11"})
     (urn,) = [u for u in engine.state if u.endswith("SwarmManager::mnlab-swarm-agent1")]
     assert mgr.id == engine.state[urn][0] and mgr.outs["initialized"] is False
-    worker = S.SwarmWorkerProvider().create({
+    worker = swarm_resources.SwarmWorkerProvider().create({
         "agent": agent_props(pool.agent("agent2")), "manager": agent_props(pool.agent("agent1")),
         "manager_addr": mgr.outs["manager_addr"], "join_token": mgr.outs["worker_token"],
         "advertise_addr": "10.251.102.12"})
@@ -262,18 +260,18 @@ def test_encrypted_overlays_are_refused_where_the_kernel_cannot_carry_them(lab, 
     pool_file.write_text(yaml.safe_dump(doc))
     pool = load_file(pool_file, expect="AgentPool")
     with connector_for(pool.agent("agent1")) as conn:
-        support = F.gather(conn, F.EncryptedOverlaySupport())
+        support = gathering.gather(conn, facts.EncryptedOverlaySupport())
     if support.supported:  # a kernel with ESP and GCM: nothing to refuse
-        C.preflight(pool, ["agent1", "agent2", "agent3"])
+        capacity.preflight(pool, ["agent1", "agent2", "agent3"])
         return
-    with pytest.raises(C.PreflightError) as caught:
-        C.preflight(pool, ["agent1", "agent2", "agent3"])
+    with pytest.raises(capacity.PreflightError) as caught:
+        capacity.preflight(pool, ["agent1", "agent2", "agent3"])
     lines = str(caught.value).splitlines()[1:]
     assert len(lines) == 3 and all(
         "encrypted overlay networks cannot carry traffic between agents here" in line
         and "network.encrypted: false" in line for line in lines), lines
     # a session that fits one agent builds a bridge and is not refused
-    assert C.preflight(pool, ["agent1"])[0].ok
+    assert capacity.preflight(pool, ["agent1"])[0].ok
     assert cli.main(["pool", "check", str(pool_file)]) == 1
     assert "asks for encrypted overlays" in capsys.readouterr().err
 
@@ -295,7 +293,7 @@ class Live:
 def _build(lab: Lab, path: Path) -> Live:
     loaded = load_session(path)
     plan = build_plan(loaded.session, loaded.pool)
-    C.preflight(loaded.pool, plan.agents)  # what the engine verbs do before anything
+    capacity.preflight(loaded.pool, plan.agents)  # what the engine verbs do before anything
     builder = DockerBuilder()
     engine = Engine(on_create=builder)
     live = Live(plan.name, plan, engine, builder, {}, {}, path)
@@ -315,7 +313,7 @@ def _destroy(lab: Lab, live: Live) -> None:
     with contextlib.suppress(Exception):
         live.builder.remove_all()
     live.builder.close()
-    K.sweep(lab.pool, live.name, wait=5)
+    cleanup.sweep(lab.pool, live.name, wait=5)
 
 
 @pytest.fixture(scope="module")
@@ -431,29 +429,29 @@ def test_cluster_variables_as_specified_on_every_agent(spread):
 
 
 def test_live_capacity_counts_the_running_session(lab, spread, tmp_path):
-    free = {f.name: f for f in C.probe_free(lab.pool)}
+    free = {f.name: f for f in capacity.probe_free(lab.pool)}
     assert {n: f.millicpu for n, f in free.items()} == {"agent1": 0, "agent2": 0, "agent3": 0}
-    mine = {f.name: f.millicpu for f in C.probe_free(lab.pool, exclude_session=spread.name)}
+    mine = {f.name: f.millicpu for f in capacity.probe_free(lab.pool, exclude_session=spread.name)}
     assert mine == {n: c * 1000 for n, c in CAPACITY.items()}
     # another session planned against live capacity is pending, with the reason
     other = load_session(lab.write_session(tmp_path, "mn-other", 2))
-    plan = build_plan(other.session, other.pool, C.probe_free(lab.pool))
+    plan = build_plan(other.session, other.pool, capacity.probe_free(lab.pool))
     assert plan.pending and "short of cpu" in plan.reason
-    reports = C.probe_pool(lab.pool)
+    reports = capacity.probe_pool(lab.pool)
     assert all(r.sessions == [spread.name] for r in reports)
 
 
 def test_destroy_leaves_no_container_or_network_on_any_agent(lab, spread):
-    found, errors = K.find_leftovers(lab.pool, spread.name)
+    found, errors = cleanup.find_leftovers(lab.pool, spread.name)
     assert not errors
     kinds = sorted((i.agent, i.kind) for i in found)
     assert kinds.count(("agent1", "container")) == 2
     assert ("agent1", "network") in kinds  # the overlay, on the manager
     assert {("agent2", "container"), ("agent3", "container")} <= set(kinds)
     spread.builder.remove_all()  # what `pulumi destroy` deletes, through the same engines
-    report = K.sweep(lab.pool, spread.name)
+    report = cleanup.sweep(lab.pool, spread.name)
     assert report.clean, report.summary()
-    assert K.find_leftovers(lab.pool, spread.name) == ([], [])
+    assert cleanup.find_leftovers(lab.pool, spread.name) == ([], [])
     for name, client in lab.clients.items():
         label = f"{LABEL_PREFIX}.session={spread.name}"
         assert client.containers.list(all=True, filters={"label": label}) == [], name
@@ -469,12 +467,12 @@ def test_sweep_removes_a_leaked_overlay_and_containers(lab, swarm):
     lab.client("agent3").containers.run(lab.image, ["sleep", "infinity"], detach=True,
                                         name=f"{name}-sub1", network=f"{name}-net",
                                         labels=labels)
-    found, _ = K.find_leftovers(lab.pool, name)
+    found, _ = cleanup.find_leftovers(lab.pool, name)
     assert {(i.agent, i.kind) for i in found} == {
         ("agent1", "network"), ("agent3", "container"), ("agent3", "network")}
-    report = K.sweep(lab.pool, name)
+    report = cleanup.sweep(lab.pool, name)
     assert report.clean, report.summary()
-    assert K.find_leftovers(lab.pool, name) == ([], [])
+    assert cleanup.find_leftovers(lab.pool, name) == ([], [])
 
 
 @pytest.fixture
@@ -504,8 +502,8 @@ def test_multi_node_session_that_fits_one_agent_lands_there_on_a_bridge(lab, pac
                        "$BACKENDAI_CLUSTER_MODE'")
     assert (code, out) == (0, "main1 multi-node")
     packed.builder.remove_all()
-    assert K.sweep(lab.pool, packed.name).clean
-    assert K.find_leftovers(lab.pool, packed.name) == ([], [])
+    assert cleanup.sweep(lab.pool, packed.name).clean
+    assert cleanup.find_leftovers(lab.pool, packed.name) == ([], [])
 
 
 # --- an agent whose engine stops ----------------------------------------------------------------
@@ -554,7 +552,7 @@ def test_an_agent_whose_dockerd_stops_is_named_and_destroy_finishes_once_it_is_b
         netns.start_dockerd(lab.info.state_dir, "agent3")
     # back: the stack kept what it could not delete, and the next destroy finishes the job
     assert cli.main(["destroy", path, "--yes", "--index", "4"]) == 0
-    assert K.find_leftovers(lab.pool, f"{name}-4") == ([], [])
+    assert cleanup.find_leftovers(lab.pool, f"{name}-4") == ([], [])
 
 
 # --- taking it down ---------------------------------------------------------------------------
@@ -568,8 +566,8 @@ def test_swarm_delete_leaves_and_preflight_then_refuses_a_spread(lab, swarm, tmp
     path = lab.write_session(tmp_path, "mn-noswarm", 4)
     loaded = load_session(path)
     plan = build_plan(loaded.session, loaded.pool)
-    with pytest.raises(C.PreflightError) as caught:
-        C.preflight(loaded.pool, plan.agents)
+    with pytest.raises(capacity.PreflightError) as caught:
+        capacity.preflight(loaded.pool, plan.agents)
     assert "agent agent1: swarm not ready: is the pool's swarm manager but its swarm state is " \
            "inactive; run `sessionctl pool up mnlab`" in str(caught.value)
 
@@ -591,9 +589,9 @@ def test_an_agent_stopped_mid_plan_is_named_and_nothing_is_created(lab, tmp_path
     assert plan.agents == ("agent1", "agent2", "agent3")
     _stop(lab, "agent2", "sshd")
     _stop(lab, "agent3", "dockerd")
-    with pytest.raises(C.PreflightError) as caught:
+    with pytest.raises(capacity.PreflightError) as caught:
         # overlay=False: the swarm is gone (previous test); only the stopped agents are asked about
-        C.preflight(loaded.pool, plan.agents, overlay=False)
+        capacity.preflight(loaded.pool, plan.agents, overlay=False)
     lines = str(caught.value).splitlines()
     assert lines[0] == "pool mnlab: 2 of 3 agent(s) cannot be used; nothing was created:"
     assert lines[1].startswith("  agent agent2: unreachable: ssh root@10.251.102.12:22: ")

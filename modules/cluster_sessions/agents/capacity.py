@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from ..core.placement import Free
 from ..core.spec import Agent, Pool
 from ..core.units import format_size
-from . import facts
+from . import facts, gathering
 from .connectors import (
     DEFAULT_CONNECT_TIMEOUT,
     MISCONFIGURED,
@@ -172,12 +172,12 @@ def probe_agent(agent: Agent, *, exclude_session: Excluded = None, encryption: b
         report.problems.append(exc)
         return report
     report.via = conn.description
-    wanted: list[facts.Fact] = [facts.DockerInfo(), facts.SessionContainers(),
+    wanted: list[gathering.Fact] = [facts.DockerInfo(), facts.SessionContainers(),
                                 facts.CpuCount(), facts.MemTotal(), facts.Gpus()]
     if encryption:
         wanted.append(facts.EncryptedOverlaySupport())
     try:
-        outcomes = facts.gather_all(conn, wanted)
+        outcomes = gathering.gather_all(conn, wanted)
     except AgentError as exc:
         report.problems.append(exc)
         return report
@@ -323,7 +323,7 @@ def check_swarm(pool: Pool, reports: Sequence[AgentReport], names: Sequence[str]
     if nodes is None:
         try:
             with connector_for(pool.agent(mgr.name)) as conn:
-                nodes = facts.gather(conn, facts.SwarmNodes())
+                nodes = gathering.gather(conn, facts.SwarmNodes())
         except AgentError as exc:
             return [exc]
     members = {n.node_id: n for n in nodes}

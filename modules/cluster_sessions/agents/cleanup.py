@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..core.spec import Agent, Pool
-from . import facts
+from . import facts, gathering
 from .connectors import COMMAND_FAILED, AgentError, Connector, connector_for
 from .polling import poll_until
 
@@ -71,7 +71,7 @@ def _agents(pool: Pool, names: Iterable[str] | None) -> list[Agent]:
 def _scan(agent: Agent, session: str | None) -> tuple[list[Leftover], AgentError | None]:
     try:
         with connector_for(agent) as conn:
-            containers, networks = facts.gather_all(
+            containers, networks = gathering.gather_all(
                 conn, [facts.SessionContainers(session), facts.SessionNetworks(session)])
     except AgentError as exc:
         return [], exc

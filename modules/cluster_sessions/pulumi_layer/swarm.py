@@ -35,7 +35,7 @@ from pulumi.dynamic import (
     UpdateResult,
 )
 
-from ..agents import facts
+from ..agents import facts, gathering
 from ..agents.connectors import (
     NOT_SWARM_READY,
     AgentError,
@@ -77,7 +77,7 @@ def _connect(props: Mapping[str, Any], key: str = "agent") -> Connector:
 
 
 def _swarm(conn: Connector) -> facts.SwarmState:
-    return facts.gather(conn, facts.SwarmInfo())
+    return gathering.gather(conn, facts.SwarmInfo())
 
 
 def _wait_active(conn: Connector, seconds: float = 30) -> facts.SwarmState:
@@ -136,7 +136,7 @@ class SwarmManagerProvider(ResourceProvider):
             if not (state.state == "active" and state.control_available):
                 raise AgentError(name, NOT_SWARM_READY, f"swarm init left the state "
                                  f"{state.role}: {state.error or 'no error reported'}")
-            token = facts.gather(conn, facts.SwarmJoinToken())
+            token = gathering.gather(conn, facts.SwarmJoinToken())
         node_addr = state.node_addr or addr or ""
         return {
             **{k: props.get(k) for k in self.INPUTS},
@@ -160,7 +160,7 @@ class SwarmManagerProvider(ResourceProvider):
             if not (state.state == "active" and state.control_available
                     and (state.cluster_id or state.node_id) == id_):
                 return ReadResult(None, {})  # gone: the next up creates it again
-            token = facts.gather(conn, facts.SwarmJoinToken())
+            token = gathering.gather(conn, facts.SwarmJoinToken())
         return ReadResult(id_, {**props, "node_id": state.node_id, "worker_token": token})
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
@@ -195,7 +195,7 @@ class SwarmWorkerProvider(ResourceProvider):
 
     def _members(self, props: Mapping[str, Any]) -> dict[str, facts.SwarmNode]:
         with _connect(props, "manager") as mgr:
-            return {n.node_id: n for n in facts.gather(mgr, facts.SwarmNodes())}
+            return {n.node_id: n for n in gathering.gather(mgr, facts.SwarmNodes())}
 
     def _ensure(self, props: Mapping[str, Any], joined: bool = False) -> dict[str, Any]:
         name = props["agent"]["name"]
