@@ -157,11 +157,11 @@ def test_the_pool_stack_is_named_after_the_pool():
 def test_pool_check_exits_1_when_the_swarm_is_not_formed(tmp_path, capsys, monkeypatch):
     """Every agent answers, but the pool's swarm is missing: a session across agents would not
     be placed, so the check fails (the table says so, and now the exit code too)."""
-    from cluster_sessions.agents import capacity
-    from cluster_sessions.agents import facts
+    from cluster_sessions.agents import capacity, facts
 
     def engine(name: str) -> facts.EngineInfo:  # what `docker info` says of an engine in no swarm
-        return facts.EngineInfo("20.10.24", f"id-{name}", name, 2, 2**33, facts.SwarmState("inactive"))
+        return facts.EngineInfo("20.10.24", f"id-{name}", name, 2, 2**33,
+                                facts.SwarmState("inactive"))
 
     monkeypatch.setattr(capacity, "probe_pool", lambda pool, **_: [
         capacity.AgentReport(a.name, via="test", reachable=True, engine=engine(a.name))
