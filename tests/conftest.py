@@ -102,4 +102,5 @@ def emulated_automation(monkeypatch, docker_client, tmp_path):
     try:
         yield backend
     finally:
-        backend.remove_all()
+        left = backend.remove_all()
+    assert not left, f"left on the engines after the test: {left}"

@@ -97,13 +97,18 @@ class Backend:
         return {k: auto.OutputValue(v, secret)
                 for k, (v, secret) in self.stacks[name].outputs.items()}
 
-    def remove_all(self) -> None:
-        """Delete every stack's resources (test teardown), whatever state they are in."""
+    def remove_all(self) -> list[str]:
+        """Delete every stack's resources (test teardown), whatever state they are in; the
+        names of what could not be deleted."""
         for state in self.stacks.values():
-            for urn in list(state.builder.made):
+            # containers first: a network cannot go while one is attached
+            made = state.builder.made
+            for urn in sorted(made, key=lambda urn: made[urn][0] != "container"):
                 with contextlib.suppress(Exception):  # an engine a test stopped
                     state.builder.remove(urn)
             state.builder.close()
+        return [urn.rsplit("::", 1)[-1] for state in self.stacks.values()
+                for urn in state.builder.made]
 
 
 class EmulatedStack:
