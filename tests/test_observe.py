@@ -388,3 +388,31 @@ def test_a_batch_jobs_finished_main1_is_not_a_fault(tmp_path):
     assert observe.Report(plan, rows, net, {}).faults == ["main1: exited (exit code 0)"]
     dead_sub = (rows[0], observe.Row("sub1", "sub", "agent1", "exited", note="exit code 1"))
     assert observe.Report(batch, dead_sub, net, {}).faults == ["sub1: exited (exit code 1)"]
+
+
+@pytest.mark.docker
+def test_a_restarting_container_is_a_fault(docker_client, tiny_image, tmp_path, capsys):
+    file, plan = make_session(tmp_path, tiny_image, size=2)
+    try:
+        run_container(docker_client, plan, "main1", "exec sleep 600")
+        sub1 = next(c for c in plan.containers if c.host == "sub1")
+        crashing = docker_client.containers.run(
+            plan.session.image, ["/bin/sh", "-c", "exit 1"], name=sub1.container_name,
+            labels=container_labels(plan, sub1), detach=True,
+            restart_policy={"Name": "always"})
+        # Docker doubles its wait between restarts (0.1 s, 0.2 s, ...): after five, the next
+        # wait is 3.2 s, in which the container is "restarting" whenever it is asked
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            crashing.reload()
+            if crashing.attrs["RestartCount"] >= 5 and crashing.status == "restarting":
+                break
+            time.sleep(0.1)
+        assert crashing.status == "restarting"
+        code = main(["status", str(file), "--json"])
+        captured = capsys.readouterr()
+        assert code == Exit.ENGINE, captured
+        assert any(f.startswith("sub1: restarting") for f in json.loads(captured.out)["faults"])
+        assert "sessionctl status: sub1: restarting" in captured.err
+    finally:
+        remove_session(docker_client, plan.name)
