@@ -141,10 +141,6 @@ def select(loaded: Loaded, index: int | None, free: Sequence[Free] | None = None
     return Selected(loaded, plans, (index,))
 
 
-def names(plans: Iterable[ClusterPlan]) -> str:
-    return ", ".join(p.name for p in plans)
-
-
 def combined(codes: Iterable[int]) -> int:
     """One exit code for a run over several sessions: a failure to act (1-4) first, then a
     lost job (6), then a failed one (5), else 0."""
