@@ -20,7 +20,7 @@ from pulumi.automation._stack import _parse_extra_args
 from pulumi.automation.errors import create_command_error
 from pulumi.automation.events import EngineEvent, OpType
 
-from cluster_sessions.driver import stacks
+from cluster_sessions.driver import stack_settings, stacks
 from cluster_sessions.driver.cli import main
 from cluster_sessions.driver.errors import CommandError, Exit
 
@@ -124,7 +124,8 @@ def test_config_keys_are_the_ones_the_project_declares(project_dir):
     import yaml
 
     declared = yaml.safe_load((project_dir / "Pulumi.yaml").read_text())
-    keys = {stacks.CONFIG_DEFINITION, stacks.CONFIG_POOL, stacks.CONFIG_INDEX}
+    keys = {stack_settings.CONFIG_DEFINITION, stack_settings.CONFIG_POOL,
+            stack_settings.CONFIG_INDEX}
     assert keys <= set(declared["config"])
     assert declared["name"] == stacks.PROJECT_NAME
     assert declared["stackConfigDir"] == stacks.STACKS_DIR
@@ -150,7 +151,7 @@ def test_backend_url_from_the_environment_wins(tmp_path):
 def test_default_passphrase_is_used_and_flagged_when_none_is_set(tmp_path):
     settings = stacks.engine_settings({}, tmp_path)
     assert settings.default_passphrase
-    assert settings.env["PULUMI_CONFIG_PASSPHRASE"] == stacks.DEFAULT_PASSPHRASE
+    assert settings.env["PULUMI_CONFIG_PASSPHRASE"] == stack_settings.DEFAULT_PASSPHRASE
 
 
 def test_default_passphrase_is_announced_once_as_insecure_without_its_value(
@@ -162,7 +163,7 @@ def test_default_passphrase_is_announced_once_as_insecure_without_its_value(
     err = capsys.readouterr().err
     assert err.count("PULUMI_CONFIG_PASSPHRASE is not set") == 1
     assert "protects nothing" in err
-    assert stacks.DEFAULT_PASSPHRASE not in err
+    assert stack_settings.DEFAULT_PASSPHRASE not in err
 
 
 @pytest.mark.parametrize("own", [{"PULUMI_CONFIG_PASSPHRASE": "s3cret"},
@@ -182,7 +183,7 @@ def test_no_default_passphrase_for_the_pulumi_cloud_backend(tmp_path):
 
 def test_settings_never_show_the_passphrase(tmp_path):
     settings = stacks.engine_settings({}, tmp_path)
-    assert stacks.DEFAULT_PASSPHRASE not in repr(settings)
+    assert stack_settings.DEFAULT_PASSPHRASE not in repr(settings)
 
 
 def test_project_is_found_from_a_definition_inside_it(project_dir):

@@ -1,0 +1,309 @@
+"""What the stack verbs decide without touching anything: stack names and config, where the
+project and its state are, the CLI's settings (backend, passphrase), whether to ask, the
+keyword arguments of each Automation API call, and how the engine's answer is summarised
+(``--json``) or explained (failures). :mod:`.stacks` runs them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..core.names import DEFINITION_KEY, INDEX_KEY, POOL_KEY, PROJECT, config_key
+from .errors import CommandError, Exit
+
+Print = Callable[[str], None]
+
+VERBS = ("preview", "up", "destroy", "refresh")
+PROJECT_NAME = PROJECT
+CONFIG_DEFINITION = config_key(DEFINITION_KEY)
+CONFIG_POOL = config_key(POOL_KEY)
+CONFIG_INDEX = config_key(INDEX_KEY)
+STACKS_DIR = "stacks"
+STATE_DIR = ".pulumi-state"
+# Public on purpose: it lets a laptop or the lab run without setup, and protects nothing.
+DEFAULT_PASSPHRASE = "cluster-sessions-local-insecure"
+SECRET_MASK = "[secret]"
+# Pulumi stack names: letters, digits, '-', '_', '.'; at most 100 characters. An organization
+# and project may precede it (``org/project/stack``) for Pulumi Cloud backends.
+STACK_PART = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+DIY_SCHEMES = ("file://", "s3://", "gs://", "azblob://", "postgres://")
+CONFIRM = ("up", "destroy")
+
+Print = Callable[[str], None]
+
+
+# --- pure: names, paths, settings, arguments ---------------------------------------------------
+
+
+def stack_name_for(session_name: str, override: str | None = None) -> str:
+    """The stack for a session: its name (session names are valid stack names), or ``--stack``."""
+    name = override if override is not None else session_name
+    parts = name.split("/")
+    if len(parts) not in (1, 3) or not all(STACK_PART.fullmatch(p) for p in parts):
+        raise CommandError(
+            f"--stack {name!r} is not a valid Pulumi stack name: use letters, digits, '-', '_' "
+            "or '.', at most 100 characters, optionally as ORG/PROJECT/STACK",
+            Exit.INVALID,
+        )
+    return name
+
+
+def config_path(file: Path, stacks_dir: Path) -> str:
+    """How the stack config names a file: relative to ``stacks/`` when inside it, else absolute.
+
+    Relative paths keep the stack file portable across checkouts (CI, another operator).
+    """
+    resolved = file.expanduser().resolve()
+    try:
+        return resolved.relative_to(stacks_dir.resolve()).as_posix()
+    except ValueError:
+        return resolved.as_posix()
+
+
+def stack_config(definition: Path, pool: Path | None, project: Path,
+                 index: int | None = None) -> dict[str, str | None]:
+    """The stack config a run sets; ``None`` means "remove the key" (no stale pool from before).
+    ``index``: which of a ``count``'s sessions the stack runs."""
+    stacks = project / STACKS_DIR
+    return {
+        CONFIG_DEFINITION: config_path(definition, stacks),
+        CONFIG_POOL: config_path(pool, stacks) if pool is not None else None,
+        CONFIG_INDEX: str(index) if index is not None else None,
+    }
+
+
+def is_project_dir(path: Path) -> bool:
+    settings = path / "Pulumi.yaml"
+    if not settings.is_file():
+        return False
+    try:
+        data = yaml.safe_load(settings.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return False
+    return isinstance(data, dict) and data.get("name") == PROJECT_NAME
+
+
+def find_project(starts: Iterable[Path]) -> Path | None:
+    """The first directory holding this project's ``Pulumi.yaml``, walking up from each start."""
+    for start in starts:
+        start = start.expanduser().resolve()
+        for candidate in (start, *start.parents):
+            if is_project_dir(candidate):
+                return candidate
+    return None
+
+
+def project_starts(definition: Path) -> list[Path]:
+    """Where to look for the project: the definition's checkout, the cwd, this package's tree."""
+    return [definition.expanduser().resolve().parent, Path.cwd(), Path(__file__).resolve().parent]
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """What the Pulumi CLI is run with. ``env`` may hold a passphrase: never print it."""
+
+    backend_url: str
+    default_backend: bool
+    default_passphrase: bool
+    env: dict[str, str] = field(repr=False)
+
+    @property
+    def state_dir(self) -> Path | None:
+        """The local state directory to create, for the default backend only."""
+        if self.default_backend:
+            return Path(self.backend_url.removeprefix("file://"))
+        return None
+
+
+def engine_settings(environ: Mapping[str, str], project: Path,
+                    python: str = sys.executable) -> EngineSettings:
+    """Backend, passphrase and environment for the CLI, from the caller's environment."""
+    url = environ.get("PULUMI_BACKEND_URL", "")
+    default_backend = not url
+    if default_backend:
+        url = "file://" + (project.resolve() / STATE_DIR).as_posix()
+    env = {
+        "PULUMI_BACKEND_URL": url,
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        # The program runs with this interpreter, so it sees the packages sessionctl sees.
+        "PULUMI_PYTHON_CMD": environ.get("PULUMI_PYTHON_CMD", python),
+        # The dynamic providers (session keys, swarm) run in a process of their own, which
+        # must import cluster_sessions even where the package is not installed.
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(project.resolve() / "modules"), environ.get("PYTHONPATH")) if p),
+    }
+    has_own = "PULUMI_CONFIG_PASSPHRASE" in environ or "PULUMI_CONFIG_PASSPHRASE_FILE" in environ
+    default_passphrase = not has_own and url.startswith(DIY_SCHEMES)
+    if default_passphrase:
+        env["PULUMI_CONFIG_PASSPHRASE"] = DEFAULT_PASSPHRASE
+    return EngineSettings(url, default_backend, default_passphrase, env)
+
+
+PASSPHRASE_WARNING = (
+    "warning: PULUMI_CONFIG_PASSPHRASE is not set, so this stack's secrets (the session's SSH "
+    "private key) are encrypted with the documented built-in passphrase. It is public and "
+    "protects nothing: fine for a laptop or the lab, not for state others can read. Set "
+    "PULUMI_CONFIG_PASSPHRASE (the same value on every run) to use your own; a stack already "
+    "created with the default keeps needing it until `pulumi stack change-secrets-provider "
+    "passphrase`."
+)
+
+
+def confirmation(verb: str, yes: bool, json_mode: bool, interactive: bool) -> bool:
+    """Whether to ask before applying; raises when nobody can be asked and ``--yes`` is absent."""
+    if verb not in CONFIRM or yes:
+        return False
+    if json_mode:
+        raise CommandError(f"{verb} --json does not prompt: add --yes to {verb} without a "
+                           "confirmation", Exit.INVALID)
+    if not interactive:
+        raise CommandError(f"refusing to {verb} without a terminal to confirm on: add --yes to "
+                           f"{verb} non-interactively (e.g. in CI)", Exit.INVALID)
+    return True
+
+
+def call_kwargs(verb: str, *, json_mode: bool, color: bool, on_output: Print | None,
+                on_error: Print | None, on_event: Callable[[Any], None] | None,
+                message: str, diff: bool = False) -> dict[str, Any]:
+    """Keyword arguments for ``Stack.<verb>`` (``preview``, ``up``, ``destroy``, ``refresh``,
+    ``preview_destroy``)."""
+    kwargs: dict[str, Any] = {
+        "color": "always" if color and not json_mode else "never",
+        "on_output": on_output,
+        "on_error": on_error,
+        "on_event": on_event,
+    }
+    kwargs["message"] = message
+    if verb in ("up", "destroy", "refresh", "preview_destroy"):
+        kwargs["show_secrets"] = False  # keep config secrets out of the returned summary
+    if json_mode:
+        kwargs["suppress_progress"] = True
+    if diff:
+        kwargs["diff"] = True
+    if verb == "destroy":
+        # past what cannot be deleted now (an agent that does not answer): the rest goes, the
+        # stack keeps the failed ones for the next destroy
+        kwargs["continue_on_error"] = True
+    return kwargs
+
+
+def op_name(op: object) -> str:
+    return str(op.value if isinstance(op, Enum) else op)
+
+
+def change_counts(op_map: Mapping[object, int] | None) -> dict[str, int]:
+    """``{"create": 3, "same": 1}`` from an OpMap whose keys may be ``OpType`` members."""
+    return {op_name(k): int(v) for k, v in sorted((op_map or {}).items(), key=lambda i: str(i[0]))}
+
+
+def masked_outputs(outputs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Stack outputs for printing: secret ones replaced by ``[secret]``."""
+    shown: dict[str, Any] = {}
+    for key, out in sorted((outputs or {}).items()):
+        secret = bool(getattr(out, "secret", False))
+        shown[key] = SECRET_MASK if secret else getattr(out, "value", out)
+    return shown
+
+
+def install_instructions(sdk_version: str, docker_version: str) -> str:
+    """Exactly how to get the CLI (exit 4), and the one thing this machine cannot do."""
+    archive = f"https://get.pulumi.com/releases/sdk/pulumi-v{sdk_version}-linux-x64.tar.gz"
+    return "\n".join([
+        "the pulumi CLI is missing: not on PATH and not in ~/.pulumi/bin.",
+        "The engine verbs (preview, up, destroy, refresh) drive it through the Automation API; "
+        "the offline verbs (validate, plan, render, diff) do not need it.",
+        f"Install it, the version matching the pulumi SDK here ({sdk_version}):",
+        f"  bash scripts/install-pulumi.sh {sdk_version}"
+        "    # the release archive, SHA-256 checked, into ~/.pulumi/bin",
+        f"  or: curl -fsSL https://get.pulumi.com | sh -s -- --version {sdk_version}"
+        "    # Pulumi's installer",
+        f"  or unpack {archive} and put its pulumi/ directory on PATH",
+        "then check with `pulumi version`. The first engine run also fetches the docker provider "
+        f"plugin (or: pulumi plugin install resource docker {docker_version}).",
+        "Both come from get.pulumi.com and github.com; if they cannot be reached from here, copy "
+        "the archive and ~/.pulumi/plugins over from a machine where they can.",
+    ])
+
+
+def engine_error_message(errors: Sequence[str], stdout: Sequence[str], stderr: Sequence[str],
+                         limit: int = 20) -> str:
+    """The engine's own words for a failure: its error diagnostics, else its stderr, else the
+    tail of its output."""
+    chosen = list(dict.fromkeys(e.strip() for e in errors if e.strip()))
+    if not chosen:
+        chosen = [line for line in stderr if line.strip()]
+    if not chosen:
+        chosen = [line for line in stdout if line.strip()][-limit:]
+    if len(chosen) > limit:
+        chosen = chosen[:limit] + [f"... ({len(chosen) - limit} more lines)"]
+    return "\n".join(chosen) or "the pulumi CLI failed without saying why"
+
+
+def split_command_error(text: str) -> tuple[list[str], list[str]]:
+    """stdout and stderr lines from the text of an Automation API ``CommandError``, whose
+    message is ``"\\n code: N\\n stdout: ...\\n stderr: ..."`` (``CommandResult.__str__``)."""
+    match = re.search(r"\n stdout: (?P<out>.*)\n stderr: (?P<err>.*)\Z", text, re.DOTALL)
+    if not match:
+        return [], [line for line in text.splitlines() if line.strip()]
+    return match["out"].splitlines(), match["err"].splitlines()
+
+
+def summary_document(verb: str, stack: str, session: str, backend: str | None, result: str, *,
+                     changes: Mapping[str, int] | None = None,
+                     outputs: Mapping[str, Any] | None = None,
+                     steps: Sequence[Mapping[str, Any]] = (), error: str | None = None,
+                     reason: str | None = None) -> dict[str, Any]:
+    """The ``--json`` document: one per run, whatever the outcome."""
+    doc: dict[str, Any] = {
+        "verb": verb, "stack": stack, "session": session, "backend": backend, "result": result,
+        "changes": dict(changes or {}), "outputs": dict(outputs or {}), "steps": list(steps),
+    }
+    if error is not None:
+        doc["error"] = error
+    if reason is not None:
+        doc["reason"] = reason
+    return doc
+
+
+class EventLog:
+    """Collects what the engine reports as structured events: per-resource steps (for the
+    ``--json`` summary and the PR comment) and error diagnostics (for the failure message)."""
+
+    def __init__(self) -> None:
+        self.steps: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, event: Any) -> None:
+        pre = getattr(event, "resource_pre_event", None)
+        meta = getattr(pre, "metadata", None)
+        if meta is not None:
+            op = op_name(getattr(meta, "op", ""))
+            urn = str(getattr(meta, "urn", ""))
+            kind = str(getattr(meta, "type", ""))
+            if op != "same" and kind != "pulumi:pulumi:Stack":
+                step = {"op": op, "type": kind, "name": urn.rsplit("::", 1)[-1]}
+                diffs = list(getattr(meta, "diffs", None) or [])
+                if diffs:
+                    step["diffs"] = diffs
+                keys = list(getattr(meta, "keys", None) or [])
+                if keys and "replace" in op:
+                    step["replace_keys"] = keys
+                with self._lock:
+                    self.steps.append(step)
+        diag = getattr(event, "diagnostic_event", None)
+        if diag is not None and getattr(diag, "severity", "") == "error":
+            text = str(getattr(diag, "message", "")).strip()
+            if text:
+                with self._lock:
+                    self.errors.append(text)
