@@ -761,3 +761,18 @@ def test_an_agent_is_reached_at_one_address_for_the_swarm_and_published_ports(ag
 
     assert agent_address(Agent.model_validate(
         {"name": "a", "capacity": {"cpu": 1, "mem": "1g"}, **agent})) == address
+
+
+def test_a_count_is_bounded_by_the_containers_it_plans_in_all(tree):
+    """count × size is what one definition makes plan, render and the program build: the same
+    limit as one cluster's (2,048), so a definition cannot ask for 100 × 2,048 containers."""
+    def counted(count: int, size: int) -> str:
+        return SESSION.replace("size: 2}", f"size: {size}}}") + f"count: {count}\n"
+
+    assert problems_of(tree(counted(2, 1024))) == []
+    assert problems_of(tree(counted(100, 2048))) == [
+        "count: 100 sessions of 2048 containers are 204800 containers, more than the 2048 one "
+        "definition may plan: lower the count or the size"]
+    assert problems_of(tree(counted(3, 683))) == [
+        "count: 3 sessions of 683 containers are 2049 containers, more than the 2048 one "
+        "definition may plan: lower the count or the size"]

@@ -271,6 +271,11 @@ def session_problems(session: Session) -> list[tuple[str, str]]:
     elif not session.name[0].isalnum():
         found.append(("name", "must start with a letter or digit: it begins the Docker "
                       "container and network names, which allow nothing else there"))
+    total = session.count * session.cluster.size
+    if session.count > 1 and total > MAX_CLUSTER_SIZE:
+        found.append(("count", f"{session.count} sessions of {session.cluster.size} containers "
+                      f"are {total} containers, more than the {MAX_CLUSTER_SIZE} one definition "
+                      "may plan: lower the count or the size"))
     longest = f"{session.name}-{session.count}"
     if session.count > 1 and len(longest) > MAX_SESSION_NAME:
         found.append(("count", f"{session.count} sessions are named {session.name}-1 .. "
