@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .clusterenv import kernel_id, members, split_user_env, static_envs
+from .loader import Loaded
 from .names import (
     HOST_LABEL,
     LABEL_PREFIX,
@@ -19,6 +20,7 @@ from .names import (
     SESSION_LABEL,
 )
 from .placement import Free, Placement, Request, place, take
+from .problems import DefinitionError, Problem
 from .spec import (
     DEFAULT_COMMAND,
     SSH_PORT,
@@ -205,6 +207,16 @@ def definition_problems(session: Session, pool: Pool) -> list[tuple[str, str]]:
     plans = build_plans(session, pool)
     reason = no_swarm_reason(pool)
     return [("cluster.mode", reason)] if any(p.reason == reason for p in plans) else []
+
+
+def check_usable(loaded: Loaded) -> Loaded:
+    """``loaded``, or DefinitionError naming the session file and field of each
+    :func:`definition_problems` (the driver and the program both ask this, once each)."""
+    found = definition_problems(loaded.session, loaded.pool)
+    if found:
+        raise DefinitionError([Problem(str(loaded.session_file), path, message)
+                               for path, message in found])
+    return loaded
 
 
 def _plan(session: Session, pool: Pool, placement: Placement) -> ClusterPlan:

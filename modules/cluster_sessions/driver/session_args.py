@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..core.loader import Loaded, load_file, load_session, with_pool
 from ..core.placement import Free
-from ..core.plan import ClusterPlan, build_plans, definition_problems
+from ..core.plan import ClusterPlan, build_plans, check_usable
 from ..core.problems import DefinitionError, Problem
 from ..core.spec import Session
 from .errors import Exit
@@ -98,15 +98,7 @@ class Selected:
 
 def load_definition(file: Path, pool: Path | None = None) -> Loaded:
     """A session definition and its pool, valid and usable together, or DefinitionError."""
-    return checked(load_session(file, pool))
-
-
-def checked(loaded: Loaded) -> Loaded:
-    found = definition_problems(loaded.session, loaded.pool)
-    if found:
-        raise DefinitionError([Problem(str(loaded.session_file), path, message)
-                               for path, message in found])
-    return loaded
+    return check_usable(load_session(file, pool))
 
 
 def validate_files(paths: Sequence[Path]) -> list[Problem]:
@@ -117,7 +109,7 @@ def validate_files(paths: Sequence[Path]) -> list[Problem]:
         try:
             obj = load_file(path)
             if isinstance(obj, Session):
-                checked(with_pool(obj, path))
+                check_usable(with_pool(obj, path))
         except DefinitionError as exc:
             problems.extend(exc.problems)
     return problems

@@ -23,8 +23,8 @@ import pulumi
 
 from ..core.loader import Loaded, load_session
 from ..core.names import CONFIG_NAMESPACE, DEFINITION_KEY, INDEX_KEY, POOL_KEY
-from ..core.plan import ClusterPlan, build_plans, definition_problems
-from ..core.problems import DefinitionError, Problem
+from ..core.plan import ClusterPlan, build_plans, check_usable
+from ..core.problems import DefinitionError
 from .session import Session, SessionArgs, SessionPending
 
 STACKS_DIR = "stacks"
@@ -51,14 +51,9 @@ def load(project_dir: Path, config: pulumi.Config | None = None) -> Loaded:
     definition = resolve(value, stacks)
     pool = config.get(POOL_KEY)
     try:
-        loaded = load_session(definition, resolve(pool, stacks) if pool else None)
-        found = definition_problems(loaded.session, loaded.pool)
-        if found:
-            raise DefinitionError([Problem(str(definition), path, message)
-                                   for path, message in found])
+        return check_usable(load_session(definition, resolve(pool, stacks) if pool else None))
     except DefinitionError as exc:
         raise InvalidDefinition(f"invalid session definition:\n{exc}") from None
-    return loaded
 
 
 def shown(path: Path, project_dir: Path) -> str:
