@@ -638,13 +638,50 @@ def test_agent_hosts_and_users_ssh_would_read_as_options_are_refused(tree, agent
     assert any(p.startswith(f"agents.0.{path}: ") and words in p for p in found), found
 
 
-@pytest.mark.parametrize("host", ["ssh://ops@10.0.0.1:2222", "ssh://agent-1.example",
-                                  "ssh://[fe80::1]:22", "tcp://10.0.0.2:2376",
-                                  "unix:///run/docker.sock"])
-def test_ordinary_docker_hosts_stay_valid(tree, host):
-    pool = (f"kind: AgentPool\nname: lab\nagents:\n  - {{name: a1, docker_host: '{host}', "
-            f"ssh: {{host: 'agent-1.example', user: ops}}, capacity: {{cpu: 8, mem: 32g}}}}\n")
+@pytest.mark.parametrize("fields", [
+    "docker_host: 'ssh://ops@10.0.0.1:2222'", "docker_host: 'ssh://agent-1.example'",
+    "docker_host: 'ssh://[fe80::1]:22'", "docker_host: 'unix:///run/docker.sock'",
+    "docker_host: 'tcp://10.0.0.2:2376', tls: {cert_path: ~/.docker/agents}",
+    # a remote agent as a real pool is: the socket on the agent, or its default
+    "docker_host: 'unix:///run/user/1000/docker.sock', ssh: {host: agent-1.example, user: ops}",
+    "ssh: {host: agent-1.example, user: ops, key_file: ~/.ssh/id_pool}",
+])
+def test_ordinary_docker_hosts_stay_valid(tree, fields):
+    pool = (f"kind: AgentPool\nname: lab\nagents:\n  - {{name: a1, {fields}, "
+            f"capacity: {{cpu: 8, mem: 32g}}}}\n")
     assert problems_of(tree(pool, "p.yaml", "pools")) == []
+
+
+@pytest.mark.parametrize(("fields", "path", "words"), [
+    # an ssh block means "reach the agent over ssh": docker_host is the socket there
+    ("docker_host: 'ssh://ops@h', ssh: {host: h}", "docker_host", "socket on the agent"),
+    ("docker_host: 'tcp://h:2376', ssh: {host: h}", "docker_host", "socket on the agent"),
+    # engines a pool may name: an allowlist of schemes
+    ("docker_host: 'npipe:////./pipe/docker_engine'", "docker_host", "must be unix:///PATH"),
+    ("docker_host: 'fd://'", "docker_host", "must be unix:///PATH"),
+    ("docker_host: 'http://h:2375'", "docker_host", "must be unix:///PATH"),
+    ("docker_host: 'tcp://h:2375'", "docker_host", "without TLS"),
+    ("docker_host: 'tcp://h'", "docker_host", "needs a port"),
+    ("docker_host: 'tcp://h', tls: {cert_path: /c}", "docker_host", "needs a port"),
+    ("docker_host: 'tcp://h:0', tls: {cert_path: /c}", "docker_host", "port 0"),
+    ("docker_host: 'ssh://ops@h:0'", "docker_host", "port 0"),
+    ("docker_host: 'unix:///s', tls: {cert_path: /c}", "tls", "tcp://"),
+    ("ssh: {host: h, key_file: '/keys/my key'}", "ssh.key_file", "whitespace"),
+    ("ssh: {host: h, known_hosts: '/kh/%d'}", "ssh.known_hosts", "'%'"),
+])
+def test_how_an_agent_is_reached_must_mean_one_thing(tree, fields, path, words):
+    pool = (f"kind: AgentPool\nname: lab\nagents:\n  - {{name: a1, {fields}, "
+            f"capacity: {{cpu: 8, mem: 32g}}}}\n")
+    found = problems_of(tree(pool, "p.yaml", "pools"))
+    assert any(p.startswith(f"agents.0.{path}: ") and words in p for p in found), found
+
+
+def test_a_password_in_an_ssh_url_is_refused_without_being_echoed(tree):
+    pool = ("kind: AgentPool\nname: lab\nagents:\n  - {name: a1, docker_host: "
+            "'ssh://ops:hunter2@h:22', capacity: {cpu: 8, mem: 32g}}\n")
+    found = problems_of(tree(pool, "p.yaml", "pools"))
+    assert any(p.startswith("agents.0.docker_host: ") and "password" in p for p in found), found
+    assert not any("hunter2" in p for p in found)
 
 
 def test_a_cluster_beyond_the_maximum_size_is_refused_with_the_limit(tree):

@@ -103,11 +103,20 @@ def test_pool_up_and_destroy_without_the_pulumi_cli_exit_4(monkeypatch, tmp_path
             assert json.loads(out)["result"] == "missing-prerequisite"
 
 
+def tls_dir(tmp_path: Path) -> str:
+    """A TLS directory in Docker's layout (the files need only exist: nothing answers)."""
+    certs = tmp_path / "certs"
+    certs.mkdir(exist_ok=True)
+    for name in ("ca.pem", "cert.pem", "key.pem"):
+        (certs / name).touch()
+    return str(certs)
+
+
 def test_pool_check_names_agents_whose_engine_does_not_answer(tmp_path, capsys):
     pool = write_pool(
         tmp_path / "dead.yaml",
         agent("gone-socket", f"unix://{tmp_path}/no-docker.sock"),
-        agent("closed-port", "tcp://127.0.0.1:9"),
+        agent("closed-port", "tcp://127.0.0.1:9", tls={"cert_path": tls_dir(tmp_path)}),
     )
     code = cli.main(["pool", "check", str(pool)])
     out, err = capsys.readouterr()
@@ -121,7 +130,8 @@ def test_pool_check_names_agents_whose_engine_does_not_answer(tmp_path, capsys):
 
 
 def test_plan_probe_on_an_unusable_pool_exits_4_naming_the_agent(tmp_path, capsys):
-    pool = write_pool(tmp_path / "dead.yaml", agent("closed-port", "tcp://127.0.0.1:9"))
+    pool = write_pool(tmp_path / "dead.yaml", agent("closed-port", "tcp://127.0.0.1:9",
+                                                    tls={"cert_path": tls_dir(tmp_path)}))
     session = factories.write(tmp_path / "s.yaml", factories.session("probe-test", str(pool)))
     assert cli.main(["plan", str(session), "--probe"]) == Exit.MISSING
     err = capsys.readouterr().err

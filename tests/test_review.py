@@ -108,7 +108,7 @@ def test_memory_change_replaces_because_labels_carry_it():
 def test_gpu_change_replaces_with_new_gpu_ids():
     review = review_of("gpu")
     assert set(actions(review).values()) == {"replace"}
-    assert why(review, "main1") == ("resources", "GPU ids")
+    assert why(review, "main1") == ("GPU ids",)
 
 
 def test_restart_policy_is_the_one_in_place_update():
@@ -137,7 +137,9 @@ def test_spreading_to_a_second_agent_replaces_the_network_and_everything_on_it()
 def test_pool_mtu_change_replaces_network_and_all_containers():
     review = review_of("mtu")
     assert review.definition == ()  # the session did not change; its pool did
-    assert [(c.what, c.old, c.new) for c in review.network.changes] == [("mtu", "1450", "1400")]
+    # the MTU is part of the network's name: another MTU is another network (issue 20)
+    assert [(c.what, c.old, c.new) for c in review.network.changes] == [
+        ("name", "train-net-mtu1450", "train-net-mtu1400"), ("mtu", "1450", "1400")]
     assert set(actions(review).values()) == {"replace"}
     assert all(why(review, h) == ("network replaced",) for h in actions(review))
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from cluster_sessions.core.loader import load_session
-from cluster_sessions.core.names import BUNDLE_DIGEST_LABEL
+from cluster_sessions.core.names import BUNDLE_DIGEST_LABEL, ENDPOINT_LABEL
 from cluster_sessions.core.plan import (
     ClusterPlan,
     build_plan,
@@ -62,6 +62,7 @@ FIXTURE_STACKS = {
         "cluster-sessions:definition": "sessions/multi-demo.yaml",
         "cluster-sessions:pool": str(FIXTURES / "pools" / "ssh-pair.yaml"),
     },
+    "remote-gpus": {"cluster-sessions:definition": str(FIXTURES / "sessions" / "remote-gpus.yaml")},
 }
 
 
@@ -111,6 +112,14 @@ class Run:
         value, _secret = self.outputs[name]
         return value
 
+    def provider(self, agent: str) -> Registration:
+        """The provider of ``agent``: named ``<session>-<agent>-<8 hex digits>``."""
+        found = [r for r in self.engine.of_type(PROVIDER)
+                 if re.fullmatch(rf"{re.escape(self.plan.name)}-{re.escape(agent)}-[0-9a-f]{{8}}",
+                                 r.name)]
+        assert len(found) == 1, [r.name for r in self.engine.of_type(PROVIDER)]
+        return found[0]
+
 
 @pytest.fixture(scope="module", params=EXAMPLES + sorted(FIXTURE_STACKS))
 def run(request) -> Run:
@@ -147,8 +156,8 @@ def test_one_component_holds_providers_network_keys_and_one_container_per_host(r
     plan, engine = run.plan, run.engine
     used_agents = set(plan.agents) | {plan.network.agent}
     assert [r.name for r in engine.of_type(TYPE_TOKEN)] == [plan.name]
-    assert sorted(r.name for r in engine.of_type(PROVIDER)) == sorted(
-        f"{plan.name}-{a}" for a in used_agents)
+    assert sorted(r.urn for r in engine.of_type(PROVIDER)) == sorted(
+        run.provider(a).urn for a in used_agents)
     assert [r.name for r in engine.of_type(NETWORK)] == [plan.network.name]
     assert [r.name for r in engine.of_type(KEYS)] == [f"{plan.name}-keys"]
     # (registrations come from a thread pool, so their order is not the program's order)
@@ -170,43 +179,138 @@ def test_the_component_is_the_parent_of_every_resource_it_makes(run: Run):
 
 def test_each_agent_gets_a_provider_for_its_docker_host(run: Run):
     pool = load_session(*definition_and_pool(run.config)).pool
-    for reg in run.engine.of_type(PROVIDER):
-        agent = pool.agent(reg.name.removeprefix(f"{run.plan.name}-"))
+    for agent in pool.agents:
+        if agent.name not in set(run.plan.agents) | {run.plan.network.agent}:
+            continue
+        reg = run.provider(agent.name)
         inputs = reg.plain_inputs
-        assert inputs["host"] == agent.docker_host, reg.urn
-        if agent.docker_host.startswith("ssh://"):
+        if agent.ssh is not None:  # remote: the socket named is the agent's, over its ssh
+            socket = agent.docker_host.removeprefix("unix://")
+            path = "" if socket == "/var/run/docker.sock" else socket
+            assert inputs["host"] == (f"ssh://{agent.ssh.user}@{agent.ssh.host}:"
+                                      f"{agent.ssh.port}{path}"), reg.urn
+        else:
+            assert inputs["host"] == agent.docker_host, reg.urn
+        if inputs["host"].startswith("ssh://"):
             opts = json.loads(inputs["sshOpts"])  # provider config arrives JSON-encoded
             assert opts[:2] == ["-o", "StrictHostKeyChecking=yes"], reg.urn
-            assert "BatchMode=yes" in opts, reg.urn
+            assert "BatchMode=yes" in opts and "ConnectTimeout=10" in opts, reg.urn
         else:
             assert "sshOpts" not in inputs, reg.urn
+        if agent.docker_host.startswith("tcp://"):
+            assert inputs["certPath"] == agent.tls.cert_path, reg.urn
+        else:
+            assert "certPath" not in inputs, reg.urn
+
+
+def test_remote_gpu_agents_get_ssh_providers_and_device_requests_they_can_run():
+    """The daily path of issue 20: two GPU hosts reached over SSH as a non-root user. Written
+    out by hand, not derived from the code under test."""
+    run = Run("remote-gpus")
+    key = ["-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
+           "-o", "UserKnownHostsFile=~/.ssh/known_hosts_pool",
+           "-o", "IdentityFile=~/.ssh/id_pool", "-o", "IdentitiesOnly=yes"]
+    a, b = run.provider("gpu-a").plain_inputs, run.provider("gpu-b").plain_inputs
+    # the agent's default socket is the remote default: no path; another socket rides along
+    assert a["host"] == "ssh://ops@10.0.0.11:2222"
+    assert b["host"] == "ssh://ops@10.0.0.12:2222/run/user/1000/docker.sock"
+    assert json.loads(a["sshOpts"]) == key and json.loads(b["sshOpts"]) == key
+    assert "certPath" not in a and "context" not in a
+    # two GPUs per container as one device request the engine accepts (not gpus=device=0,1)
+    want = {"main1": ["0", "1"], "sub1": ["2", "3"], "sub2": ["0", "1"], "sub3": ["2", "3"]}
+    for host, ids in want.items():
+        inputs = run.container(host).plain_inputs
+        assert "gpus" not in inputs, host
+        assert inputs["deviceRequests"] == [
+            {"driver": "nvidia", "deviceIds": ids, "capabilities": ["gpu"]}], host
+        assert run.container(host).provider_urn == run.provider(
+            "gpu-a" if host in ("main1", "sub1") else "gpu-b").urn
+    assert run.network.plain_inputs["name"] == "remote-gpus-net-mtu1450"
+    assert run.network.provider_urn == run.provider("gpu-a").urn
+
+
+def test_the_caller_s_docker_environment_moves_nothing(monkeypatch):
+    """DOCKER_HOST cannot redirect a provider (every provider gets an explicit host); what the
+    provider itself would follow over its arguments makes the program refuse to run."""
+    before = Run("remote-gpus")
+    monkeypatch.setenv("DOCKER_HOST", "tcp://203.0.113.9:2375")
+    monkeypatch.setenv("DOCKER_TLS_VERIFY", "1")
+    after = Run("remote-gpus")
+    assert ({r.name: r.plain_inputs for r in after.engine.of_type(PROVIDER)}
+            == {r.name: r.plain_inputs for r in before.engine.of_type(PROVIDER)})
+    for name in ("DOCKER_CONTEXT", "DOCKER_CERT_PATH", "DOCKER_SSH_OPTS", "DOCKER_CA_MATERIAL",
+                 "DOCKER_CERT_MATERIAL", "DOCKER_KEY_MATERIAL"):
+        with monkeypatch.context() as env:
+            env.setenv(name, "elsewhere")
+            engine = Engine()
+            with pytest.raises(Exception, match=f"sets {name}, which the docker provider"):
+                run_program(engine, "remote-gpus", config_of("remote-gpus"))
+            assert not engine.of_type(PROVIDER) and not engine.of_type(CONTAINER)
+
+
+def test_a_changed_endpoint_is_a_new_provider_and_new_containers(tmp_path):
+    """Pulumi does not replace a resource whose provider reference changes (the docker
+    provider marks no config key ForcesProviderReplace): the provider's name carries the
+    endpoint's digest, and each container and network carries the endpoint in a label, which
+    forces a new resource made through the new provider (the old one is deleted through the
+    old)."""
+    pool = yaml.safe_load((FIXTURES / "pools" / "remote-gpus.yaml").read_text())
+    session = yaml.safe_load((FIXTURES / "sessions" / "remote-gpus.yaml").read_text())
+
+    def run_with(agents_patch: dict) -> Run:
+        doc = {**pool, "agents": [{**a, **agents_patch.get(a["name"], {})}
+                                  for a in pool["agents"]]}
+        (tmp_path / "pool.yaml").write_text(yaml.safe_dump(doc))
+        definition = tmp_path / "s.yaml"
+        definition.write_text(yaml.safe_dump({**session, "pool": str(tmp_path / "pool.yaml")}))
+        FIXTURE_STACKS["remote-gpus-moved"] = {"cluster-sessions:definition": str(definition)}
+        try:
+            run = Run("remote-gpus-moved")
+        finally:
+            del FIXTURE_STACKS["remote-gpus-moved"]
+        return run
+
+    def endpoint(reg: Registration) -> str:
+        return {x["label"]: x["value"] for x in reg.plain_inputs["labels"]}[
+            "cluster-sessions.endpoint"]
+
+    first = run_with({})
+    ssh_b = {**pool["agents"][1]["ssh"], "host": "10.0.0.99"}
+    moved = run_with({"gpu-b": {"ssh": ssh_b}})
+    rekeyed = run_with({"gpu-b": {"ssh": {**pool["agents"][1]["ssh"], "key_file": "~/.ssh/k2"}}})
+    assert moved.provider("gpu-a").name == first.provider("gpu-a").name
+    assert moved.provider("gpu-b").name != first.provider("gpu-b").name
+    assert rekeyed.provider("gpu-b").name == first.provider("gpu-b").name  # same endpoint
+    assert endpoint(first.container("sub2")) == (
+        "ssh://ops@10.0.0.12:2222 unix:///run/user/1000/docker.sock")
+    assert endpoint(moved.container("sub2")) == (
+        "ssh://ops@10.0.0.99:2222 unix:///run/user/1000/docker.sock")
+    assert endpoint(moved.container("main1")) == endpoint(first.container("main1"))
 
 
 def test_ssh_agents_pin_host_keys_with_the_files_of_their_ssh_block():
     run = Run("spread-demo")
-    opts = {r.name: json.loads(r.plain_inputs["sshOpts"]) for r in run.engine.of_type(PROVIDER)}
-    assert opts == {
-        "spread-demo-node-a": [
-            "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
-            "-o", "UserKnownHostsFile=~/.ssh/known_hosts_agents",
-            "-o", "IdentityFile=~/.ssh/id_agents", "-o", "IdentitiesOnly=yes",
-            "-o", "Port=2222",  # the URL names no port; the ssh block does
-        ],
-        # no ssh block, and the port is in the URL
-        "spread-demo-node-b": ["-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes"],
-    }
+    assert run.provider("node-a").plain_inputs["host"] == "ssh://ops@10.0.0.11:2222/run/docker-gpu.sock"
+    assert json.loads(run.provider("node-a").plain_inputs["sshOpts"]) == [
+        "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
+        "-o", "UserKnownHostsFile=~/.ssh/known_hosts_agents",
+        "-o", "IdentityFile=~/.ssh/id_agents", "-o", "IdentitiesOnly=yes",
+    ]
+    # no ssh block: the URL as written, with the operator's own ssh defaults
+    assert run.provider("node-b").plain_inputs["host"] == "ssh://ops@10.0.0.12:2201"
+    assert json.loads(run.provider("node-b").plain_inputs["sshOpts"]) == [
+        "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]
 
 
 def test_the_overlay_is_made_through_the_manager_even_when_it_holds_no_container():
     run = Run("spread-on-workers")
     assert "mgr" not in run.plan.agents and run.plan.network.agent == "mgr"
-    providers = {r.name: r.urn for r in run.engine.of_type(PROVIDER)}
-    assert set(providers) == {"spread-demo-mgr", "spread-demo-w1", "spread-demo-w2"}
-    assert run.network.provider_urn == providers["spread-demo-mgr"]
+    assert len(run.engine.of_type(PROVIDER)) == 3
+    assert run.network.provider_urn == run.provider("mgr").urn
     assert run.network.plain_inputs["attachable"] is True
     for c in run.plan.containers:
         reg = run.container(c.host)
-        assert reg.plain_inputs["networksAdvanced"][0]["name"] == "spread-demo-net"
+        assert reg.plain_inputs["networksAdvanced"][0]["name"] == "spread-demo-net-mtu1450"
         assert run.network.urn in reg.dependencies
 
 
@@ -218,15 +322,14 @@ def test_session_args_refuse_a_plan_made_for_another_pool():
 
 
 def test_containers_run_on_their_agents_and_the_network_on_its_agent(run: Run):
-    plan, engine = run.plan, run.engine
-    provider_urn = {r.name: r.urn for r in engine.of_type(PROVIDER)}
+    plan = run.plan
     for c in plan.containers:
         reg = run.container(c.host)
-        assert reg.provider_urn == provider_urn[f"{plan.name}-{c.agent}"], reg.urn
+        assert reg.provider_urn == run.provider(c.agent).urn, reg.urn
         assert run.network.urn in reg.dependencies, f"{reg.urn} does not wait for the network"
         assert reg.delete_before_replace, f"{reg.urn}: a fixed name needs delete-before-replace"
     net = run.network
-    assert net.provider_urn == provider_urn[f"{plan.name}-{plan.network.agent}"], net.urn
+    assert net.provider_urn == run.provider(plan.network.agent).urn, net.urn
     assert net.delete_before_replace, f"{net.urn}: a fixed name needs delete-before-replace"
 
 
@@ -258,10 +361,14 @@ def test_container_resources_are_per_container_in_docker_units(run: Run):
         assert parse_cpus(inputs["cpus"]) == round(res.cpu * 1e9)
         assert inputs["memory"] == float(-(-res.mem // 2**20))  # MB, numbers arrive as floats
         assert inputs["shmSize"] == float(-(-res.shmem // 2**20))
+        # no swap beyond the limit, spelled as read back (rcf.go 940-944): no drift
+        assert inputs["memorySwap"] == inputs["memory"]
+        assert "gpus" not in inputs
         if c.gpus:
-            assert inputs["gpus"] == "device=" + ",".join(map(str, c.gpus))
+            assert inputs["deviceRequests"] == [{"driver": "nvidia", "capabilities": ["gpu"],
+                                                 "deviceIds": [str(g) for g in c.gpus]}]
         else:
-            assert "gpus" not in inputs
+            assert "deviceRequests" not in inputs
 
 
 def test_mounts_are_binds_for_paths_and_volumes_for_names(run: Run):
@@ -278,9 +385,12 @@ def test_labels_identify_session_host_and_role(run: Run):
     for c in run.plan.containers:
         labels = run.container(c.host).plain_inputs["labels"]
         assert {x["label"]: x["value"] for x in labels
-                if x["label"] != BUNDLE_DIGEST_LABEL} == container_labels(run.plan, c)
+                if x["label"] not in (BUNDLE_DIGEST_LABEL, ENDPOINT_LABEL)
+                } == container_labels(run.plan, c)
+        assert sum(x["label"] == ENDPOINT_LABEL for x in labels) == 1
     labels = run.network.plain_inputs["labels"]
-    assert {x["label"]: x["value"] for x in labels} == network_labels(run.plan)
+    assert {x["label"]: x["value"] for x in labels
+            if x["label"] != ENDPOINT_LABEL} == network_labels(run.plan)
 
 
 def test_only_main1_publishes_the_definitions_ports(run: Run):

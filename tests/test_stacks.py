@@ -410,7 +410,7 @@ def test_remote_agents_are_not_probed_before_the_engine(tmp_path):
     from cluster_sessions.core.loader import load_session
     from cluster_sessions.core.plan import build_plan
 
-    loaded = load_session(write_session(tmp_path, docker_host="tcp://10.0.0.1:2376"))
+    loaded = load_session(write_session(tmp_path, docker_host="ssh://ops@10.0.0.1"))
     plan = build_plan(loaded.session, loaded.pool)
 
     def ping(url):

@@ -2,17 +2,18 @@
 
 What is asked of an agent (its Docker version, swarm state, CPUs, our containers) is a fact
 (:mod:`.facts`); how the question gets there is a connector. The same facts run against the lab,
-a real agent over SSH, or this machine:
+a real agent over SSH, or this machine. Which connector an agent gets is
+:func:`.reach.reach_of`'s decision, the same one the ``docker.Provider`` arguments follow:
 
 - :class:`SSHConnector` (paramiko): key file or ssh-agent/default keys; host keys are checked
   strictly by default against the agent's ``known_hosts`` file (or ``~/.ssh/known_hosts``): an
   unknown key is refused, a changed key is always refused. ``host_keys="accept-new"`` records
   the key of a host seen for the first time (trust on first use), as ``ssh -o
   StrictHostKeyChecking=accept-new`` does.
-- :class:`LocalConnector` (subprocess): agents whose ``docker_host`` is a unix socket, which is
-  on this machine by definition.
-- :class:`ApiConnector` (docker SDK): ``tcp://`` agents without an ``ssh`` block; there is no
-  shell there, so only facts that the Docker API can answer are available.
+- :class:`LocalConnector` (subprocess): agents with no ``ssh`` block whose ``docker_host`` is a
+  unix socket, which is on this machine by definition.
+- :class:`ApiConnector` (docker SDK): ``tcp://`` agents, with the pool's TLS material; there is
+  no shell there, so only facts that the Docker API can answer are available.
 
 Every failure is an :class:`AgentError` that names the agent and the cause (unreachable, auth
 failed, host key unknown, host key changed, docker not answering, timeout, ...). Nothing
@@ -35,7 +36,9 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+
+from ..core.names import DEFAULT_DOCKER_HOST, DOCKER_CLIENT_ENV
+from .reach import LOCAL, SSH, reach_of
 
 if TYPE_CHECKING:
     from ..core.spec import Agent
@@ -120,7 +123,9 @@ class LocalConnector(Connector):
     def run(self, cmd: str, timeout: float | None = None) -> tuple[int, str, str]:
         limit = timeout or self.timeout
         try:
-            proc = subprocess.run(["/bin/sh", "-c", cmd], env={**os.environ, **self.env},
+            # the caller's DOCKER_HOST, DOCKER_CONTEXT, ... never choose the engine: env does
+            inherited = {k: v for k, v in os.environ.items() if k not in DOCKER_CLIENT_ENV}
+            proc = subprocess.run(["/bin/sh", "-c", cmd], env={**inherited, **self.env},
                                   stdin=subprocess.DEVNULL, capture_output=True, timeout=limit)
         except subprocess.TimeoutExpired:
             raise AgentError(self.agent, TIMEOUT,
@@ -131,7 +136,7 @@ class LocalConnector(Connector):
     def docker_client(self) -> Any:
         import docker
 
-        host = self.env.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        host = self.env.get("DOCKER_HOST", DEFAULT_DOCKER_HOST)
         return docker.DockerClient(base_url=host, timeout=int(self.timeout))
 
 
@@ -437,36 +442,48 @@ class DialStdioRelay:
 
 
 class ApiConnector(Connector):
-    """A Docker Engine reached only through its API (``tcp://``); no shell, no host facts."""
+    """A Docker Engine reached only through its API (``tcp://`` with TLS); no shell, no host
+    facts. The TLS material is the pool's (``tls.cert_path``), never the caller's
+    ``DOCKER_CERT_PATH``."""
 
     shell = False
 
-    def __init__(self, agent: str, docker_host: str, timeout: float = DEFAULT_COMMAND_TIMEOUT):
+    def __init__(self, agent: str, docker_host: str, cert_path: str | None = None,
+                 timeout: float = DEFAULT_COMMAND_TIMEOUT):
         self.agent = agent
         self.docker_host = docker_host
+        self.cert_path = cert_path
         self.timeout = timeout
         self.description = f"docker API {docker_host}"
         self._client: Any = None
+
+    def _new_client(self):
+        import docker
+
+        tls: Any = False
+        if self.cert_path:
+            d = Path(self.cert_path).expanduser()
+            tls = docker.tls.TLSConfig(client_cert=(str(d / "cert.pem"), str(d / "key.pem")),
+                                       ca_cert=str(d / "ca.pem"), verify=True)
+        return docker.DockerClient(base_url=self.docker_host, tls=tls, timeout=int(self.timeout))
 
     def client(self):
         if self._client is None:
             import docker
 
-            env = {**os.environ, "DOCKER_HOST": self.docker_host}
             try:
-                self._client = docker.from_env(environment=env, timeout=int(self.timeout))
+                self._client = self._new_client()
+                self._client.ping()
             except docker.errors.TLSParameterError as exc:
                 raise AgentError(self.agent, MISCONFIGURED,
                                  f"{self.description}: {exc}") from None
-            except docker.errors.DockerException as exc:  # the version probe found nobody
+            except docker.errors.DockerException as exc:
                 raise AgentError(self.agent, DOCKER_NOT_ANSWERING,
                                  f"{self.description}: {short_error(exc)}") from None
         return self._client
 
     def docker_client(self) -> Any:
-        import docker
-
-        return docker.DockerClient(base_url=self.docker_host, timeout=int(self.timeout))
+        return self._new_client()
 
     def run(self, cmd: str, timeout: float | None = None) -> tuple[int, str, str]:
         raise AgentError(self.agent, MISCONFIGURED,
@@ -491,43 +508,31 @@ def short_error(exc: BaseException) -> str:
 
 
 def docker_env(agent: Agent) -> dict[str, str]:
-    """DOCKER_HOST for commands run on the agent.
-
-    A ``unix://`` or ``tcp://`` docker_host names the engine as the agent itself reaches it; an
-    ``ssh://`` one means "the default engine of that SSH host", so DOCKER_HOST stays unset.
-    """
-    if agent.docker_host.startswith(("unix://", "tcp://")):
-        return {"DOCKER_HOST": agent.docker_host}
-    return {}
+    """DOCKER_HOST (and TLS settings) for commands run where the agent's engine is
+    (:attr:`.reach.Reach.docker_env`)."""
+    return reach_of(agent).docker_env
 
 
 def connector_for(agent: Agent, *, host_keys: str = "strict",
                   connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
                   timeout: float = DEFAULT_COMMAND_TIMEOUT) -> Connector:
-    """The connector for an agent of a pool (nothing is opened yet).
-
-    - an ``ssh`` block: SSH with its host, port, user, key file and known_hosts;
-    - else ``ssh://[user@]host[:port]``: SSH with the default keys and ``~/.ssh/known_hosts``;
-    - else ``unix://``: this machine;
-    - else (``tcp://``): the Docker API only.
-    """
-    env = docker_env(agent)
-    if agent.ssh is not None:
-        s = agent.ssh
-        return SSHConnector(agent.name, s.host, s.port, s.user, s.key_file, s.known_hosts,
-                            env=env, host_keys=host_keys, connect_timeout=connect_timeout,
-                            timeout=timeout)
-    url = urlsplit(agent.docker_host)
-    if url.scheme == "ssh":
-        if not url.hostname:
+    """The connector for an agent of a pool (nothing is opened yet), as :func:`.reach.reach_of`
+    decides: SSH for a remote agent (its ``ssh`` block, or an ``ssh://`` docker_host with the
+    default keys and ``~/.ssh/known_hosts``), this machine for a local socket, the Docker API
+    with the pool's TLS material for ``tcp://``."""
+    reach = reach_of(agent)
+    env = reach.docker_env
+    if reach.kind == SSH:
+        if not reach.host:
             raise AgentError(agent.name, MISCONFIGURED, f"docker_host {agent.docker_host} "
                              "names no host")
-        return SSHConnector(agent.name, url.hostname, url.port or 22, url.username, env=env,
-                            host_keys=host_keys, connect_timeout=connect_timeout,
-                            timeout=timeout)
-    if url.scheme == "unix":
+        return SSHConnector(agent.name, reach.host, reach.port or 22, reach.user,
+                            reach.key_file, reach.known_hosts, env=env, host_keys=host_keys,
+                            connect_timeout=connect_timeout, timeout=timeout)
+    if reach.kind == LOCAL:
         return LocalConnector(agent.name, env=env, timeout=timeout)
-    return ApiConnector(agent.name, agent.docker_host, timeout=timeout)
+    return ApiConnector(agent.name, reach.provider_host, cert_path=reach.cert_path,
+                        timeout=timeout)
 
 
 def agent_props(agent: Agent) -> dict[str, Any]:
@@ -535,10 +540,15 @@ def agent_props(agent: Agent) -> dict[str, Any]:
     return agent.model_dump(mode="json", exclude={"capacity"})
 
 
-def connector_from_props(props: Mapping[str, Any], **kwargs: Any) -> Connector:
-    """:func:`connector_for` from :func:`agent_props` output (dynamic providers' inputs)."""
+def agent_from_props(props: Mapping[str, Any]) -> Agent:
+    """The agent :func:`agent_props` described (dynamic providers' inputs)."""
     from ..core.spec import Agent
 
     data = dict(props)
     data.setdefault("capacity", {"cpu": 1, "mem": "1g"})  # a placeholder: unused here
-    return connector_for(Agent.model_validate(data, strict=False), **kwargs)
+    return Agent.model_validate(data, strict=False)
+
+
+def connector_from_props(props: Mapping[str, Any], **kwargs: Any) -> Connector:
+    """:func:`connector_for` from :func:`agent_props` output (dynamic providers' inputs)."""
+    return connector_for(agent_from_props(props), **kwargs)

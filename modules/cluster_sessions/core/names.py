@@ -1,6 +1,6 @@
 """Names every layer shares, each decided here once (as Kubeflow keeps its ``Env*`` names):
 the project, the labels on what a session makes, the stack configuration keys, the prefix of
-the cluster variables, the default master port and the demo image.
+the cluster variables, the default master port, the demo image and the default engine socket.
 
 The plan writes the labels; the agents' facts, ``status``, ``ls`` and the cleanup read them
 back; the driver sets the config keys and the programs read them.
@@ -18,6 +18,10 @@ ROLE_LABEL = f"{LABEL_PREFIX}.role"
 # The SHA-256 of a container's public bundle files, so that a preview shows an entrypoint
 # change (the bundle itself is a secret upload).
 BUNDLE_DIGEST_LABEL = f"{LABEL_PREFIX}.bundle-digest"
+# Where the engine a container or network was made on is (agents.reach.Reach.endpoint): labels
+# force a new resource, so an agent that now points elsewhere gets its containers made anew
+# there (deleted through the old provider) instead of keeping a state entry for the old host.
+ENDPOINT_LABEL = f"{LABEL_PREFIX}.endpoint"
 
 CONFIG_NAMESPACE = PROJECT
 DEFINITION_KEY = "definition"  # a session stack's ClusterSession file
@@ -36,3 +40,17 @@ DEFAULT_MASTER_PORT = 29500  # PyTorch's convention; Kubeflow uses it too
 
 DEMO_IMAGE_REPOSITORY = f"{PROJECT}/debian-sshd"
 DEMO_IMAGE = f"{DEMO_IMAGE_REPOSITORY}:latest"
+
+# Where Docker Engines listen by default; an agent's docker_host defaults to it (on the agent,
+# when the agent has an ssh block).
+DEFAULT_DOCKER_SOCKET = "/var/run/docker.sock"
+DEFAULT_DOCKER_HOST = f"unix://{DEFAULT_DOCKER_SOCKET}"
+# What the docker provider reads from its environment when the program leaves the key unset
+# (kreuzwerker provider.go 59-102): DOCKER_CONTEXT even *overrides* an explicit host
+# (204-217), and DOCKER_CERT_PATH or *_MATERIAL make it try TLS before SSH (config.go
+# 129-166). The program refuses to run with any of them set.
+PROVIDER_STEERING_ENV = ("DOCKER_CONTEXT", "DOCKER_CERT_PATH", "DOCKER_CA_MATERIAL",
+                         "DOCKER_CERT_MATERIAL", "DOCKER_KEY_MATERIAL", "DOCKER_SSH_OPTS")
+# What the caller's shell may hold that would steer a Docker client (docker/cli, the SDK) or
+# the provider elsewhere than the pool says; the driver removes them before it starts pulumi.
+DOCKER_CLIENT_ENV = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_TLS", *PROVIDER_STEERING_ENV)

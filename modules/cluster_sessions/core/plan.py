@@ -149,8 +149,12 @@ def pool_capacity(pool: Pool) -> list[Free]:
             for a in pool.agents]
 
 
-def network_name(session: Session) -> str:
-    return f"{session.name}-net"
+def network_name(session: Session, mtu: int | None = None, encrypted: bool = False) -> str:
+    """``<session>-net``, plus the options it is built with (``-mtu1450``, ``-enc``): a
+    network's options cannot change in place, and the provider does not compare them (Docker
+    adds its own: provider_facts.NETWORK_IGNORED), so they are part of its identity. Another MTU
+    is another network, built with the new options, and the containers move to it."""
+    return f"{session.name}-net" + (f"-mtu{mtu}" if mtu else "") + ("-enc" if encrypted else "")
 
 
 def session_copies(session: Session) -> tuple[Session, ...]:
@@ -242,12 +246,13 @@ def _plan(session: Session, pool: Pool, placement: Placement) -> ClusterPlan:
         net_agent = pool.swarm.manager if pool.swarm else None
     else:
         net_agent = agents[0] if agents else None
+    encrypted = overlay and pool.network.encrypted
     network = NetworkPlan(
         driver="overlay" if overlay else "bridge",
-        name=network_name(session),
+        name=network_name(session, pool.network.mtu, encrypted),
         agent=net_agent,
         mtu=pool.network.mtu,
-        encrypted=overlay and pool.network.encrypted,
+        encrypted=encrypted,
     )
     return ClusterPlan(
         session=session,

@@ -20,13 +20,15 @@ from fractions import Fraction
 UPSTREAM = "kreuzwerker/terraform-provider-docker v4.5.0 (5074970c), bridged by pulumi-docker 5.x"
 
 # docker.Container arguments the Session passes, and whether a change to each replaces the
-# container (ForceNew in the schema) or is applied in place (resourceDockerContainerUpdate:
-# restart, memory, must_run). ``uploads`` is the provider's ``upload``.
+# container (ForceNew in the schema) or is applied in place (resourceDockerContainerUpdate,
+# rcf.go 1016-1019: restart, memory, memory_swap; must_run starts it again). ``uploads`` is the
+# provider's ``upload``.
 CONTAINER_FORCE_NEW: dict[str, bool] = {
     "name": True, "image": True, "hostname": True, "networks_advanced": True, "envs": True,
     "uploads": True, "entrypoints": True, "command": True, "cpus": True, "memory": False,
-    "shm_size": True, "gpus": True, "mounts": True, "labels": True, "restart": False,
-    "must_run": False, "init": False, "wait": False, "ports": True,
+    "memory_swap": False, "shm_size": True, "device_requests": True, "mounts": True,
+    "labels": True, "restart": False, "must_run": False, "init": False, "wait": False,
+    "ports": True,
 }
 # docker.Network arguments the Session passes: every one forces a new network.
 NETWORK_FORCE_NEW: dict[str, bool] = {
@@ -76,3 +78,24 @@ def stable_cpus_near(cpu: float) -> float:
             if candidate > 0 and cpus_argument(candidate / 1000) is not None:
                 return candidate / 1000
     return round(cpu)
+
+
+
+GPU_DRIVER = "nvidia"  # Docker's own device driver for NVIDIA GPUs (what `--gpus` selects)
+
+
+def gpu_device_request(ids: tuple[int, ...]) -> dict | None:
+    """The ``device_requests`` entry for these GPU ids (rc.go 774-825), or None for none.
+
+    Not ``gpus``: the provider parses that with docker/cli's ``GpuOpts.Set`` (rcf.go 417-428)
+    after stripping outer quotes (``normalizeGPUOptionString``, rcf.go 705-718), so
+    ``device=0,1`` is the CSV fields ``device=0`` and ``1``, i.e. DeviceIDs [0] *and* Count 1,
+    which the engine refuses at start ("cannot set both Count and DeviceIDs"); and a form that
+    does parse (``driver=nvidia,"device=0,1"``) reads back as ``device=0,1`` (rcf.go 720-748),
+    a force-new diff on every up. ``device_requests`` is passed as given (rcs.go 332-363) and
+    read back field by field (rcf.go 926-929, rcs.go 500-524): ``count`` is left at its
+    default 0, as the engine requires with device ids."""
+    if not ids:
+        return None
+    return {"driver": GPU_DRIVER, "device_ids": tuple(str(i) for i in ids),
+            "capabilities": ("gpu",)}

@@ -26,8 +26,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .names import CLUSTER_ENV_PREFIX
-from .plan import ClusterPlan, ContainerPlan, container_command, runs_job
+from .container_args import container_args
+from .names import CLUSTER_ENV_PREFIX, ENDPOINT_LABEL
+from .plan import ClusterPlan, ContainerPlan
 from .provider_facts import CONTAINER_FORCE_NEW
 from .terminal import printable
 from .units import format_size
@@ -156,62 +157,47 @@ def _network_fields(plan: ClusterPlan) -> dict[str, str]:
             "encrypted": "yes" if n.encrypted else "no"}
 
 
-def _replace_reasons(old: ClusterPlan, new: ClusterPlan, o: ContainerPlan, n: ContainerPlan,
-                     moved_hosts: set[str], network_replaced: bool) -> list[str]:
-    so, sn = old.session, new.session
-    why = []
-    if so.image != sn.image:
-        why.append("image")
-    if so.env != sn.env:
-        why.append("user env")
-    if _cluster_env(o) != _cluster_env(n):
-        why.append("cluster variables")
-    if _fmt_res(old) != _fmt_res(new):
-        why.append("resources")
-    if o.gpus != n.gpus:
-        why.append("GPU ids")
-    if so.mounts != sn.mounts:
-        why.append("mounts")
-    if container_command(old, o) != container_command(new, n):
-        why.append("command")
-    if n.host == "main1" and so.ports != sn.ports:
-        why.append("published ports")
-    if so.user != sn.user or so.readiness != sn.readiness or old.hosts != new.hosts:
-        why.append("rendered files")
-    if o.agent != n.agent:
-        why.append(f"moves {o.agent} -> {n.agent}")
-    elif n.agent in moved_hosts:
-        why.append(f"{n.agent}'s docker_host")
-    if network_replaced:
-        why.append("network replaced")
-    return why
-
-
-# The docker.Container arguments each kind of change alters; whether that replaces the
-# container is the provider's schema (provider_facts.CONTAINER_FORCE_NEW), not ours to guess.
-_CHANGED_ARGS: dict[str, tuple[str, ...]] = {
-    "image": ("image",),
-    "user env": ("envs",),
-    "cluster variables": ("envs", "uploads"),
-    "resources": ("cpus", "memory", "shm_size", "labels"),  # the labels carry cpu and mem
-    "GPU ids": ("gpus", "labels"),
-    "mounts": ("mounts",),
-    "command": ("command",),
-    "published ports": ("ports",),
-    "rendered files": ("uploads", "labels"),  # the bundle and its digest label
-    "restart policy": ("restart", "must_run"),
+# Why a changed docker.Container argument changed, in a reviewer's words; whether it replaces
+# the container is the provider's schema (provider_facts.CONTAINER_FORCE_NEW), not ours.
+_ARG_REASONS: dict[str, str] = {
+    "image": "image", "cpus": "resources", "memory": "resources", "memory_swap": "resources",
+    "shm_size": "resources", "device_requests": "GPU ids", "mounts": "mounts",
+    "command": "command", "entrypoints": "entrypoint", "ports": "published ports",
+    "uploads": "rendered files", "restart": "restart policy", "must_run": "restart policy",
+    "hostname": "hostname", "name": "name", "init": "init", "wait": "wait",
+    "networks_advanced": "network replaced",
 }
 
 
-def _restart(plan: ClusterPlan, c: ContainerPlan) -> tuple[str, bool]:
-    """(restart policy, must_run) as the Session gives them: a batch job's are ("no", False)."""
-    return ("no", False) if runs_job(plan, c) else (plan.session.restart, True)
-
-
-def _forces_new(reason: str) -> bool:
-    """Moves, another docker_host and a replaced network always make a new container."""
-    args = _CHANGED_ARGS.get(reason)
-    return args is None or any(CONTAINER_FORCE_NEW[a] for a in args)
+def _container_change(old: ClusterPlan, new: ClusterPlan, o: ContainerPlan, n: ContainerPlan,
+                      old_hosts: Mapping[str, str], new_hosts: Mapping[str, str],
+                      network_replaced: bool) -> tuple[list[str], bool]:
+    """(why, replaced): the reasons ``o`` becomes ``n`` and whether the provider replaces it,
+    from the two containers' provider arguments (core.container_args, as the Session passes
+    them). The bundle (``uploads``) needs the keys, so its change is read from what it holds:
+    the hosts, the user and the readiness timeout."""
+    # an agent's endpoint, or its name where no pool said (two agents are two engines)
+    before = container_args(old, o, old_hosts.get(o.agent or "", f"agent {o.agent}"))
+    after = container_args(new, n, new_hosts.get(n.agent or "", f"agent {n.agent}"))
+    changed = list(after.changed(before))
+    so, sn = old.session, new.session
+    if so.user != sn.user or so.readiness != sn.readiness or old.hosts != new.hosts:
+        changed.append("uploads")
+    if network_replaced and "networks_advanced" not in changed:
+        changed.append("networks_advanced")  # a replaced network replaces what is attached
+    why: list[str] = []
+    if "envs" in changed:
+        if so.env != sn.env:
+            why.append("user env")
+        if _cluster_env(o) != _cluster_env(n):
+            why.append("cluster variables")
+    why += [_ARG_REASONS[a] for a in changed if a in _ARG_REASONS]
+    if "labels" in changed and dict(before.labels).get(ENDPOINT_LABEL) != dict(
+            after.labels).get(ENDPOINT_LABEL):
+        why.append(f"moves {o.agent} -> {n.agent}" if o.agent != n.agent
+                   else f"{n.agent}'s docker_host")
+    replaced = network_replaced or any(CONTAINER_FORCE_NEW.get(a, True) for a in changed)
+    return list(dict.fromkeys(why)), replaced
 
 
 def diff_plans(old: ClusterPlan | None, new: ClusterPlan | None,
@@ -283,13 +269,10 @@ def diff_plans(old: ClusterPlan | None, new: ClusterPlan | None,
                 actions.append(ContainerAction(n.host, ADD, None, n.agent, ("new host",)))
                 continue
             cluster_changes[n.host] = _dict_changes(_cluster_env(o), _cluster_env(n))
-            why = _replace_reasons(base, new, o, n, moved_agents, net_replaced)
-            if _restart(base, o) != _restart(new, n):
-                why.append("restart policy")
-            replacing = [reason for reason in why if _forces_new(reason)]
-            if replacing:
-                actions.append(ContainerAction(n.host, REPLACE, o.agent, n.agent,
-                                               tuple(replacing)))
+            why, replaced = _container_change(base, new, o, n, old_hosts, new_hosts,
+                                              net_replaced)
+            if replaced:
+                actions.append(ContainerAction(n.host, REPLACE, o.agent, n.agent, tuple(why)))
             elif why:  # every change is one the provider applies in place
                 actions.append(ContainerAction(n.host, UPDATE, o.agent, n.agent, tuple(why)))
             else:

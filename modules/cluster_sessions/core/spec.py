@@ -24,7 +24,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
-from .names import CLUSTER_ENV_PREFIX, DEFAULT_MASTER_PORT
+from .names import CLUSTER_ENV_PREFIX, DEFAULT_DOCKER_HOST, DEFAULT_MASTER_PORT
 from .provider_facts import cpus_argument, cpus_read_back, stable_cpus_near
 from .terminal import is_hidden
 from .units import MAX_BYTES, SIZE_JSON_SCHEMA, format_size, parse_size
@@ -35,7 +35,12 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 AGENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 VOLUME_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]+")
-DOCKER_HOST = re.compile(r"(unix|tcp|ssh|npipe)://\S+")
+# The engines a pool may name (an allowlist): a unix socket, SSH, or TCP with TLS. npipe://
+# (Windows), fd:// (systemd activation) and the like are never an agent's engine.
+DOCKER_HOST = re.compile(r"(unix|tcp|ssh)://\S+")
+# ssh reads an ``-o Key=value`` option as a config line: whitespace and quotes split or quote
+# it, and ``%`` starts a token that IdentityFile and UserKnownHostsFile expand.
+SSH_OPTION_VALUE = re.compile(r"[^\s\"'%]+")
 # Every container's env and ssh files list every host, so plan and render output grow with
 # the square of the size: 2,048 keeps `plan --json` (~34 MB) and `render` (~16 s, ~60 MB of
 # memory, ~650 MB on disk) well inside 1 GB and 60 s (benchmarks/plan_scale.py, worst case).
@@ -215,10 +220,20 @@ class AgentSSH(_Model):
     known_hosts: NonEmpty | None = None
 
 
+class AgentTLS(_Model):
+    """The TLS material of a ``tcp://`` engine: a directory with ``ca.pem``, ``cert.pem`` and
+    ``key.pem`` (Docker's ``DOCKER_CERT_PATH`` layout), on the machine that runs ``pulumi``."""
+
+    cert_path: NonEmpty
+
+
 class Agent(_Model):
     name: NonEmpty
-    docker_host: NonEmpty
+    # With an ssh block: the engine's socket ON the agent (agents.reach); else how it is
+    # reached from here: a unix socket, ssh://, or tcp:// with tls.
+    docker_host: NonEmpty = DEFAULT_DOCKER_HOST
     ssh: AgentSSH | None = None
+    tls: AgentTLS | None = None
     address: NonEmpty | None = None  # swarm advertise address
     capacity: Capacity
 
@@ -484,9 +499,11 @@ def pool_problems(pool: Pool) -> list[tuple[str, str]]:
             found.append((f"agents.{i}.name", f"duplicate agent name {agent.name!r} "
                           f"(also agents.{names[agent.name]})"))
         names.setdefault(agent.name, i)
-        problem = _docker_host_problem(agent.docker_host)
+        problem = _docker_host_problem(agent.docker_host) or _reach_mismatch(agent)
         if problem:
             found.append((f"agents.{i}.docker_host", problem))
+        if agent.tls is not None and not agent.docker_host.startswith("tcp://"):
+            found.append((f"agents.{i}.tls", "applies only to a tcp:// docker_host"))
         found += [(f"agents.{i}.{path}", msg) for path, msg in _reach_problems(agent)]
         seen: set[int] = set()
         for gpu in agent.capacity.gpus:
@@ -519,11 +536,26 @@ def _user_problem(user: str) -> str | None:
     return None
 
 
+def _reach_mismatch(agent: Agent) -> str | None:
+    """What the ``ssh`` and ``tls`` blocks say must agree with the docker_host's scheme
+    (agents.reach): with ``ssh`` it is the socket on the agent; ``tcp://`` needs TLS."""
+    scheme = agent.docker_host.partition("://")[0]
+    if agent.ssh is not None and scheme != "unix":
+        return ("with an ssh block, docker_host names the engine's socket on the agent: "
+                "unix:///PATH (default unix:///var/run/docker.sock); the ssh block says how "
+                "the agent is reached")
+    if scheme == "tcp" and agent.tls is None:
+        return ("tcp:// without TLS gives anyone who reaches the port root on the agent: add "
+                "tls: {cert_path: DIR} (ca.pem, cert.pem, key.pem), or reach the agent over "
+                "ssh")
+    return None
+
+
 def _docker_host_problem(value: str) -> str | None:
     if _hidden(value):
         return NO_CONTROLS
     if not DOCKER_HOST.fullmatch(value):
-        return "must be unix://PATH, ssh://[USER@]HOST[:PORT] or tcp://HOST:PORT"
+        return "must be unix:///PATH, ssh://[USER@]HOST[:PORT] or tcp://HOST:PORT (with tls)"
     parts = urlsplit(value)
     if parts.scheme == "unix" and not (parts.netloc == "" and parts.path.startswith("/")):
         return "must be unix:///ABSOLUTE/PATH"
@@ -532,14 +564,20 @@ def _docker_host_problem(value: str) -> str | None:
     user, at, hostport = parts.netloc.rpartition("@")
     if at and parts.scheme == "tcp":
         return "tcp:// takes no user"
+    if ":" in user:  # never echoed: it is a password
+        return ("must not hold a password (USER:PASSWORD@): docker and ssh refuse it, and a "
+                "pool file is no place for one; use a key")
     if at:  # Go's URL parser (the docker CLI's) decodes %-escapes: check what it will see
         problem = _user_problem(unquote(user))
         if problem:
             return f"user {problem}"
     try:
-        parts.port  # noqa: B018 - raises ValueError for a port that is not one
+        if parts.port == 0:
+            return "has port 0, which no engine listens on"
     except ValueError:
         return "has a port that is not a number from 1 to 65535"
+    if parts.scheme == "tcp" and parts.port is None:
+        return "tcp:// needs a port (Docker's TLS port is 2376)"
     host = hostport[:hostport.index("]") + 1] if hostport.startswith("[") and "]" in hostport \
         else hostport.split(":", 1)[0] if hostport.count(":") <= 1 else hostport
     if not host:
@@ -564,6 +602,12 @@ def _reach_problems(agent: Agent) -> list[tuple[str, str]]:
             value = getattr(agent.ssh, field)
             if value is not None and _hidden(value):
                 found.append((f"ssh.{field}", NO_CONTROLS))
+            elif value is not None and not SSH_OPTION_VALUE.fullmatch(value):
+                found.append((f"ssh.{field}", "must not contain whitespace, quotes or '%': the "
+                              "path is handed to ssh as an -o option, which would split or "
+                              "expand it"))
+    if agent.tls is not None and _hidden(agent.tls.cert_path):
+        found.append(("tls.cert_path", NO_CONTROLS))
     if agent.address is not None:
         problem = _host_problem(agent.address)
         if problem:

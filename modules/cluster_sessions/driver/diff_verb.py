@@ -18,6 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..agents.reach import reach_of
 from ..core.plan import ClusterPlan, build_plans
 from ..core.review import diff_plans, review_to_dict, to_markdown
 from ..core.terminal import dumps
@@ -32,7 +33,7 @@ def side(file: str, pool: str | None) -> tuple[dict[str, ClusterPlan], dict[str,
     if file in ABSENT:
         return {}, {}
     loaded = load_definition(Path(file), Path(pool) if pool else None)
-    hosts = {a.name: a.docker_host for a in loaded.pool.agents}
+    hosts = {a.name: reach_of(a).endpoint for a in loaded.pool.agents}
     return {p.name: p for p in build_plans(loaded.session, loaded.pool)}, hosts
 
 

@@ -45,7 +45,7 @@ import shutil
 import sys
 import textwrap
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -53,7 +53,9 @@ from typing import Any
 
 from ..agents.capacity import preflight
 from ..agents.cleanup import sweep
+from ..agents.reach import LOCAL, reach_of
 from ..core.loader import Loaded
+from ..core.names import DEFAULT_DOCKER_HOST, DOCKER_CLIENT_ENV
 from ..core.plan import ClusterPlan
 from ..core.spec import Agent, Pool
 from .errors import CommandError, Exit
@@ -113,11 +115,9 @@ def docker_answers(agent: Agent, timeout: float = 5) -> str | None:
     not."""
     from ..agents.connectors import connector_for
 
-    url = agent.docker_host
-    if url.startswith("unix://") and agent.ssh is None:
-        socket = Path(url.removeprefix("unix://"))
-        if not socket.exists():
-            return f"{socket} does not exist"
+    reach = reach_of(agent)
+    if reach.kind == LOCAL and reach.socket and not Path(reach.socket).exists():
+        return f"{reach.socket} does not exist"
     connector = connector_for(agent, timeout=timeout)
     try:
         client = connector.docker_client()
@@ -133,7 +133,7 @@ def docker_answers(agent: Agent, timeout: float = 5) -> str | None:
 
 
 def start_hint(docker_host: str) -> str:
-    if docker_host in ("unix:///var/run/docker.sock", "unix:///run/docker.sock"):
+    if docker_host in (DEFAULT_DOCKER_HOST, "unix:///run/docker.sock"):
         return "start it (as root: scripts/ensure-docker.sh, or `systemctl start docker`)"
     return ("start the engine serving that socket (the lab pool's agents: `sessionctl lab up`)")
 
@@ -144,7 +144,7 @@ def unreachable_local_agents(plan: ClusterPlan, loaded: Loaded,
     missing = []
     for name in plan.agents:
         agent = loaded.pool.agent(name)
-        if agent.docker_host.startswith("unix://") and agent.ssh is None:  # on this machine
+        if reach_of(agent).kind == LOCAL:  # on this machine
             why = ping(agent)
             if why:
                 missing.append(f"agent {name}: no Docker Engine answers on "
@@ -276,10 +276,11 @@ class Prepared:
 def prepare(verb: str, args: argparse.Namespace, starts: Sequence[Path], about: str,
             report: Callable[..., None], more_missing: Callable[[], list[str]] = list
             ) -> Prepared:
-    """The checks every engine verb makes, in order, before anything reaches the engine: the
-    project (4), the ``pulumi`` CLI and ``more_missing`` (4, all together), a confirmation
-    that can be asked for (2). ``report(result, backend=..., error=...)`` writes the ``--json``
-    document of a failure."""
+    """The checks every engine verb makes, in order, before anything reaches the engine
+    (after dropping the caller's Docker client settings): the project (4), the ``pulumi`` CLI
+    and ``more_missing`` (4, all together), a confirmation that can be asked for (2).
+    ``report(result, backend=..., error=...)`` writes the ``--json`` document of a failure."""
+    drop_docker_client_env(os.environ)
     project = find_project(starts)
     if project is None:
         raise CommandError(f"no Pulumi project {PROJECT_NAME!r} (Pulumi.yaml) found above "
@@ -305,6 +306,20 @@ def started(prepared: Prepared) -> None:
     if prepared.settings.state_dir is not None:
         prepared.settings.state_dir.mkdir(parents=True, exist_ok=True)
     warn_passphrase_once(prepared.settings)
+
+
+def drop_docker_client_env(environ: MutableMapping[str, str]) -> list[str]:
+    """Remove what would steer a Docker client elsewhere than the pool says (``DOCKER_HOST``,
+    ``DOCKER_CONTEXT``, ``DOCKER_CERT_PATH``, ``DOCKER_TLS_VERIFY``, ...) from the environment
+    the ``pulumi`` CLI, its providers and our own clients inherit (the Automation API passes
+    the whole process environment on), and say so once. Returns the names removed."""
+    dropped = [k for k in DOCKER_CLIENT_ENV if k in environ]
+    for key in dropped:
+        del environ[key]
+    if dropped:
+        print(f"sessionctl: ignoring {', '.join(dropped)} from the environment: a session goes "
+              "where its pool says, whatever the shell points Docker at", file=sys.stderr)
+    return dropped
 
 
 @dataclass(frozen=True)

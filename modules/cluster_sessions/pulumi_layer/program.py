@@ -17,12 +17,20 @@ with the same messages ``sessionctl validate`` and ``sessionctl plan`` print.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import pulumi
 
 from ..core.loader import Loaded, load_session
-from ..core.names import CONFIG_NAMESPACE, DEFINITION_KEY, INDEX_KEY, POOL_KEY
+from ..core.names import (
+    CONFIG_NAMESPACE,
+    DEFINITION_KEY,
+    INDEX_KEY,
+    POOL_KEY,
+    PROVIDER_STEERING_ENV,
+)
 from ..core.plan import ClusterPlan, build_plans, check_usable
 from ..core.problems import DefinitionError
 from .session import Session, SessionArgs, SessionPending
@@ -82,8 +90,26 @@ def chosen(plans: tuple[ClusterPlan, ...], index: str | None, stack: str) -> Clu
     return plans[int(index) - 1]
 
 
+class SteeredEnvironment(pulumi.RunError):
+    """The environment holds what the docker provider would follow instead of the pool."""
+
+
+def check_environment(environ: Mapping[str, str]) -> None:
+    """Refuse to run when the shell sets what the docker provider reads in place of the
+    arguments the Session leaves unset (``DOCKER_CONTEXT`` overrides even an explicit
+    ``host``; ``DOCKER_CERT_PATH`` turns an ``ssh://`` agent into a TLS attempt): a session must
+    go where its pool says, whoever runs ``pulumi up`` (``sessionctl`` drops them itself)."""
+    steering = [k for k in PROVIDER_STEERING_ENV if environ.get(k)]
+    if steering:
+        raise SteeredEnvironment(
+            f"the environment sets {', '.join(steering)}, which the docker provider would "
+            "follow instead of the pool's agents; nothing was created: unset "
+            f"{'it' if len(steering) == 1 else 'them'} (`sessionctl up` ignores them for you)")
+
+
 def run(project_dir: Path) -> Session:
     """Build this stack's Session and export its outputs."""
+    check_environment(os.environ)
     loaded = load(project_dir)
     stack = pulumi.get_stack()
     plans = build_plans(loaded.session, loaded.pool)

@@ -1,10 +1,13 @@
 """The ``Session`` component: a finished :class:`~cluster_sessions.core.plan.ClusterPlan` as
 resources.
 
-It maps the plan onto Docker resources and decides nothing the plan already decided:
+It maps the plan onto Docker resources and decides nothing the plan already decided; the
+arguments themselves are :mod:`cluster_sessions.core.container_args`'s:
 
-- one ``docker.Provider`` per agent the session uses (its ``docker_host``; ``ssh://`` hosts get
-  ``ssh_opts`` that pin host keys, from the agent's ``ssh`` block);
+- one ``docker.Provider`` per agent the session uses, reached as
+  :func:`cluster_sessions.agents.reach.reach_of` decides (a remote agent: ``ssh://`` with
+  ``ssh_opts`` carrying its key and known_hosts; a local socket; ``tcp://`` with TLS), named
+  after a digest of that endpoint;
 - the session network: a bridge on the one agent, or an attachable swarm overlay created
   through the swarm manager (workers cannot create it, and only see it once a container
   attaches, so their containers refer to it by name);
@@ -29,29 +32,21 @@ import hashlib
 import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import pulumi
 import pulumi_docker as docker
 
+from ..agents.reach import LOCAL, reach_of
 from ..core import keys
-from ..core.names import BUNDLE_DIGEST_LABEL
-from ..core.plan import (
-    ClusterPlan,
-    ContainerPlan,
-    container_command,
-    container_labels,
-    network_labels,
-    runs_job,
-)
-from ..core.provider_facts import NETWORK_IGNORED, cpus_argument
-from ..core.render import BUNDLE_DIR, RenderedFile, pack, pack_entrypoint_argv, render_container
+from ..core.container_args import container_args, network_args
+from ..core.names import BUNDLE_DIGEST_LABEL, DEFAULT_DOCKER_HOST
+from ..core.plan import ClusterPlan, ContainerPlan
+from ..core.provider_facts import NETWORK_IGNORED
+from ..core.render import BUNDLE_DIR, RenderedFile, pack, render_container
 from ..core.spec import SSH_PORT, Agent, Pool, agent_address
 from .keystore import SessionKeyStore
 
 TYPE_TOKEN = "cluster-sessions:index:Session"
-MIB = 1024 * 1024
-DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 
 
 class SessionPending(pulumi.RunError):
@@ -84,27 +79,12 @@ class SessionArgs:
                              f"pool {self.pool.name!r} does not have")
 
 
-def ssh_opts(agent: Agent) -> list[str] | None:
-    """Options for the ``ssh`` the Docker provider runs for an ``ssh://`` docker host.
-
-    Host keys are always checked (``StrictHostKeyChecking=yes``) and ssh never prompts
-    (``BatchMode=yes``). The ``ssh`` block adds its known-hosts file, key file and, when the
-    URL names no port, its port. Paths are passed as written (ssh expands ``~`` itself), so the
-    provider's configuration is the same on every operator's machine.
-    """
-    if not agent.docker_host.startswith("ssh://"):
-        return None
-    opts = ["-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes"]
-    ssh = agent.ssh
-    if ssh is None:
-        return opts
-    if ssh.known_hosts:
-        opts += ["-o", f"UserKnownHostsFile={ssh.known_hosts}"]
-    if ssh.key_file:
-        opts += ["-o", f"IdentityFile={ssh.key_file}", "-o", "IdentitiesOnly=yes"]
-    if urlsplit(agent.docker_host).port is None and "port" in ssh.model_fields_set:
-        opts += ["-o", f"Port={ssh.port}"]
-    return opts
+def provider_name(session: str, agent: Agent) -> str:
+    """``<session>-<agent>-<digest of the endpoint>``: a changed endpoint is another provider,
+    so Pulumi replaces the containers made through it (on the new engine) and deletes the old
+    ones through the old provider, instead of updating the provider in place and orphaning
+    them (agents.reach.Reach.digest)."""
+    return f"{session}-{agent.name}-{reach_of(agent).digest}"
 
 
 def published_at(agent: Agent) -> str:
@@ -113,14 +93,11 @@ def published_at(agent: Agent) -> str:
 
 
 def docker_cli(agent: Agent) -> str:
-    if agent.docker_host == DEFAULT_DOCKER_HOST:
+    """The docker command that reaches ``agent`` from the operator's machine."""
+    reach = reach_of(agent)
+    if reach.kind == LOCAL and agent.docker_host == DEFAULT_DOCKER_HOST:
         return "docker"
-    return f"docker -H {agent.docker_host}"
-
-
-def memory_mb(size: int) -> int:
-    """Docker's ``memory``/``shm_size`` are whole MiB; round up, never give less than asked."""
-    return -(-size // MIB)
+    return f"docker -H {reach.provider_host}"
 
 
 BUNDLE_PACK = posixpath.join(BUNDLE_DIR, "bundle.pack")
@@ -211,40 +188,41 @@ class Session(pulumi.ComponentResource):
 
     def _build_providers(self, name: str) -> dict[str, docker.Provider]:
         used = set(self.plan.agents) | {self.plan.network.agent}
-        return {
-            agent.name: docker.Provider(
-                f"{name}-{agent.name}",
-                host=agent.docker_host,
-                ssh_opts=ssh_opts(agent),
+        providers = {}
+        for agent in self.pool.agents:  # pool order: the same on every run
+            if agent.name not in used:
+                continue
+            reach = reach_of(agent)
+            providers[agent.name] = docker.Provider(
+                provider_name(name, agent),
+                host=reach.provider_host,
+                ssh_opts=reach.provider_ssh_opts,
+                cert_path=reach.provider_cert_path,
                 opts=pulumi.ResourceOptions(parent=self),
             )
-            for agent in self.pool.agents  # pool order: the same on every run
-            if agent.name in used
-        }
+        return providers
+
+    def _endpoint(self, agent: str | None) -> str:
+        assert agent is not None
+        return reach_of(self.pool.agent(agent)).endpoint
 
     def _build_network(self) -> docker.Network:
-        net = self.plan.network
-        options: dict[str, str] = {}
-        if net.mtu:
-            options["com.docker.network.driver.mtu"] = str(net.mtu)
-        if net.encrypted:
-            options["encrypted"] = "true"  # the overlay driver checks only that the key is set
-        overlay = net.driver == "overlay"
+        args = network_args(self.plan, self._endpoint(self.plan.network.agent))
         return docker.Network(
-            net.name,
-            name=net.name,
-            driver=net.driver,
-            attachable=True if overlay else None,
-            options=options or None,
-            labels=[docker.NetworkLabelArgs(label=k, value=v)
-                    for k, v in network_labels(self.plan).items()],
+            args.name,
+            name=args.name,
+            driver=args.driver,
+            attachable=args.attachable,
+            options=dict(args.options) or None,
+            labels=[docker.NetworkLabelArgs(label=k, value=v) for k, v in args.labels],
             opts=pulumi.ResourceOptions(
                 parent=self,
-                provider=self.providers[net.agent],
+                provider=self.providers[self.plan.network.agent],
                 delete_before_replace=True,  # the name is fixed: the old one must go first
                 # Docker adds its own options to an overlay (vxlanid_list), which the provider
-                # reads back: compared as they are, every up would replace the network. The
-                # labels carry the MTU and encryption, so a change to them still replaces it.
+                # reads back: compared as they are, every up would replace the network. What we
+                # set there (MTU, encryption) is in the network's name, so a change to it is
+                # another network, built with the new options (core.plan.network_name).
                 ignore_changes=list(NETWORK_IGNORED),
             ),
         )
@@ -265,60 +243,43 @@ class Session(pulumi.ComponentResource):
 
     def _build_container(self, c: ContainerPlan,
                          material: pulumi.Output[keys.SessionKeys]) -> docker.Container:
-        plan = self.plan
-        session = plan.session
-        res = plan.resources
-        ports = None
-        if c.role == "main":
-            ports = [docker.ContainerPortArgs(internal=p.container, external=p.host,
-                                              ip=p.host_ip, protocol=p.protocol)
-                     for p in session.ports] or None
-        mounts = [
-            docker.ContainerMountArgs(
-                target=m.target,
-                source=m.source,
-                type="bind" if m.source.startswith("/") else "volume",
-                read_only=m.read_only,
-            )
-            for m in plan.mounts
-        ] or None
+        args = container_args(self.plan, c, self._endpoint(c.agent))
         uploads, digest = self._build_bundle(c, material)
-        labels = [docker.ContainerLabelArgs(label=k, value=v)
-                  for k, v in container_labels(plan, c).items()]
+        labels = [docker.ContainerLabelArgs(label=k, value=v) for k, v in args.labels]
         labels.append(docker.ContainerLabelArgs(label=BUNDLE_DIGEST_LABEL, value=digest))
+
         return docker.Container(
-            c.container_name,
-            name=c.container_name,
-            image=session.image,
-            hostname=c.host,
+            args.name,
+            name=args.name,
+            image=args.image,
+            hostname=args.hostname,
             networks_advanced=[docker.ContainerNetworksAdvancedArgs(
                 # By name: on a swarm worker the overlay only appears once a container attaches.
                 name=self.docker_network.name,
-                aliases=[c.host],
+                aliases=list(args.aliases),
             )],
-            envs=[f"{k}={v}" for k, v in c.env.items()],
+            envs=list(args.envs),
             uploads=uploads,
-            # unpacks the upload into BUNDLE_DIR, then execs the bundled entrypoint.sh
-            entrypoints=pack_entrypoint_argv(),
-            command=list(container_command(plan, c)),
-            # spelled as the provider reads it back ("1.0", not "1"): no change on the next up
-            cpus=cpus_argument(res.cpu),
-            memory=memory_mb(res.mem),
-            shm_size=memory_mb(res.shmem),
-            gpus=f"device={','.join(map(str, c.gpus))}" if c.gpus else None,
-            mounts=mounts,
+            entrypoints=list(args.entrypoints),
+            command=list(args.command),
+            cpus=args.cpus,
+            memory=args.memory,
+            memory_swap=args.memory_swap,
+            shm_size=args.shm_size,
+            device_requests=[docker.ContainerDeviceRequestArgs(
+                driver=r["driver"], device_ids=list(r["device_ids"]),
+                capabilities=list(r["capabilities"])) for r in args.device_requests] or None,
+            mounts=[docker.ContainerMountArgs(target=m.target, source=m.source, type=m.type,
+                                              read_only=m.read_only)
+                    for m in args.mounts] or None,
             labels=labels,
-            # A finished job stays finished: no restart policy, and must_run off, since the
-            # provider starts a stopped container again on the next up (provider-fidelity.md).
-            restart="no" if runs_job(plan, c) else session.restart,
-            must_run=not runs_job(plan, c),
-            # docker-init as PID 1: it reaps what sshd sessions leave behind and passes signals
-            # on to the command (the entrypoint execs it, so it would otherwise be PID 1).
-            init=True,
-            # No healthcheck wait: ``wait`` needs a HEALTHCHECK in the user's image. The
-            # entrypoint itself waits for the peers' sshd (readiness.timeout).
-            wait=False,
-            ports=ports,
+            restart=args.restart,
+            must_run=args.must_run,
+            init=args.init,
+            wait=args.wait,
+            ports=[docker.ContainerPortArgs(internal=p.internal, external=p.external, ip=p.ip,
+                                            protocol=p.protocol)
+                   for p in args.ports] or None,
             opts=pulumi.ResourceOptions(
                 parent=self,
                 provider=self.providers[c.agent],
@@ -333,8 +294,10 @@ class Session(pulumi.ComponentResource):
         info: dict[str, dict] = {}
         for c in self.plan.containers:
             assert c.agent is not None
+            agent = self.pool.agent(c.agent)
             entry = info.setdefault(c.agent, {
-                "docker_host": self.pool.agent(c.agent).docker_host, "hosts": []})
+                "docker_host": agent.docker_host, "endpoint": reach_of(agent).endpoint,
+                "hosts": []})
             entry["hosts"].append(c.host)
         return info
 

@@ -34,6 +34,8 @@ from pulumi.dynamic import (
     ResourceProvider,
     UpdateResult,
 )
+from pulumi.output import Unknown
+from pulumi.runtime import rpc
 
 from ..agents import facts, gathering
 from ..agents.connectors import (
@@ -60,6 +62,13 @@ def advertise_address(agent: Agent) -> str | None:
     return agent_address(agent)
 
 
+def unknown(value: Any) -> bool:
+    """A value a preview does not know yet: ``check`` and ``diff`` get ``Unknown()`` objects
+    (pulumi/dynamic/__main__.py deserializes with keep_unknowns), the wire has the sentinel
+    string (runtime/rpc.py ``UNKNOWN``)."""
+    return isinstance(value, Unknown) or value == rpc.UNKNOWN
+
+
 def _identity(props: Mapping[str, Any]) -> tuple[str, str]:
     agent = props.get("agent") or {}
     return str(agent.get("name")), str(agent.get("docker_host"))
@@ -67,6 +76,8 @@ def _identity(props: Mapping[str, Any]) -> tuple[str, str]:
 
 def _check_agent(props: Mapping[str, Any], key: str = "agent") -> list[CheckFailure]:
     agent = props.get(key)
+    if unknown(agent):
+        return []
     if not isinstance(agent, Mapping) or not agent.get("name") or not agent.get("docker_host"):
         return [CheckFailure(key, "must describe an agent (name, docker_host, ssh)")]
     return []
@@ -89,7 +100,7 @@ def _diff(olds: Mapping[str, Any], news: Mapping[str, Any], replaces_on: tuple[s
           inputs: tuple[str, ...]) -> DiffResult:
     # ``__provider`` (the pickled provider) is left out: a new dill or pulumi pickles it
     # differently, which must not look like a change.
-    changed = [k for k in inputs if olds.get(k) != news.get(k)]
+    changed = [k for k in inputs if unknown(news.get(k)) or olds.get(k) != news.get(k)]
     replaces = [k for k in changed if k in replaces_on]
     if _identity(olds) != _identity(news):
         replaces.append("agent")
@@ -105,7 +116,8 @@ class SwarmManagerProvider(ResourceProvider):
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> CheckResult:
         failures = _check_agent(news)
         addr = news.get("advertise_addr")
-        if addr is not None and (not isinstance(addr, str) or not addr or " " in addr):
+        if addr is not None and not unknown(addr) and (
+                not isinstance(addr, str) or not addr or " " in addr):
             failures.append(CheckFailure("advertise_addr", "must be an address or None"))
         return CheckResult(news, failures)
 
@@ -183,9 +195,11 @@ class SwarmWorkerProvider(ResourceProvider):
 
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> CheckResult:
         failures = _check_agent(news) + _check_agent(news, "manager")
-        if not isinstance(news.get("manager_addr"), str) or ":" not in news["manager_addr"]:
+        # In a preview the manager's address and join token are not known yet: fine.
+        addr, token = news.get("manager_addr"), news.get("join_token")
+        if not unknown(addr) and (not isinstance(addr, str) or ":" not in addr):
             failures.append(CheckFailure("manager_addr", "must be ADDR:PORT"))
-        if not isinstance(news.get("join_token"), str) or not news["join_token"]:
+        if not unknown(token) and (not isinstance(token, str) or not token):
             failures.append(CheckFailure("join_token", "must be the swarm's worker token"))
         return CheckResult(news, failures)
 

@@ -1,0 +1,160 @@
+"""A plan as the docker provider's arguments: decided once, for everyone who needs them.
+
+The ``Session`` component passes these to ``docker.Container``/``docker.Network``
+(pulumi_layer/session.py), ``sessionctl diff`` compares the old plan's with the new one's to
+say what ``up`` replaces (core/review.py), and the emulation receives them as the registered
+inputs. Each value is spelled the way the provider reads it back (provider_facts), so an
+unchanged definition shows no change on the next ``up``.
+
+What is left out, because it needs the session's key material: the bundle upload and its
+digest label (pulumi_layer/session.py adds both).
+
+Pure: no pulumi, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from .names import ENDPOINT_LABEL
+from .plan import (
+    ClusterPlan,
+    ContainerPlan,
+    container_command,
+    container_labels,
+    network_labels,
+    runs_job,
+)
+from .provider_facts import cpus_argument, gpu_device_request
+from .render import pack_entrypoint_argv
+
+MIB = 1024 * 1024
+MTU_OPTION = "com.docker.network.driver.mtu"
+
+
+def memory_mb(size: int) -> int:
+    """Docker's ``memory``/``shm_size`` are whole MiB; round up, never give less than asked."""
+    return -(-size // MIB)
+
+
+@dataclass(frozen=True)
+class MountArgs:
+    target: str
+    source: str
+    type: str  # bind (a host path) | volume (a name)
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class PortArgs:
+    internal: int
+    external: int | None  # None: the engine picks a free port
+    ip: str
+    protocol: str
+
+
+@dataclass(frozen=True)
+class ContainerArgs:
+    """One ``docker.Container``'s arguments, by their provider names (snake_case)."""
+
+    name: str
+    image: str
+    hostname: str
+    network: str  # networks_advanced: the session network, by name
+    aliases: tuple[str, ...]
+    envs: tuple[str, ...]
+    entrypoints: tuple[str, ...]
+    command: tuple[str, ...]
+    cpus: str | None
+    memory: int  # MiB
+    memory_swap: int  # MiB; the same as memory: no swap beyond the limit
+    shm_size: int  # MiB
+    device_requests: tuple[dict, ...]  # the GPUs (provider_facts.gpu_device_request)
+    mounts: tuple[MountArgs, ...]
+    labels: tuple[tuple[str, str], ...]
+    restart: str
+    must_run: bool
+    init: bool
+    wait: bool
+    ports: tuple[PortArgs, ...]
+
+    def changed(self, other: ContainerArgs) -> tuple[str, ...]:
+        """The provider arguments that differ from ``other``'s (``networks_advanced`` for the
+        network and aliases)."""
+        out = []
+        for f in fields(self):
+            if getattr(self, f.name) != getattr(other, f.name):
+                out.append("networks_advanced" if f.name in ("network", "aliases") else f.name)
+        return tuple(dict.fromkeys(out))
+
+
+@dataclass(frozen=True)
+class NetworkArgs:
+    name: str
+    driver: str
+    attachable: bool | None
+    options: tuple[tuple[str, str], ...]
+    labels: tuple[tuple[str, str], ...]
+
+
+def container_args(plan: ClusterPlan, c: ContainerPlan, endpoint: str = "") -> ContainerArgs:
+    """``c``'s ``docker.Container`` arguments. ``endpoint``: where its agent's engine is
+    (agents.reach.Reach.endpoint), carried by a label: labels force a new container, so when an
+    agent points elsewhere its containers are made anew there and deleted through the old
+    provider (a changed provider alone is no replacement for the docker provider)."""
+    session = plan.session
+    res = plan.resources
+    job = runs_job(plan, c)
+    ports = tuple(PortArgs(p.container, p.host, p.host_ip, p.protocol)
+                  for p in session.ports) if c.role == "main" else ()
+    return ContainerArgs(
+        name=c.container_name,
+        image=session.image,
+        hostname=c.host,
+        network=plan.network.name,
+        aliases=(c.host,),
+        envs=tuple(f"{k}={v}" for k, v in c.env.items()),
+        # unpacks the bundle upload, then execs the bundled entrypoint.sh
+        entrypoints=tuple(pack_entrypoint_argv()),
+        command=tuple(container_command(plan, c)),
+        cpus=cpus_argument(res.cpu),
+        memory=memory_mb(res.mem),
+        memory_swap=memory_mb(res.mem),
+        shm_size=memory_mb(res.shmem),
+        device_requests=tuple(r for r in [gpu_device_request(c.gpus)] if r),
+        mounts=tuple(MountArgs(m.target, m.source,
+                               "bind" if m.source.startswith("/") else "volume", m.read_only)
+                     for m in plan.mounts),
+        labels=_with_endpoint(container_labels(plan, c), endpoint),
+        # A finished job stays finished: no restart policy, and must_run off, since the
+        # provider starts a stopped container again on the next up (provider-fidelity.md).
+        restart="no" if job else session.restart,
+        must_run=not job,
+        # docker-init as PID 1: it reaps what sshd sessions leave behind and passes signals on
+        init=True,
+        # no healthcheck wait: the entrypoint itself waits for the peers' sshd
+        wait=False,
+        ports=ports,
+    )
+
+
+def network_args(plan: ClusterPlan, endpoint: str = "") -> NetworkArgs:
+    """The session network's ``docker.Network`` arguments (``endpoint`` as for
+    :func:`container_args`)."""
+    net = plan.network
+    options: dict[str, str] = {}
+    if net.mtu:
+        options[MTU_OPTION] = str(net.mtu)
+    if net.encrypted:
+        options["encrypted"] = "true"  # the overlay driver checks only that the key is set
+    return NetworkArgs(
+        name=net.name,
+        driver=net.driver,
+        attachable=True if net.driver == "overlay" else None,
+        options=tuple(options.items()),
+        labels=_with_endpoint(network_labels(plan), endpoint),
+    )
+
+
+def _with_endpoint(labels: dict[str, str], endpoint: str) -> tuple[tuple[str, str], ...]:
+    return tuple({**labels, **({ENDPOINT_LABEL: endpoint} if endpoint else {})}.items())
