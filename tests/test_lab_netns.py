@@ -27,6 +27,7 @@ from tests.conftest import clear_stale_lab, require_lab
 
 PREFIX, SUBNET = "cslt", "10.251.100.0/24"  # the module's 2-agent lab
 PREFIX2, SUBNET2 = "cslu", "10.251.101.0/24"  # short-lived labs of single tests
+USER = "csl-ops"  # the non-root docker-group login every lab agent takes
 
 LAB = [pytest.mark.lab, pytest.mark.docker]
 
@@ -158,7 +159,7 @@ def test_pool_document_is_a_valid_pool(tmp_path):
     a2 = pool.agents[1]
     # a remote pool: the socket's path on the agent, and a non-root login
     assert a2.docker_host == "unix:///run/csl-lab/csl/engine/docker.sock"
-    assert (a2.ssh.host, a2.ssh.port, a2.ssh.user) == ("10.251.0.12", 22, "csl-ops")
+    assert (a2.ssh.host, a2.ssh.port, a2.ssh.user) == ("10.251.0.12", 22, USER)
     assert a2.ssh.key_file == str(tmp_path / "id_lab")
     assert a2.ssh.known_hosts == str(tmp_path / "known_hosts")
     assert a2.capacity.cpu == len(os.sched_getaffinity(0)) and a2.capacity.gpus == ()
@@ -227,7 +228,7 @@ class TestLab:
         for agent in lab.agents:
             out = _ssh(lab, agent, "id -u; id -Gn; docker info --format '{{.ID}}'; "
                        f"docker --host {agent.docker_host} info --format '{{{{.ID}}}}'",
-                       user=lab.user)
+                       user=USER)
             assert out.returncode == 0, out.stderr
             uid, groups, via_env, via_host = out.stdout.splitlines()
             assert int(uid) != 0 and "docker" in groups.split()
@@ -245,11 +246,11 @@ class TestLab:
         agent = lab.agents[1]
         netns.stop_dockerd(lab.state_dir, agent.name)
         try:
-            out = _ssh(lab, agent, "docker info --format '{{.ID}}'", user=lab.user)
+            out = _ssh(lab, agent, "docker info --format '{{.ID}}'", user=USER)
             assert out.returncode != 0
         finally:
             netns.start_dockerd(lab.state_dir, agent.name)
-        out = _ssh(lab, agent, "docker info --format '{{.ID}}'", user=lab.user)
+        out = _ssh(lab, agent, "docker info --format '{{.ID}}'", user=USER)
         assert (out.returncode, out.stdout.strip()) == (0, agent.engine_id), out.stderr
 
     def test_ssh_host_key_checking_is_strict(self, lab, tmp_path):
@@ -266,7 +267,7 @@ class TestLab:
         client.load_host_keys(str(lab.known_hosts))
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
         try:
-            client.connect(agent.address, port=22, username=lab.user, key_filename=str(
+            client.connect(agent.address, port=22, username=USER, key_filename=str(
                 lab.key_file), look_for_keys=False, allow_agent=False, timeout=10)
             _, stdout, _ = client.exec_command("echo $DOCKER_HOST", timeout=10)
             assert stdout.read().decode().strip() == agent.docker_host
@@ -279,7 +280,7 @@ class TestLab:
         pool = load_file(lab.pool_file, expect="AgentPool")
         assert [(a.name, a.address, a.docker_host) for a in pool.agents] == [
             (a.name, a.address, a.docker_host) for a in lab.agents]
-        assert {a.ssh.user for a in pool.agents} == {"csl-ops"}
+        assert {a.ssh.user for a in pool.agents} == {USER} and lab.user == USER
         assert [a.address for a in lab.agents] == ["10.251.100.11", "10.251.100.12"]
         hosts = [line.split()[0] for line in lab.known_hosts.read_text().splitlines()]
         assert hosts == ["10.251.100.11", "10.251.100.12"]
