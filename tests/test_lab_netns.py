@@ -27,6 +27,7 @@ from tests.conftest import clear_stale_lab, require_lab
 
 PREFIX, SUBNET = "cslt", "10.251.100.0/24"  # the module's 2-agent lab
 PREFIX2, SUBNET2 = "cslu", "10.251.101.0/24"  # short-lived labs of single tests
+USER = "csl-ops"  # the non-root docker-group login every lab agent takes
 
 LAB = [pytest.mark.lab, pytest.mark.docker]
 
@@ -35,12 +36,12 @@ LAB = [pytest.mark.lab, pytest.mark.docker]
 
 
 def _ssh(info: netns.LabInfo, agent: layout.LabAgent, *cmd: str, known_hosts: Path | None = None,
-         timeout: float = 30) -> subprocess.CompletedProcess:
+         user: str = "root", timeout: float = 30) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["ssh", "-F", "/dev/null", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
          "-o", f"UserKnownHostsFile={known_hosts or info.known_hosts}",
          "-o", "IdentitiesOnly=yes", "-o", "ConnectTimeout=10", "-i", str(info.key_file),
-         "-p", "22", f"root@{agent.address}", *cmd],
+         "-p", "22", f"{user}@{agent.address}", *cmd],
         capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
     )
 
@@ -133,7 +134,9 @@ def test_layout_names(tmp_path):
     lay = layout.layout_for(tmp_path, "csl", "10.251.0.0/24")
     assert (lay.bridge, lay.bridge_address, lay.netns(3), lay.address(3)) == (
         "csl-br0", "10.251.0.1", "csl-agent3", "10.251.0.13")
-    assert lay.socket(2) == tmp_path / "agent2" / "docker.sock"
+    assert lay.socket(2) == tmp_path / "agent2" / "engine" / "docker.sock"
+    assert lay.agent(2).agent_socket == Path("/run/csl-lab/csl/engine/docker.sock")
+    assert lay.agent(2).docker_host == "unix:///run/csl-lab/csl/engine/docker.sock"
     # libnetwork puts "<exec-root>/libnetwork/<64 hex>.sock" there: must fit in sun_path
     assert len(f"{lay.exec_root(32)}/libnetwork/{'f' * 64}.sock") < 108
 
@@ -154,8 +157,9 @@ def test_pool_document_is_a_valid_pool(tmp_path):
     assert pool.swarm.manager == "agent1"
     assert pool.network.mtu == 1450 and pool.network.encrypted is False
     a2 = pool.agents[1]
-    assert a2.docker_host == f"unix://{tmp_path}/agent2/docker.sock"
-    assert (a2.ssh.host, a2.ssh.port, a2.ssh.user) == ("10.251.0.12", 22, "root")
+    # a remote pool: the socket's path on the agent, and a non-root login
+    assert a2.docker_host == "unix:///run/csl-lab/csl/engine/docker.sock"
+    assert (a2.ssh.host, a2.ssh.port, a2.ssh.user) == ("10.251.0.12", 22, USER)
     assert a2.ssh.key_file == str(tmp_path / "id_lab")
     assert a2.ssh.known_hosts == str(tmp_path / "known_hosts")
     assert a2.capacity.cpu == len(os.sched_getaffinity(0)) and a2.capacity.gpus == ()
@@ -173,7 +177,7 @@ class TestLab:
 
         ids = []
         for agent in lab.agents:
-            client = docker.DockerClient(base_url=agent.docker_host, timeout=30)
+            client = docker.DockerClient(base_url=f"unix://{agent.socket}", timeout=30)
             try:
                 info = client.info()
             finally:
@@ -215,6 +219,40 @@ class TestLab:
             assert out.returncode == 0, out.stderr
             assert out.stdout.split() == [agent.name, agent.engine_id]
 
+    def test_the_lab_user_reaches_its_agents_engine_only_over_ssh(self, lab):
+        """A remote pool, as real agents are: a non-root docker-group login, and a socket path
+        that names each agent's own engine there and answers nothing on this machine."""
+        import docker
+
+        ids = []
+        for agent in lab.agents:
+            out = _ssh(lab, agent, "id -u; id -Gn; docker info --format '{{.ID}}'; "
+                       f"docker --host {agent.docker_host} info --format '{{{{.ID}}}}'",
+                       user=USER)
+            assert out.returncode == 0, out.stderr
+            uid, groups, via_env, via_host = out.stdout.splitlines()
+            assert int(uid) != 0 and "docker" in groups.split()
+            assert via_env == via_host == agent.engine_id
+            ids.append(via_env)
+        assert len(set(ids)) == len(lab.agents)
+        # the same path from this machine: the directory is there, empty; no engine answers
+        for agent in lab.agents:
+            assert agent.agent_socket.parent.is_dir()
+            assert not agent.agent_socket.exists()
+            with pytest.raises(docker.errors.DockerException):  # the client asks at once
+                docker.DockerClient(base_url=agent.docker_host, timeout=5).ping()
+
+    def test_the_agent_side_socket_follows_a_restarted_engine(self, lab):
+        agent = lab.agents[1]
+        netns.stop_dockerd(lab.state_dir, agent.name)
+        try:
+            out = _ssh(lab, agent, "docker info --format '{{.ID}}'", user=USER)
+            assert out.returncode != 0
+        finally:
+            netns.start_dockerd(lab.state_dir, agent.name)
+        out = _ssh(lab, agent, "docker info --format '{{.ID}}'", user=USER)
+        assert (out.returncode, out.stdout.strip()) == (0, agent.engine_id), out.stderr
+
     def test_ssh_host_key_checking_is_strict(self, lab, tmp_path):
         empty = tmp_path / "known_hosts"
         empty.write_text("")
@@ -229,7 +267,7 @@ class TestLab:
         client.load_host_keys(str(lab.known_hosts))
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
         try:
-            client.connect(agent.address, port=22, username="root", key_filename=str(
+            client.connect(agent.address, port=22, username=USER, key_filename=str(
                 lab.key_file), look_for_keys=False, allow_agent=False, timeout=10)
             _, stdout, _ = client.exec_command("echo $DOCKER_HOST", timeout=10)
             assert stdout.read().decode().strip() == agent.docker_host
@@ -242,6 +280,7 @@ class TestLab:
         pool = load_file(lab.pool_file, expect="AgentPool")
         assert [(a.name, a.address, a.docker_host) for a in pool.agents] == [
             (a.name, a.address, a.docker_host) for a in lab.agents]
+        assert {a.ssh.user for a in pool.agents} == {USER} and lab.user == USER
         assert [a.address for a in lab.agents] == ["10.251.100.11", "10.251.100.12"]
         hosts = [line.split()[0] for line in lab.known_hosts.read_text().splitlines()]
         assert hosts == ["10.251.100.11", "10.251.100.12"]
@@ -294,8 +333,8 @@ def test_lab_down_leaves_nothing_behind(tmp_path):
         info = netns.lab_up(2, state, pool_file, prefix=PREFIX2, subnet=SUBNET2)
         up = time.monotonic() - t0
         a1, a2 = info.agents
-        c1 = docker.DockerClient(base_url=a1.docker_host, timeout=60)
-        c2 = docker.DockerClient(base_url=a2.docker_host, timeout=60)
+        c1 = docker.DockerClient(base_url=f"unix://{a1.socket}", timeout=60)
+        c2 = docker.DockerClient(base_url=f"unix://{a2.socket}", timeout=60)
         c1.swarm.init(advertise_addr=a1.address)
         c2.swarm.join([f"{a1.address}:2377"], c1.swarm.attrs["JoinTokens"]["Worker"])
         c1.api.import_image_from_data(_mini_image_tar("sleep"), repository="mini", tag="1")

@@ -67,6 +67,7 @@ class Lab:
     info: netns.LabInfo
     pool_file: Path
     image: str
+    connectors: dict = field(default_factory=dict)
     clients: dict = field(default_factory=dict)
 
     @property
@@ -74,7 +75,17 @@ class Lab:
         return load_file(self.pool_file, expect="AgentPool")
 
     def client(self, agent: str):
+        """The agent's engine reached as the pool says, like any remote agent: SSH as the
+        pool's user, ``docker system dial-stdio`` there (the lab's sockets are not used)."""
+        if agent not in self.clients:
+            conn = self.connectors[agent] = connector_for(self.pool.agent(agent), timeout=120)
+            self.clients[agent] = conn.docker_client()
         return self.clients[agent]
+
+    def close(self) -> None:
+        for c in [*self.clients.values(), *self.connectors.values()]:
+            with contextlib.suppress(Exception):
+                c.close()
 
     def write_session(self, directory: Path, name: str, size: int, **extra) -> Path:
         definition = factories.session(name, str(self.pool_file), self.image, size=size,
@@ -94,7 +105,7 @@ def lab(tmp_path_factory):
         info = netns.lab_up(3, state, state / "lab.yaml", prefix=PREFIX, subnet=SUBNET)
     except LabError as exc:  # lab_up removes what it created
         pytest.fail(f"lab_up failed: {exc}")
-    clients = {}
+    local, built = [], None
     try:
         doc = yaml.safe_load(info.pool_file.read_text())
         doc["name"] = "mnlab"
@@ -102,14 +113,20 @@ def lab(tmp_path_factory):
             a["capacity"] = {"cpu": CAPACITY[a["name"]], "mem": "4g", "gpus": []}
         pool_file = state / "mnlab.yaml"
         pool_file.write_text(yaml.safe_dump(doc, sort_keys=False))
-        clients = {a.name: docker.DockerClient(base_url=a.docker_host, timeout=120)
-                   for a in info.agents}
-        # the demo image plus Open MPI and mpi4py, for the launcher test across agents
-        image = ensure_images(list(clients.values()), progress=lambda _m: None, flavour="mpi")
-        yield Lab(info, pool_file, image, clients)
+        # the demo image plus Open MPI and mpi4py, for the launcher test across agents; imported
+        # through the lab's local sockets, as `sessionctl lab up` does
+        local = [docker.DockerClient(base_url=f"unix://{a.socket}", timeout=600)
+                 for a in info.agents]
+        image = ensure_images(local, progress=lambda _m: None, flavour="mpi")
+        built = Lab(info, pool_file, image)
+        for a in info.agents:
+            built.client(a.name)
+        yield built
     finally:
-        for c in clients.values():
+        for c in local:
             c.close()
+        if built is not None:
+            built.close()
         netns.lab_down(state)
 
 
@@ -181,7 +198,7 @@ def test_pool_check_reports_every_agent_of_the_lab(lab, capsys):
     ids = {a["engine_id"] for a in doc["agents"]}
     assert len(ids) == 3  # three engines, not one seen three times
     assert {a["via"] for a in doc["agents"]} == {
-        f"ssh root@{a.address}:22" for a in lab.info.agents}
+        f"ssh csl-ops@{a.address}:22" for a in lab.info.agents}
 
 
 def test_pool_check_names_the_agent_and_the_cause_of_each_failure(lab, tmp_path, capsys):
@@ -355,7 +372,7 @@ def test_overlay_dns_resolves_every_host_from_every_agent(spread):
 
 def test_status_reaches_every_agent_with_the_pools_ssh_key_and_known_hosts(
         lab, spread, tmp_path, capsys):
-    """Agents given as ssh://root@ADDR with the lab's key in their ssh block: status talks to
+    """Agents given as ssh://USER@ADDR with the lab's key in their ssh block: status talks to
     each engine through the agent's connector (docker system dial-stdio over that SSH
     connection). The Docker SDK's own ssh:// transport, which knows nothing of the pool's key
     or known_hosts, cannot."""
@@ -364,7 +381,7 @@ def test_status_reaches_every_agent_with_the_pools_ssh_key_and_known_hosts(
 
     doc = yaml.safe_load(lab.pool_file.read_text())
     for a in doc["agents"]:
-        a["docker_host"] = f"ssh://root@{a['address']}"
+        a["docker_host"] = f"ssh://{a['ssh']['user']}@{a['address']}"
     pool = tmp_path / "over-ssh.yaml"
     pool.write_text(yaml.safe_dump(doc, sort_keys=False))
     definition = yaml.safe_load(spread.path.read_text())
@@ -594,8 +611,8 @@ def test_an_agent_stopped_mid_plan_is_named_and_nothing_is_created(lab, tmp_path
         capacity.preflight(loaded.pool, plan.agents, overlay=False)
     lines = str(caught.value).splitlines()
     assert lines[0] == "pool mnlab: 2 of 3 agent(s) cannot be used; nothing was created:"
-    assert lines[1].startswith("  agent agent2: unreachable: ssh root@10.251.102.12:22: ")
-    assert lines[2].startswith("  agent agent3: docker not answering: ssh root@10.251.102.13:22")
+    assert lines[1].startswith("  agent agent2: unreachable: ssh csl-ops@10.251.102.12:22: ")
+    assert lines[2].startswith("  agent agent3: docker not answering: ssh csl-ops@10.251.102.13:22")
     # the exit code is the driver's: through the CLI, plan --probe names both agents, exit 4
     code = cli.main(["plan", str(path), "--probe"])
     err = capsys.readouterr().err

@@ -104,7 +104,7 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
     except netns.LabError as exc:
         raise CommandError(str(exc), Exit.ENGINE) from None
     for a in info.agents:
-        print(f"{a.name}  {a.address}  {a.docker_host}")
+        print(f"{a.name}  ssh {info.user}@{a.address}  {a.docker_host} (on the agent)")
     if info.pool_file:
         print(f"pool file: {info.pool_file}")
     if not args.no_image:

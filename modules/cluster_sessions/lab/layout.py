@@ -21,6 +21,9 @@ MAX_AGENTS = 32
 RECORD_VERSION = 1
 # sun_path is 108 bytes including the terminating NUL
 MAX_SOCKET_PATH = 107
+# the one non-root account of every lab agent (the agents share this machine's accounts)
+LAB_USER = "csl-ops"
+DOCKER_GROUP = "docker"
 
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+@-]+$")
 PREFIX = re.compile(r"^[a-z][a-z0-9]{0,7}$")
@@ -35,12 +38,14 @@ class LabAgent:
     index: int  # 1
     address: str  # 10.251.0.11 (also the swarm advertise address)
     netns: str  # csl-agent1
-    socket: Path  # <state_dir>/agent1/docker.sock
+    socket: Path  # <state_dir>/agent1/engine/docker.sock, this machine's path (lab internals)
+    agent_socket: Path  # /run/csl-lab/<prefix>/engine/docker.sock, the path on the agent
     engine_id: str = ""
 
     @property
     def docker_host(self) -> str:
-        return f"unix://{self.socket}"
+        """The engine as the pool names it: a socket on the agent, reached over SSH."""
+        return f"unix://{self.agent_socket}"
 
     @property
     def netns_path(self) -> Path:
@@ -56,6 +61,7 @@ class LabInfo:
     key_file: Path
     known_hosts: Path
     agents: tuple[LabAgent, ...]
+    user: str = LAB_USER  # the non-root user (in the docker group) the pool logs in as
 
     @property
     def names(self) -> list[str]:
@@ -145,6 +151,22 @@ class Layout:
     def authorized_keys(self) -> Path:
         return self.state_dir / "authorized_keys"
 
+    @property
+    def run_authorized_keys(self) -> Path:
+        """The copy sshd reads: it reads as the user logging in, who cannot enter a state dir
+        that is private (0700 below /tmp)."""
+        return self.run_dir / "authorized_keys"
+
+    @property
+    def agent_engine_dir(self) -> Path:
+        """The engine's directory as every agent sees it: in each sshd's private mount
+        namespace a bind mount of that agent's ``engine_dir``, empty everywhere else."""
+        return self.run_dir / "engine"
+
+    @property
+    def agent_socket(self) -> Path:
+        return self.agent_engine_dir / "docker.sock"
+
     def netns(self, k: int) -> str:
         return f"{self.prefix}-agent{k}"
 
@@ -162,8 +184,11 @@ class Layout:
     def agent_dir(self, k: int) -> Path:
         return self.state_dir / f"agent{k}"
 
+    def engine_dir(self, k: int) -> Path:
+        return self.agent_dir(k) / "engine"
+
     def socket(self, k: int) -> Path:
-        return self.agent_dir(k) / "docker.sock"
+        return self.engine_dir(k) / "docker.sock"
 
     def exec_root(self, k: int) -> Path:
         return self.run_dir / f"a{k}"
@@ -181,6 +206,7 @@ class Layout:
             address=self.address(k),
             netns=self.netns(k),
             socket=self.socket(k),
+            agent_socket=self.agent_socket,
             engine_id=engine_id,
         )
 

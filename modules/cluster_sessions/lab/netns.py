@@ -8,9 +8,18 @@ Layout (defaults; ``prefix`` and ``subnet`` change the names and the /24):
   the bridge address);
 * in each namespace its own ``containerd``, its own ``dockerd`` (started with
   ``nsenter --net=...``, not ``ip netns exec``, which remounts /sys and hides the cgroup mounts
-  dockerd needs) listening on ``<state_dir>/agentK/docker.sock``, and its own ``sshd`` on
-  ``10.251.0.(10+K):22`` (key-only root login with the lab key ``<state_dir>/id_lab``,
-  ``SetEnv DOCKER_HOST=`` that agent's engine);
+  dockerd needs) listening on ``<state_dir>/agentK/engine/docker.sock`` (root:docker 0660), and
+  its own ``sshd`` on ``10.251.0.(10+K):22`` (key-only logins with the lab key
+  ``<state_dir>/id_lab`` for the non-root user ``csl-ops``, a member of the ``docker`` group,
+  and for root, which the lab's own steps use);
+* the lab is a *remote* pool, as real GPU hosts are: the pool file names each engine by its
+  path on the agent, ``unix:///run/csl-lab/<prefix>/engine/docker.sock``, the same on every
+  agent, and says to log in as ``csl-ops``. Each sshd runs in a private mount namespace where
+  that directory is a bind mount of its agent's ``engine`` directory (the directory, not the
+  socket, so a restarted dockerd's new socket appears there); on this machine the directory is
+  empty, so a program that hands the path to a local Docker client fails, as it would against
+  a remote host. ``SetEnv DOCKER_HOST=`` names that path. The lab's own steps (waiting for the
+  engines, engine IDs, stopping containers, importing images) use the local sockets;
 * iptables on the host: bridged traffic between lab ports is accepted (with br_netfilter
   active, bridged frames traverse the host's FORWARD chain, whose policy Docker sets to DROP),
   anything the lab would route off the bridge is rejected (the lab never reaches beyond this
@@ -19,7 +28,10 @@ Layout (defaults; ``prefix`` and ``subnet`` change the names and the /24):
 Only one lab per ``prefix`` exists on a machine: the names above are machine-wide. The lab is
 recorded in ``<state_dir>/lab.json`` and in ``/run/csl-lab/<prefix>/lab.json`` (the latter also
 holds the short runtime directories dockerd needs: its exec-root must stay short because
-libnetwork puts a socket named after a 64-character id inside it).
+libnetwork puts a socket named after a 64-character id inside it; the copy of
+``authorized_keys`` sshd reads as the user logging in; the agent-side engine directory). The
+``csl-ops`` account (and the ``docker`` group, if the lab had to create it) is shared by every
+lab on the machine and stays after ``lab_down``.
 
 This module is a library (no argument parsing); ``sessionctl lab up/down/status`` wraps it.
 """
@@ -27,8 +39,10 @@ This module is a library (no argument parsing); ``sessionctl lab up/down/status`
 from __future__ import annotations
 
 import contextlib
+import grp
 import json
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -43,6 +57,8 @@ from ..agents.polling import poll_until
 from .layout import (
     DEFAULT_PREFIX,
     DEFAULT_SUBNET,
+    DOCKER_GROUP,
+    LAB_USER,
     MAX_AGENTS,
     MAX_SOCKET_PATH,
     NETNS_DIR,
@@ -86,7 +102,11 @@ REQUIRED_TOOLS = {
     "iptables": "iptables",
     "nsenter": "util-linux",
     "unshare": "util-linux",
+    "mount": "mount",
     "umount": "mount",
+    "useradd": "passwd",
+    "usermod": "passwd",
+    "groupadd": "passwd",
     "dockerd": "docker.io",
     "containerd": "containerd (a dependency of docker.io)",
     "ssh-keygen": "openssh-client",
@@ -136,14 +156,47 @@ def _check_tools() -> None:
         )
 
 
-def _root_account_locked() -> bool:
+def _account_locked(user: str) -> bool:
     # With `UsePAM no` OpenSSH refuses any login to an account whose password is locked ('!')
     try:
         for line in Path("/etc/shadow").read_text().splitlines():
-            if line.startswith("root:"):
+            if line.startswith(f"{user}:"):
                 return line.split(":")[1].startswith("!")
     except OSError:
         pass
+    return False
+
+
+def _ensure_lab_user() -> None:
+    """The non-root account the pool logs in as, in the docker group (the group dockerd gives
+    its socket), as users reach real agents; created once per machine, kept by lab_down since
+    every lab shares it. Another lab coming up at the same time may create it first."""
+    if _group_missing(DOCKER_GROUP):
+        run(["groupadd", "--system", DOCKER_GROUP], check=False)
+        if _group_missing(DOCKER_GROUP):
+            raise LabError(f"could not create the group {DOCKER_GROUP}")
+    try:
+        pwd.getpwnam(LAB_USER)
+    except KeyError:
+        run(["useradd", "--create-home", "--shell", "/bin/sh", "--groups", DOCKER_GROUP,
+             "--password", "*", LAB_USER], check=False)
+    try:
+        account = pwd.getpwnam(LAB_USER)
+    except KeyError:
+        raise LabError(f"could not create the lab user {LAB_USER}") from None
+    if account.pw_uid == 0:
+        raise LabError(f"the lab user {LAB_USER} has uid 0; it must be an ordinary account")
+    if LAB_USER not in grp.getgrnam(DOCKER_GROUP).gr_mem:
+        run(["usermod", "--append", "--groups", DOCKER_GROUP, LAB_USER])
+    if _account_locked(LAB_USER):  # key logins only: '*' is no password, not a locked account
+        run(["usermod", "--password", "*", LAB_USER])
+
+
+def _group_missing(name: str) -> bool:
+    try:
+        grp.getgrnam(name)
+    except KeyError:
+        return True
     return False
 
 
@@ -194,6 +247,10 @@ def _ensure_keys(lay: Layout, agents: int) -> None:
                   "-f", str(hk)])
     pub = lay.key_file.with_name("id_lab.pub").read_text().strip()
     write_private(lay.authorized_keys, pub + "\n")
+    for d in (RUN_BASE, lay.run_dir, lay.agent_engine_dir):  # open to the lab user
+        d.mkdir(parents=True, exist_ok=True)
+        d.chmod(0o755)
+    write_private(lay.run_authorized_keys, pub + "\n")
     lines = []
     for k in range(1, agents + 1):
         hostpub = (lay.agent_dir(k) / "ssh_host_ed25519_key.pub").read_text().split()
@@ -254,8 +311,8 @@ def _sshd_config(lay: Layout, k: int) -> str:
         f"ListenAddress {lay.address(k)}:22",
         f"HostKey {d / 'ssh_host_ed25519_key'}",
         f"PidFile {d / 'sshd.pid'}",
-        f"AuthorizedKeysFile {lay.authorized_keys}",
-        "AllowUsers root",
+        f"AuthorizedKeysFile {lay.run_authorized_keys}",
+        f"AllowUsers root {LAB_USER}",
         "PermitRootLogin prohibit-password",
         "PubkeyAuthentication yes",
         "PasswordAuthentication no",
@@ -265,7 +322,7 @@ def _sshd_config(lay: Layout, k: int) -> str:
         "StrictModes no",
         "PrintMotd no",
         "X11Forwarding no",
-        f"SetEnv DOCKER_HOST=unix://{lay.socket(k)}",
+        f"SetEnv DOCKER_HOST=unix://{lay.agent_socket}",
         "Subsystem sftp internal-sftp",
         "",
     ])
@@ -279,6 +336,22 @@ def _in_agent(lay: Layout, k: int) -> list[str]:
         shutil.which("nsenter") or "nsenter", f"--net={NETNS_DIR / lay.netns(k)}", "--",
         shutil.which("unshare") or "unshare", "--uts", "--",
         "/bin/sh", "-c", 'hostname "$0" && exec "$@"', f"agent{k}",
+    ]
+
+
+def _sshd_in_agent(lay: Layout, k: int) -> list[str]:
+    """``_in_agent`` plus a mount namespace of its own in which the agent-side engine directory
+    is this agent's engine directory: over SSH the pool's socket path is this agent's engine,
+    and nowhere else. Slave, not private, propagation: the bind mount still stays inside, but
+    where the host's mounts are shared, unmounts there (other engines' containers, other labs'
+    namespaces) reach this copy instead of being pinned by it. The namespace goes when sshd
+    and its sessions have ended."""
+    return [
+        shutil.which("nsenter") or "nsenter", f"--net={NETNS_DIR / lay.netns(k)}", "--",
+        shutil.which("unshare") or "unshare", "--uts", "--mount", "--propagation", "slave",
+        "--",
+        "/bin/sh", "-c", 'hostname "$0" && mount --bind "$1" "$2" && shift 2 && exec "$@"',
+        f"agent{k}", str(lay.engine_dir(k)), str(lay.agent_engine_dir),
     ]
 
 
@@ -312,7 +385,7 @@ def _start_agent_daemons(lay: Layout, agents: int, progress: Progress) -> dict:
         cfg = d / "sshd_config"
         write_private(cfg, _sshd_config(lay, k))
         run([SSHD, "-t", "-f", str(cfg)])
-        cmd = [*_in_agent(lay, k), SSHD, "-D", "-f", str(cfg), "-E", str(d / "sshd.log")]
+        cmd = [*_sshd_in_agent(lay, k), SSHD, "-D", "-f", str(cfg), "-E", str(d / "sshd.log")]
         pids[f"agent{k}"]["sshd"] = spawn(cmd, d / "sshd.out")
     progress(f"started {agents} sshd")
     return pids
@@ -323,6 +396,9 @@ def _spawn_dockerd(lay: Layout, k: int) -> int:
     dcfg = d / "daemon.json"
     # without its own key file every engine would share /etc/docker/key.json, hence its ID
     write_private(dcfg, json.dumps({"deprecated-key-path": str(d / "key.json")}) + "\n")
+    # the directory sshd's namespace binds, open to the docker group's members
+    lay.engine_dir(k).mkdir(parents=True, exist_ok=True)
+    lay.engine_dir(k).chmod(0o755)
     lay.socket(k).unlink(missing_ok=True)
     cmd = [
         *_in_agent(lay, k),
@@ -332,6 +408,7 @@ def _spawn_dockerd(lay: Layout, k: int) -> int:
         "--exec-root", str(lay.exec_root(k)),
         "--pidfile", str(d / "docker.pid"),
         "-H", f"unix://{lay.socket(k)}",
+        "--group", DOCKER_GROUP,  # the socket: root:docker 0660
         "--containerd", str(lay.containerd_socket(k)),
         "--bip", lay.bip(k),
         # cgroupfs whatever the host uses, so that the parent is a plain path (with the
@@ -405,7 +482,7 @@ def pool_document(info: LabInfo, name: str = "lab") -> dict:
                 "ssh": {
                     "host": a.address,
                     "port": 22,
-                    "user": "root",
+                    "user": info.user,
                     "key_file": str(info.key_file),
                     "known_hosts": str(info.known_hosts),
                 },
@@ -476,7 +553,7 @@ def lab_up(
     if len(str(lay.socket(agents)).encode()) > MAX_SOCKET_PATH:
         raise LabError(f"state dir {lay.state_dir} is too long for a unix socket path "
                        f"({lay.socket(agents)}); choose a shorter one")
-    if _root_account_locked():
+    if _account_locked("root"):
         raise LabError("root's password is locked ('!' in /etc/shadow): sshd (UsePAM no) then "
                        "refuses key logins; unlock it without a password: usermod -p '*' root")
     pool_file = Path(pool_file).absolute() if pool_file is not None else None
@@ -502,7 +579,8 @@ def lab_up(
                 f"(sessionctl lab down)"
             )
         status = lab_status(lay.state_dir)
-        if status.state == "up":
+        current = existing.get("user") == LAB_USER  # an older lab took root logins only
+        if status.state == "up" and current:
             ids = {i + 1: a.engine_id for i, a in enumerate(status.agents)}
             for rule in lay.iptables_rules():  # a restarted host dockerd may have flushed them
                 if not _iptables_has(rule):
@@ -513,7 +591,8 @@ def lab_up(
             write_records(lay, existing)
             progress(f"lab already up: {', '.join(info.names)}")
             return info
-        progress(f"lab in {lay.state_dir} is {status.state}; rebuilding it")
+        state = status.state if current else "of an older kind (root logins only)"
+        progress(f"lab in {lay.state_dir} is {state}; rebuilding it")
         lab_down(lay.state_dir, progress)
     else:
         clash = [n for n in [lay.bridge] if _link_exists(n)]
@@ -532,6 +611,7 @@ def lab_up(
         "state_dir": str(lay.state_dir),
         "agents": agents,
         "pool_file": str(pool_file) if pool_file else None,
+        "user": LAB_USER,
         "iptables": [],
         "pids": {},
         "state": "starting",
@@ -541,6 +621,7 @@ def lab_up(
     record["iptables"] = lay.iptables_rules()
     write_records(lay, record)
     try:
+        _ensure_lab_user()
         _ensure_keys(lay, agents)
         _create_network(lay, agents, progress)
         record["pids"] = _start_agent_daemons(lay, agents, progress)
@@ -785,10 +866,11 @@ def _cleanup_files(lay: Layout, agents: int, *, run_record: bool) -> None:
     """Delete the engines' data and runtime files; keep keys, known_hosts and logs."""
     for k in range(1, agents + 1):
         d = lay.agent_dir(k)
-        for sub in ("docker", "containerd"):
+        for sub in ("docker", "containerd", "engine"):
             if (d / sub).exists():
                 unmount_under([d / sub])
                 shutil.rmtree(d / sub, ignore_errors=True)
+        # docker.sock: where a lab before the engine directory had its socket
         for name in ("docker.sock", "docker.pid", "sshd.pid", "key.json"):
             (d / name).unlink(missing_ok=True)
     if run_record:
