@@ -64,3 +64,19 @@ def test_a_rotated_join_token_changes_nothing_for_a_joined_worker():
     assert (diff.changes, diff.replaces) == (False, [])
     diff = SwarmWorkerProvider().diff("n1", WORKER, {**WORKER, "manager_addr": "10.0.0.5:2377"})
     assert (diff.changes, diff.replaces) == (True, ["manager_addr"])
+
+
+def test_a_preview_s_unknown_manager_address_and_token_pass_the_check():
+    """In a preview the manager does not exist yet: the dynamic provider host hands ``check``
+    and ``diff`` ``Unknown()`` objects (pulumi/dynamic/__main__.py, keep_unknowns) for its
+    address and token; a failed check would fail the whole preview."""
+    from pulumi.output import Unknown
+    from pulumi.runtime import rpc
+
+    for value in (Unknown(), rpc.UNKNOWN):
+        news = {**WORKER, "manager_addr": value, "join_token": value}
+        assert SwarmWorkerProvider().check({}, news).failures == []
+        diff = SwarmWorkerProvider().diff("n1", WORKER, news)
+        assert diff.changes and "manager_addr" in diff.replaces  # it may change: say so
+        unknown_agent = {**MANAGER, "advertise_addr": value}
+        assert SwarmManagerProvider().check({}, unknown_agent).failures == []

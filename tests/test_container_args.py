@@ -1,0 +1,85 @@
+"""core/container_args.py: a plan as the docker provider's arguments, decided once.
+
+The Session component passes these arguments and ``diff`` compares them, so the two cannot
+disagree about what a change does (before issue 20 the Session published ports on
+``role == "main"`` while the review looked at ``host == "main1"``).
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cluster_sessions.core.container_args import container_args, memory_mb, network_args
+from cluster_sessions.core.names import ENDPOINT_LABEL
+from cluster_sessions.core.plan import build_plan
+from cluster_sessions.core.provider_facts import CONTAINER_FORCE_NEW
+from cluster_sessions.core.spec import Pool, Session
+from tests import factories
+
+
+def plan_of(pool_over: dict | None = None, agents: list[dict] | None = None, **over):
+    session = Session.model_validate(factories.session("args-test", "p", **over))
+    pool = Pool.model_validate(factories.pool("p", *(agents or [factories.agent(
+        gpus=(0, 1, 2, 3))]), **(pool_over or {})))
+    return build_plan(session, pool)
+
+
+def test_gpus_are_one_device_request_the_engine_accepts():
+    plan = plan_of(resources={"cpu": 1, "mem": "2g", "shmem": "64m", "gpu": 2},
+                   cluster={"mode": "single-node", "size": 2})
+    main, sub = (container_args(plan, c) for c in plan.containers)
+    assert main.device_requests == ({"driver": "nvidia", "device_ids": ("0", "1"),
+                                     "capabilities": ("gpu",)},)
+    assert sub.device_requests[0]["device_ids"] == ("2", "3")
+    assert not container_args(plan_of(), plan_of().containers[0]).device_requests
+
+
+def test_memory_swap_is_the_memory_so_the_read_back_matches():
+    args = container_args(plan_of(mem="1500m"), plan_of(mem="1500m").containers[0])
+    assert args.memory == args.memory_swap == 1500
+    assert memory_mb(1024**2 + 1) == 2  # never less than asked
+
+
+def test_only_the_main_role_publishes_ports():
+    plan = plan_of(cluster={"mode": "single-node", "size": 3}, ports=[{"container": 8888}])
+    published = {c.host: container_args(plan, c).ports for c in plan.containers}
+    assert [p.internal for p in published["main1"]] == [8888]
+    assert published["sub1"] == published["sub2"] == ()
+
+
+def test_the_endpoint_rides_in_a_label_so_a_changed_one_forces_a_new_container():
+    plan = plan_of()
+    c = plan.containers[0]
+    here, there = container_args(plan, c, "ssh://ops@h1:22"), container_args(plan, c,
+                                                                             "ssh://ops@h2:22")
+    assert dict(here.labels)[ENDPOINT_LABEL] == "ssh://ops@h1:22"
+    assert there.changed(here) == ("labels",) and CONTAINER_FORCE_NEW["labels"]
+    assert dict(network_args(plan, "ssh://ops@h1:22").labels)[ENDPOINT_LABEL] == (
+        "ssh://ops@h1:22")
+
+
+@pytest.mark.parametrize(("mtu", "encrypted", "name"), [
+    (None, False, "args-test-net"), (1450, False, "args-test-net-mtu1450"),
+    (1400, True, "args-test-net-mtu1400-enc")])
+def test_the_networks_options_are_part_of_its_name(mtu, encrypted, name):
+    two = [factories.agent("a1", cpu=1), factories.agent("a2", cpu=1)]
+    plan = plan_of({"network": {"mtu": mtu, "encrypted": encrypted}, "swarm": {"manager": "a1"}},
+                   agents=two, cluster={"mode": "multi-node", "size": 2})
+    net = network_args(plan)
+    assert net.name == name and plan.network.name == name
+    assert all(container_args(plan, c).network == name for c in plan.containers)
+    assert dict(net.options).get("com.docker.network.driver.mtu") == (str(mtu) if mtu else None)
+
+
+@settings(max_examples=40, deadline=None)
+@given(size=st.integers(1, 6), cpu=st.sampled_from([0.5, 1, 2, 10, 16]),
+       env=st.dictionaries(st.from_regex(r"[A-Z][A-Z0-9_]{0,8}", fullmatch=True),
+                           st.text(max_size=20), max_size=4))
+def test_the_same_plan_gives_the_same_arguments_in_the_same_order(size, cpu, env):
+    env = {k: v.replace("\0", "") for k, v in env.items() if not k.startswith("BACKENDAI")}
+    first = plan_of(cluster={"mode": "single-node", "size": size}, cpu=cpu, env=env)
+    again = plan_of(cluster={"mode": "single-node", "size": size}, cpu=cpu, env=env)
+    assert [container_args(first, c) for c in first.containers] == [
+        container_args(again, c) for c in again.containers]
