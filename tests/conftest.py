@@ -91,7 +91,7 @@ def emulated_automation(monkeypatch, docker_client, tmp_path):
     from cluster_sessions.driver import stacks
     from cluster_sessions.emulation.automation import Backend
 
-    backend = Backend(docker_client)
+    backend = Backend()  # needs the engine: docker_client skips the test without one
     monkeypatch.setattr(stacks, "open_stack", backend.open_stack)
     monkeypatch.setattr(stacks, "open_workspace", backend.open_workspace)
     monkeypatch.setattr(stacks, "find_pulumi", lambda environ: Path("/emulated/bin/pulumi"))

@@ -11,12 +11,14 @@ import yaml
 from cluster_sessions.core import review
 from cluster_sessions.core.loader import load_session
 from cluster_sessions.core.plan import build_plan
-from cluster_sessions.emulation import provider
-from cluster_sessions.emulation.engine import STACKS, Engine, run_program
+from cluster_sessions.emulation import connhelper, provider
+from cluster_sessions.emulation.docker_builder import DockerBuilder
+from cluster_sessions.emulation.engine import STACKS, Engine, Registration, run_program
 
 from .test_session import EXAMPLES, FIXTURE_STACKS, config_of
 
 CONTAINER, NETWORK = provider.CONTAINER, provider.NETWORK
+PROVIDER = "pulumi:providers:docker"
 
 
 @pytest.mark.parametrize("stack", EXAMPLES + sorted(FIXTURE_STACKS))
@@ -33,16 +35,31 @@ def test_an_unchanged_definition_shows_no_change_against_the_read_back_state(sta
     changed = {urn: engine.actions[urn] for urn in docker
                if engine.actions[urn][0] != provider.SAME}
     assert not changed, changed
+    assert not engine.failed, engine.failed
+
+
+# The strict emulation's findings about the program, fixed there (issue 20): ``memory_swap``
+# is passed (the provider reads back twice ``memory`` otherwise: an in-place update on every
+# up), and GPU lists are ``device_requests`` (``gpus="device=0,1"`` is count 1 plus device 0,
+# which the engine refuses; quoting does not help: rcf.go l. 705-718 strips the quotes first).
+@pytest.mark.parametrize("stack", ["train-demo", "gpu-pair", "remote-gpus"])
+def test_the_program_passes_nothing_the_provider_refuses_or_reads_back_differently(stack):
+    engine = Engine()
+    run_program(engine, stack, config_of(stack))
+    run_program(engine, stack, config_of(stack))
+    assert not engine.failed
+    assert all(a == (provider.SAME, ()) for urn, a in engine.actions.items()
+               if CONTAINER in urn), engine.actions
 
 
 def test_the_read_back_is_what_makes_a_diff_perpetual():
     """Without the read-back spelling the same definition would replace every container."""
-    state = provider.read_back(CONTAINER, {"cpus": "1"}, {"cpus": "1"})
+    state = provider.create(CONTAINER, {"cpus": "1"}, {"cpus": "1"})
     assert state["cpus"] == "1.0"
     assert provider.diff(CONTAINER, state, {"cpus": "1"}, []) == (provider.REPLACE, ("cpus",))
     assert provider.diff(CONTAINER, state, {"cpus": "1.0"}, []) == (provider.SAME, ())
     overlay = {"driver": "overlay", "options": {"m": "1"}}
-    net = provider.read_back(NETWORK, overlay, overlay)
+    net = provider.create(NETWORK, overlay, overlay)
     assert provider.diff(NETWORK, net, {"driver": "overlay", "options": {"m": "1"}}, []) == (
         provider.REPLACE, ("options",))
     assert provider.diff(NETWORK, net, {"driver": "overlay", "options": {"m": "1"}},
@@ -84,3 +101,219 @@ def test_diff_agrees_with_what_an_emulated_up_does(tmp_path, change):
     translate = {review.ADD: provider.CREATE, review.SAME: provider.SAME,
                  review.UPDATE: provider.UPDATE, review.REPLACE: provider.REPLACE}
     assert {h: translate[a] for h, a in said.items()} == emulated
+
+
+# --- the strict witness: each of these fails against an emulation that accepts more ----------
+
+def _registration(type_: str, name: str, provider_urn: str = "") -> Registration:
+    urn = f"urn:pulumi:t::p::{type_}::{name}"
+    return Registration(type=type_, name=name, urn=urn, parent="", custom=True,
+                        provider=f"{provider_urn}::id" if provider_urn else "", inputs={},
+                        dependencies=[], additional_secret_outputs=[],
+                        delete_before_replace=True)
+
+
+def test_a_provider_whose_unix_socket_does_not_exist_fails_like_the_provider(tmp_path):
+    """No fallback to some default client: the provider pings the engine its ``host`` names
+    and fails every resource of it when that does not answer (config.go l. 193-199)."""
+    builder = DockerBuilder()
+    prov = _registration(PROVIDER, "agent")
+    builder(prov, {"host": f"unix://{tmp_path}/absent.sock"})
+    net = _registration(NETWORK, "net", prov.urn)
+    with pytest.raises(connhelper.EngineUnreachable, match="Error pinging Docker server"):
+        builder(net, {"name": "t-net", "driver": "bridge"})
+    assert not builder.made
+
+
+OPTS = ["-o", "IdentityFile=/k/id", "-o", "IdentitiesOnly=yes", "-o",
+        "UserKnownHostsFile=/k/known", "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
+        "-o", "ConnectTimeout=10"]
+
+
+def test_an_ssh_host_runs_the_argv_docker_clis_connhelper_builds():
+    """connhelper.go l. 40-72 and ssh.go l. 110-165 (docker/cli v28.5.2): user and port as
+    ``-l``/``-p``, the provider's ssh_opts as given, ``-T``, ``--``, host, and a socket path as
+    a quoted ``--host=unix://PATH`` of the remote ``docker system dial-stdio``."""
+    assert connhelper.ssh_argv("ssh://ops@10.0.0.11:2222/run/user/1000/docker.sock", OPTS) == [
+        "ssh", "-l", "ops", "-p", "2222", *OPTS, "-T", "--", "10.0.0.11",
+        "docker '--host=unix:///run/user/1000/docker.sock' system dial-stdio"]
+    assert connhelper.ssh_argv("ssh://agent1") == [
+        "ssh", "-o ConnectTimeout=30", "-T", "--", "agent1", "docker system dial-stdio"]
+    assert connhelper.ssh_argv("ssh://ops@agent1/", ["-T"])[-3:] == [
+        "--", "agent1", "docker system dial-stdio"]
+    for url, why in [("ssh://ops:secret@agent1", "plain-text password is not supported"),
+                     ("ssh://ops:@agent1", "plain-text password is not supported"),
+                     ("ssh://agent1?socket=x", "query parameters are not allowed"),
+                     ("ssh://agent1#x", "fragments are not allowed"),
+                     ("ssh://ops@:22", "hostname is empty")]:
+        with pytest.raises(connhelper.ProviderConfigError, match=why):
+            connhelper.ssh_argv(url)
+
+
+def test_a_tcp_host_needs_tls_material():
+    with pytest.raises(connhelper.ProviderConfigError, match="cert_path"):
+        connhelper.connect(connhelper.config_of({"host": "tcp://127.0.0.1:2376"}))
+
+
+@pytest.mark.docker
+def test_the_relay_carries_the_docker_api_through_a_dial_stdio_command(docker_client):
+    """Every connection runs the command and relays both ways: the SDK pings and lists
+    through ``docker system dial-stdio`` (here local; over ssh it is the argv above)."""
+    relay = connhelper.DialStdioRelay(["docker", "system", "dial-stdio"])
+    try:
+        import docker
+
+        client = docker.DockerClient(base_url=relay.url, timeout=30)
+        assert client.ping()
+        assert client.version()["ApiVersion"] == docker_client.version()["ApiVersion"]
+        client.close()
+    finally:
+        relay.close()
+
+
+def test_gpus_parse_as_docker_clis_gpu_opts():
+    """opts/gpus.go l. 36-99: one CSV record, so an unquoted device list is a device and a
+    count; each key once; a bare number is a count."""
+    assert provider.parse_gpus('"device=0,1"').device_ids == ["0", "1"]
+    assert provider.parse_gpus('"device=0,1"').count == 0
+    split = provider.parse_gpus("device=0,1")
+    assert (split.device_ids, split.count) == (["0"], 1)
+    assert provider.parse_gpus("all").count == -1
+    assert provider.parse_gpus("2").count == 2
+    assert provider.parse_gpus("capabilities=compute").capabilities == [["compute", "gpu"]]
+    assert provider.parse_gpus("count=1,2").count == 2  # the bare "2" is checked as key "2"
+    for bad, why in [("2,count=1", "'count' can be specified only once"),
+                     ("device=0,foo=1", "unexpected key 'foo'"),
+                     ("count=x", "invalid count"), ('dev"ice=0', 'bare "')]:
+        with pytest.raises(provider.ProviderRefused, match=why):
+            provider.parse_gpus(bad)
+
+
+def test_a_gpus_device_list_is_refused_quoted_or_not():
+    """The engine refuses count and device IDs together; and the provider strips surrounding
+    quotes before parsing (rcf.go l. 705-718), so quoting the whole value does not help."""
+    for value in ("device=0,1", '"device=0,1"', "'\"device=0,1\"'"):
+        with pytest.raises(provider.ProviderRefused, match="cannot set both Count and DeviceIDs"):
+            provider.gpus_request(value)
+    req = provider.gpus_request('driver=nvidia,"device=0,1"')
+    assert (req.device_ids, req.count) == (["0", "1"], 0)
+    state = provider.create(CONTAINER, {"gpus": 'driver=nvidia,"device=0,1"'},
+                            {"gpus": 'driver=nvidia,"device=0,1"'})
+    assert state["gpus"] == "device=0,1"  # rcf.go l. 720-748: a replacement on every up
+    assert provider.gpus_request("device=0").device_ids == ["0"]
+
+
+def test_the_builder_parses_gpus_before_it_says_this_engine_has_none():
+    builder = DockerBuilder()
+    reg = _registration(CONTAINER, "c")
+    with pytest.raises(provider.ProviderRefused, match="cannot set both"):
+        builder(reg, {"name": "t-c", "gpus": "device=0,1"})
+    with pytest.raises(provider.ProviderRefused, match="no GPUs on this engine"):
+        builder(reg, {"name": "t-c", "gpus": "device=0"})
+
+
+def test_read_back_only_keys_are_in_the_state_and_diffed_as_the_bridge_does():
+    """``memory_swap`` (Optional, not Computed, no Default: rc.go 856-861) is read back as
+    twice the memory (rcf.go 940-944) though not passed: an in-place update on the next up
+    (then 0 in the state, the update reads nothing back, until a refresh reads it again).
+    ``destroy_grace_seconds`` is not ForceNew (rc.go 827-831) and not read back."""
+    state = provider.create(CONTAINER, {"memory": 512}, {"memory": 512})
+    assert state["memorySwap"] == 1024
+    assert provider.diff(CONTAINER, state, {"memory": 512}, []) == (
+        provider.UPDATE, ("memorySwap",))
+    assert provider.diff(CONTAINER, state, {"memory": 512, "memorySwap": 1024}, []) == (
+        provider.SAME, ())
+    updated = provider.after_update(CONTAINER, state, {"memory": 512}, ("memorySwap",))
+    assert provider.diff(CONTAINER, updated, {"memory": 512}, []) == (provider.SAME, ())
+    graced = provider.create(CONTAINER, {"destroyGraceSeconds": 10}, {"destroyGraceSeconds": 10})
+    assert provider.diff(CONTAINER, graced, {"destroyGraceSeconds": 20}, []) == (
+        provider.UPDATE, ("destroyGraceSeconds",))
+    assert provider.diff(CONTAINER, {"init": True}, {}, []) == (provider.SAME, ())  # Computed
+
+
+class Recorder:
+    """Engine hooks that record what a builder would be asked to do, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, dict]] = []
+
+    def create(self, reg: Registration, inputs: dict) -> None:
+        if reg.type != PROVIDER:
+            self.calls.append(("create", reg.name, inputs))
+
+    def delete(self, urn: str) -> None:
+        self.calls.append(("delete", urn.rsplit("::", 1)[-1], {}))
+
+
+def two_resources(label: str = "a", options: dict | None = None, image: str = "img",
+                  on: str = "p1"):
+    """A network (fixed name, delete-before-replace, options ignored) and a container on it
+    by name, under one of two explicit providers."""
+    import pulumi
+    import pulumi_docker as docker
+
+    def program() -> None:
+        providers = {n: docker.Provider(n, host=f"unix:///run/{n}.sock") for n in ("p1", "p2")}
+        net = docker.Network(
+            "net", name="t-net", labels=[docker.NetworkLabelArgs(label="l", value=label)],
+            options=options, opts=pulumi.ResourceOptions(
+                provider=providers[on], delete_before_replace=True, ignore_changes=["options"]))
+        docker.Container("c", name="t-c", image=image, networks_advanced=[
+            docker.ContainerNetworksAdvancedArgs(name=net.name, aliases=["c"])],
+            opts=pulumi.ResourceOptions(provider=providers[on], delete_before_replace=True,
+                                        depends_on=[net]))
+    return program
+
+
+def _run(engine: Engine, **kwargs) -> dict:
+    run_program(engine, "t", {}, program=two_resources(**kwargs))
+    return {r.name: r for r in engine.registrations}
+
+
+def test_ignore_changes_keeps_the_old_input_also_on_a_replacement():
+    """step_generator.go ``processIgnoreChanges``: the replacement network is created with
+    the old options, and that is what gets built."""
+    rec = Recorder()
+    engine = Engine(on_create=rec.create, on_delete=rec.delete)
+    _run(engine, options={"com.docker.network.driver.mtu": "1450"})
+    regs = _run(engine, label="b", options={"com.docker.network.driver.mtu": "9000"})
+    net = regs["net"].urn
+    assert engine.actions[net] == (provider.REPLACE, ("labels",))
+    assert engine.state[net][1]["options"] == {"com.docker.network.driver.mtu": "1450"}
+    built = [inputs for op, name, inputs in rec.calls if (op, name) == ("create", "net")]
+    assert built[-1]["options"] == {"com.docker.network.driver.mtu": "1450"}
+
+
+def test_a_replaced_network_replaces_the_containers_attached_to_it():
+    """calculateDependentReplacements: the container's ``networks_advanced`` comes from the
+    network's name and is ForceNew, so the delete-before-replace of the network replaces it
+    too, deleting it first."""
+    rec = Recorder()
+    engine = Engine(on_create=rec.create, on_delete=rec.delete)
+    regs = _run(engine)
+    assert regs["c"].property_dependencies["networksAdvanced"] == [regs["net"].urn]
+    rec.calls.clear()
+    regs = _run(engine, label="b")
+    assert engine.actions[regs["c"].urn][0] == provider.REPLACE
+    assert [(op, name) for op, name, _ in rec.calls] == [
+        ("delete", "c"), ("delete", "net"), ("create", "net"), ("create", "c")]
+
+
+def test_a_resource_moved_to_another_provider_is_replaced_only_when_its_diff_says_so():
+    """providerChanged (pulumi >= 3.152, #18509) asks the new provider's DiffConfig, and the
+    bridged docker provider never asks for a replacement: with unchanged inputs the resource
+    is *not* replaced and stays on the old engine (``moved``); a ForceNew change replaces it
+    through the new provider."""
+    rec = Recorder()
+    engine = Engine(on_create=rec.create, on_delete=rec.delete)
+    regs = _run(engine)
+    p1 = regs["p1"].urn
+    rec.calls.clear()
+    regs = _run(engine, on="p2")
+    c = regs["c"].urn
+    assert engine.actions[c] == (provider.SAME, ())
+    assert engine.moved[c] == (p1, regs["p2"].urn)
+    assert rec.calls == []
+    regs = _run(engine, on="p2", image="img2")
+    assert engine.actions[c] == (provider.REPLACE, ("image",))
+    assert c not in engine.moved

@@ -45,7 +45,7 @@ def live(docker_client, tmp_path_factory):
     path = tmp_path_factory.mktemp("e2e") / f"{name}.yaml"
     path.write_text(yaml.safe_dump(definition, sort_keys=False))
 
-    builder = DockerBuilder(docker_client)
+    builder = DockerBuilder()
     engine = Engine(on_create=builder)
     _sweep(docker_client, name)
     try:

@@ -36,7 +36,7 @@ NETWORK_FORCE_NEW: dict[str, bool] = {
 }
 # Read back from the engine and compared on the next up although Docker adds to it: an overlay
 # network's options gain "com.docker.network.driver.overlay.vxlanid_list". The Session ignores
-# changes to it; what it sets there (MTU, encryption) is carried by labels too.
+# changes to it; what it sets there (MTU, encryption) is in the network's name (plan.network_name).
 NETWORK_IGNORED = ("options",)
 
 NANO = 10**9

@@ -60,8 +60,7 @@ class StackState:
 class Backend:
     """The state backend: stacks by name, each with the containers its ``up`` built."""
 
-    def __init__(self, client: Any = None) -> None:
-        self.client = client  # for resources of the default provider (no ``host``)
+    def __init__(self) -> None:
         self.stacks: dict[str, StackState] = {}
         self.calls: list[str] = []
 
@@ -73,8 +72,9 @@ class Backend:
             if not create:
                 raise auto.errors.StackNotFoundError(CommandResult(
                     "", f"error: no stack named '{stack}' found", 255))
-            builder = DockerBuilder(self.client)
-            self.stacks[stack] = StackState(stack, builder, Engine(on_create=builder))
+            builder = DockerBuilder()
+            engine = Engine(on_create=builder, on_update=builder.update, on_delete=builder.remove)
+            self.stacks[stack] = StackState(stack, builder, engine)
         return EmulatedStack(self, self.stacks[stack])
 
     def open_workspace(self, project: Path, settings: Any, pulumi: Path | None) -> Backend:
@@ -147,10 +147,14 @@ class EmulatedStack:
 
     def up(self, *args: Any, **kwargs: Any) -> auto.UpResult:
         self._call("up", *args, **kwargs)
+        engine = self.state.engine
         try:
-            outputs = run_program(self.state.engine, self.name, self._config())
+            outputs = run_program(engine, self.name, self._config())
         except Exception as exc:  # the program failed: the CLI exits non-zero with its error
             raise _failure(f"error: {exc}") from None
+        if engine.failed:  # what the provider refused: the CLI reports each and exits non-zero
+            raise _failure("\n".join(f"error: {urn.rsplit('::', 1)[-1]}: creating failed: {why}"
+                                      for urn, why in engine.failed.items()))
         self.state.outputs = outputs
         self.state.registrations = {r.urn: r for r in self.state.engine.registrations}
         self.state.last_update = datetime.now(UTC)
@@ -162,7 +166,11 @@ class EmulatedStack:
 
     def preview(self, *args: Any, **kwargs: Any) -> auto.PreviewResult:
         self._call("preview", *args, **kwargs)
-        scratch = Engine(state=copy.deepcopy(self.state.engine.state))
+        live = self.state.engine
+        scratch = Engine(state=copy.deepcopy(live.state),
+                         old_inputs=copy.deepcopy(live.old_inputs),
+                         old_provider=dict(live.old_provider),
+                         old_dependencies=copy.deepcopy(live.old_dependencies))
         run_program(scratch, self.name, self._config())
         changes: dict[str, int] = {}
         for action, _ in scratch.actions.values():

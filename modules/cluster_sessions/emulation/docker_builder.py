@@ -2,7 +2,8 @@
 
 :class:`DockerBuilder` is the ``on_create`` hook of :class:`.engine.Engine`: for each
 declared ``docker.Network`` and ``docker.Container`` it does what the Docker provider would do
-with the same inputs, on the engine of the resource's ``docker.Provider`` (its ``host``), so a
+with the same inputs, on the engine the resource's ``docker.Provider`` reaches (its ``host``,
+``ssh_opts``, ``cert_path``: :mod:`.connhelper`), so a
 multi-agent session lands on several engines (tests/test_multinode.py) exactly as declared,
 and a single-agent one on the local engine (tests/test_program_e2e.py).
 """
@@ -17,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from cluster_sessions.core.names import LABEL_PREFIX
 
+from . import connhelper, provider
 from .engine import Registration
 
 
@@ -29,29 +31,27 @@ PROVIDER_TYPE = "pulumi:providers:docker"
 
 
 class DockerBuilder:
-    """``on_create`` for :class:`.engine.Engine`: the Docker provider's create, by hand.
+    """The hooks of :class:`.engine.Engine`: the Docker provider's create, update and delete,
+    by hand, on the engine its ``docker.Provider`` reaches (:mod:`.connhelper`, from the
+    provider's own ``host``, ``ssh_opts`` and ``cert_path``; nothing else).
 
     Follows terraform-provider-docker's container create: create, leave the default bridge for
     ``networks_advanced`` (here: created straight onto the session network with its aliases),
     upload each file as a one-entry tar at ``/`` with its mode, start, then insist it runs.
-
-    ``client`` serves resources whose provider names no ``host`` (the default provider); the
-    others get a client for their provider's ``host``. ``placed`` records, per container or
-    network name, the ``docker_host`` it was created on.
+    ``placed`` records, per container or network name, the ``host`` it was created on.
     """
 
-    def __init__(self, client=None) -> None:
-        self.client = client
-        self.provider_hosts: dict[str, str] = {}
-        self.clients: dict[str, object] = {}
+    def __init__(self) -> None:
+        self.provider_configs: dict[str, dict] = {}
+        self.connections: dict[tuple, connhelper.Connection] = {}
         self.containers: list[tuple[object, str]] = []
         self.networks: list[tuple[object, str]] = []
         self.placed: dict[str, str] = {}
-        self.made: dict[str, tuple[str, str, str]] = {}  # urn -> (kind, docker_host, id)
+        self.made: dict[str, tuple[str, dict, str]] = {}  # urn -> (kind, provider config, id)
 
     def __call__(self, reg: Registration, inputs: dict) -> dict | None:
         if reg.type == PROVIDER_TYPE:
-            self.provider_hosts[reg.urn] = inputs.get("host") or ""
+            self.provider_configs[reg.urn] = connhelper.config_of(inputs)
             return None
         if reg.type == "docker:index/network:Network":
             return self.network(reg, inputs)
@@ -59,16 +59,24 @@ class DockerBuilder:
             return self.container(reg, inputs)
         return None
 
-    def client_for(self, reg: Registration):
-        import docker
+    def config_for(self, reg: Registration) -> dict:
+        """The resource's provider configuration; the default provider's when it names none."""
+        if reg.provider_urn:
+            return self.provider_configs[reg.provider_urn]
+        return connhelper.config_of({})
 
-        host = self.provider_hosts.get(reg.provider_urn, "")
-        if not host:
-            assert self.client is not None, f"{reg.name}: no provider host and no default client"
-            return self.client, "default"
-        if host not in self.clients:
-            self.clients[host] = docker.DockerClient(base_url=host, timeout=120)
-        return self.clients[host], host
+    @staticmethod
+    def _key(config: dict) -> tuple:
+        return (config["host"], tuple(config["ssh_opts"]), config["cert_path"])
+
+    def client_for(self, reg: Registration):
+        """(client, host): one pinged connection per provider configuration, as the provider
+        caches one client per configuration hash (config.go l. 120-127, 206)."""
+        config = self.config_for(reg)
+        key = self._key(config)
+        if key not in self.connections:
+            self.connections[key] = connhelper.connect(config)
+        return self.connections[key].client, config["host"]
 
     def network(self, reg: Registration, inputs: dict) -> dict:
         client, host = self.client_for(reg)
@@ -81,15 +89,18 @@ class DockerBuilder:
         )
         self.networks.append((client, net.id))
         self.placed[inputs["name"]] = host
-        self.made[reg.urn] = ("network", host, net.id)
+        self.made[reg.urn] = ("network", self.config_for(reg), net.id)
         return {"id": net.id}
 
     def container(self, reg: Registration, inputs: dict) -> dict:
         import docker.types
 
+        if inputs.get("gpus"):
+            provider.gpus_request(inputs["gpus"])  # what the provider would refuse, first
+            raise provider.ProviderRefused(f"{inputs['name']}: gpus={inputs['gpus']!r} parses, "
+                                           "but there are no GPUs on this engine")
         client, host = self.client_for(reg)
         api = client.api
-        assert "gpus" not in inputs, "no GPUs on this engine"
         ports = inputs.get("ports") or []
         bindings = {
             f"{int(p['internal'])}/{p.get('protocol', 'tcp')}":
@@ -101,6 +112,7 @@ class DockerBuilder:
                                        read_only=m.get("readOnly", False))
                     for m in inputs.get("mounts", [])],
             mem_limit=int(inputs["memory"]) * MIB,
+            memswap_limit=swap_bytes(inputs.get("memorySwap")),
             shm_size=int(inputs["shmSize"]) * MIB,
             nano_cpus=round(float(inputs["cpus"]) * 1e9),
             restart_policy={"Name": inputs["restart"]},
@@ -125,7 +137,7 @@ class DockerBuilder:
         cid = created["Id"]
         self.containers.append((client, cid))
         self.placed[inputs["name"]] = host
-        self.made[reg.urn] = ("container", host, cid)
+        self.made[reg.urn] = ("container", self.config_for(reg), cid)
         for upload in inputs["uploads"]:
             api.put_archive(cid, "/", tar_upload(upload))
         api.start(cid)
@@ -158,34 +170,56 @@ class DockerBuilder:
             with contextlib.suppress(docker.errors.NotFound):
                 client.api.remove_network(nid)
 
+    def update(self, reg: Registration, inputs: dict, changed: tuple[str, ...]) -> None:
+        """The provider's in-place update of a container (rcf.go l. 991-1072): start it again
+        when ``must_run`` turns true, then one ``ContainerUpdate`` with the restart policy and
+        the memory limits."""
+        if reg.urn not in self.made or self.made[reg.urn][0] != "container":
+            return
+        client, _ = self.client_for(reg)
+        cid = self.made[reg.urn][2]
+        if "mustRun" in changed and inputs.get("mustRun", True):
+            client.api.start(cid)
+        if set(changed) & {"restart", "memory", "memorySwap"}:
+            client.api.update_container(
+                cid, mem_limit=int(inputs.get("memory") or 0) * MIB or None,
+                memswap_limit=swap_bytes(inputs.get("memorySwap")),
+                restart_policy={"Name": inputs.get("restart", "no")})
+
     def remove(self, urn: str) -> None:
         """What the provider's delete does for one resource (nothing for what it did not
         build): through a new connection to the engine it was created on, so an engine that
         stopped answering fails it; one that no longer has it is fine (the provider ignores
         "No such container")."""
-        import docker
         import docker.errors
 
         if urn not in self.made:
             return
-        kind, host, object_id = self.made[urn]
-        client = self.client if host == "default" else docker.DockerClient(
-            base_url=host, timeout=15)
+        kind, config, object_id = self.made[urn]
+        conn = connhelper.connect(config, timeout=15)
         try:
             with contextlib.suppress(docker.errors.NotFound):
                 if kind == "container":
-                    client.api.remove_container(object_id, force=True)
+                    conn.client.api.remove_container(object_id, force=True)
                 else:
-                    client.api.remove_network(object_id)
+                    conn.client.api.remove_network(object_id)
         finally:
-            if client is not self.client:
-                client.close()
+            conn.close()
         del self.made[urn]
 
     def close(self) -> None:
-        for client in self.clients.values():
-            client.close()
-        self.clients.clear()
+        for conn in self.connections.values():
+            conn.close()
+        self.connections.clear()
+
+
+def swap_bytes(mib) -> int | None:
+    """``memory_swap`` as the provider sends it: MiB, but -1 (unlimited) as it is (rcf.go
+    l. 342-348)."""
+    if mib is None:
+        return None
+    swap = int(mib)
+    return swap * MIB if swap > 0 else swap
 
 
 def tar_upload(upload: dict) -> bytes:

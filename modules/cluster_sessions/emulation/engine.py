@@ -2,7 +2,8 @@
 
 Used by the tests and the benchmarks (not by the product): the emulation of what ``pulumi up``
 and the docker provider do, kept in one place (``docker_builder.py`` builds what is declared on
-a real engine; :mod:`cluster_sessions.core.provider_facts` is what the provider reads back).
+a real engine; :mod:`.provider` is what the provider refuses, reads back and diffs, from its
+own source).
 
 ``pulumi.runtime.set_mocks`` replaces the engine with a mock monitor. This one also
 
@@ -12,8 +13,11 @@ a real engine; :mod:`cluster_sessions.core.provider_facts` is what the provider 
 - keeps a *state* across runs and drives dynamic providers the way the engine does (unpickle
   ``__provider``, ``check``, then ``create`` the first time and ``diff``/``update`` later), so
   that two runs in a row behave like two ``pulumi up``s;
-- hands every custom resource to an optional ``on_create`` hook, which the end-to-end test uses
-  to build the declared networks and containers on a real Docker Engine.
+- decides each custom resource's step as pulumi's step generator does (``ignore_changes`` keeps
+  the old inputs, a changed provider reference, delete-before-replace cascades) and hands it to
+  optional hooks (``on_create``, ``on_update``, ``on_delete``), which the end-to-end tests use
+  to build the declared networks and containers on real Docker Engines;
+- records in ``failed`` every create the provider or its engine would refuse.
 
 Tests read stack outputs with ``await output.future()`` (via :func:`resolve`), never through an
 ``apply`` that might not run.
@@ -47,6 +51,19 @@ STACKS = PROJECT / "stacks"
 SECRET_SIG = rpc._special_sig_key
 SECRET_VALUE = rpc._special_secret_sig
 DYNAMIC_PREFIX = "pulumi-python:dynamic"
+PROVIDER_PREFIX = "pulumi:providers:"
+
+
+def ignore_changes(inputs: dict, old_inputs: dict, ignored: list[str]) -> dict:
+    """The engine's ``processIgnoreChanges`` for top-level properties: each ignored one takes
+    its old input value (or stays unset when it had none)."""
+    kept = dict(inputs)
+    for key in ignored:
+        if key in old_inputs:
+            kept[key] = old_inputs[key]
+        else:
+            kept.pop(key, None)
+    return kept
 
 
 def is_secret(value: Any) -> bool:
@@ -78,6 +95,8 @@ class Registration:
     delete_before_replace: bool
     custom: bool
     ignore_changes: list[str] = field(default_factory=list)
+    # input property -> the URNs its value came from (what a replacement cascades along)
+    property_dependencies: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def provider_urn(self) -> str:
@@ -89,6 +108,8 @@ class Registration:
 
 
 CreateHook = Callable[[Registration, dict], dict | None]
+DeleteHook = Callable[[str], None]
+UpdateHook = Callable[[Registration, dict, tuple[str, ...]], None]
 
 
 @dataclass
@@ -96,7 +117,20 @@ class Engine:
     """The state of one stack across runs, and the registrations of the last run."""
 
     on_create: CreateHook | None = None
+    on_delete: DeleteHook | None = None
+    on_update: UpdateHook | None = None
     state: dict[str, tuple[str, dict]] = field(default_factory=dict)
+    # urn -> the inputs the engine kept for it (after ignore_changes), its provider reference
+    # and its property dependencies: what the next run's step generator compares against
+    old_inputs: dict[str, dict] = field(default_factory=dict)
+    old_provider: dict[str, str] = field(default_factory=dict)
+    old_dependencies: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    # urn -> why the provider (or its engine) refused the create: ``up`` would fail there
+    failed: dict[str, str] = field(default_factory=dict)
+    # urn -> (old provider urn, new provider urn) for a resource moved to another provider
+    # without being replaced: the real engine leaves it where it was
+    moved: dict[str, tuple[str, str]] = field(default_factory=dict)
+    cascaded: dict[str, str] = field(default_factory=dict)  # urn -> the replaced urn
     registrations: list[Registration] = field(default_factory=list)
     dynamic_calls: list[str] = field(default_factory=list)
     # urn -> (create | same | update | replace, the arguments that differ): what the provider
@@ -148,20 +182,100 @@ class Engine:
     def _new_resource(self, reg: Registration, inputs: dict) -> tuple[str, dict]:
         if reg.type.startswith(DYNAMIC_PREFIX):
             id_, outs = self._dynamic(reg, inputs)
+        elif reg.type.startswith(PROVIDER_PREFIX):
+            id_, outs = self._provider(reg, inputs)
         else:
-            old = self.state.get(reg.urn)
-            id_ = old[0] if old else f"{reg.name}-id"
-            news = plain(inputs)
-            if old is None:
-                self.actions[reg.urn] = (provider.CREATE, ())
-            else:
-                self.actions[reg.urn] = provider.diff(reg.type, plain(old[1]), news,
-                                                      reg.ignore_changes)
-            outs = provider.read_back(reg.type, inputs, news)
-            if self.on_create and reg.custom:
-                outs.update(self.on_create(reg, news) or {})
+            id_, outs = self._custom(reg, inputs)
+            if reg.urn in self.failed:  # a failed create leaves nothing in the state
+                return id_, outs
         self.state[reg.urn] = (id_, outs)
         return id_, outs
+
+    def _provider(self, reg: Registration, inputs: dict) -> tuple[str, dict]:
+        """A provider is configured on every run; the docker provider never asks to be
+        replaced (pulumi-docker declares no ``ForcesProviderReplace`` config, so the bridge's
+        ``DiffConfig`` answers no replacement: pulumi-terraform-bridge
+        ``pkg/tfbridge/provider.go`` ``configDiffer``)."""
+        old = self.state.get(reg.urn)
+        self.actions[reg.urn] = (provider.SAME if old else provider.CREATE, ())
+        self.old_inputs[reg.urn] = inputs
+        if self.on_create:
+            self.on_create(reg, plain(inputs))
+        return (old[0] if old else f"{reg.name}-id"), inputs
+
+    def _custom(self, reg: Registration, inputs: dict) -> tuple[str, dict]:
+        """pulumi ``pkg/resource/deploy/step_generator.go`` (1b594989): ``processIgnoreChanges``
+        puts the old *inputs* back for each ignored property before the diff, and the
+        replacement is created from those (l. 1264-1269, 3074-3095); a changed provider
+        reference replaces only if the new provider's ``DiffConfig`` says so (``providerChanged``
+        l. 2800-2878, since pulumi 3.152, #18509); a delete-before-replace replacement replaces
+        the dependents whose inputs came from it when their provider's diff of those inputs,
+        made unknown, says replace (``calculateDependentReplacements`` l. 3268-3360)."""
+        old = self.state.get(reg.urn)
+        if old is not None and reg.ignore_changes:
+            inputs = ignore_changes(inputs, self.old_inputs.get(reg.urn, {}), reg.ignore_changes)
+        news = plain(inputs)
+        deleted = False  # by the delete-before-replace of what it depends on
+        if old is None:
+            action: tuple[str, tuple[str, ...]] = (provider.CREATE, ())
+        elif reg.urn in self.cascaded:
+            action = (provider.REPLACE, (f"<replaced with {self.cascaded.pop(reg.urn)}>",))
+            deleted = True
+        else:
+            action = provider.diff(reg.type, plain(old[1]), news, reg.ignore_changes)
+            before = self.old_provider.get(reg.urn, "")
+            if before.rsplit("::", 1)[0] != reg.provider_urn and action[0] != provider.REPLACE:
+                self.moved[reg.urn] = (before.rsplit("::", 1)[0], reg.provider_urn)
+        self.actions[reg.urn] = action
+        if action[0] == provider.REPLACE and reg.delete_before_replace:
+            self._cascade(reg.urn)
+        try:
+            outs = provider.create(reg.type, inputs, news)
+        except provider.ProviderRefused as exc:
+            self.failed[reg.urn] = str(exc)
+            return (old[0] if old else f"{reg.name}-id"), provider.create(
+                reg.type, inputs, news, strict=False)
+        if reg.urn in self.moved or action[0] == provider.SAME:  # nothing is read again
+            outs = dict(old[1])
+        elif action[0] == provider.UPDATE:
+            outs = provider.after_update(reg.type, old[1], news, action[1])
+        self._remember(reg, inputs)
+        if self.on_create and reg.custom:
+            if action[0] == provider.CREATE:
+                outs.update(self.on_create(reg, news) or {})
+            elif action[0] == provider.REPLACE:
+                if self.on_delete and not deleted:
+                    self.on_delete(reg.urn)
+                outs.update(self.on_create(reg, news) or {})
+            elif action[0] == provider.UPDATE and self.on_update:
+                self.on_update(reg, news, action[1])
+        return (old[0] if old else f"{reg.name}-id"), outs
+
+    def _remember(self, reg: Registration, inputs: dict) -> None:
+        self.old_inputs[reg.urn] = inputs
+        self.old_provider[reg.urn] = reg.provider
+        self.old_dependencies[reg.urn] = reg.property_dependencies
+
+    def _cascade(self, root: str) -> None:
+        """Mark (and, with a builder, delete first) what a delete-before-replace of ``root``
+        replaces with it."""
+        replacing = {root}
+        changed = True
+        while changed:
+            changed = False
+            for urn, deps in self.old_dependencies.items():
+                if urn in replacing or urn in self.cascaded or urn not in self.state:
+                    continue
+                type_ = urn.rsplit("::", 2)[-2].rsplit("$", 1)[-1]
+                through = [k for k, froms in deps.items() if replacing & set(froms)]
+                if self.old_provider.get(urn, "").rsplit("::", 1)[0] in replacing or any(
+                        provider.force_new(type_, k) for k in through):
+                    self.cascaded[urn] = root
+                    replacing.add(urn)
+                    changed = True
+        if self.on_delete:
+            for urn in [u for u, r in self.cascaded.items() if r == root]:
+                self.on_delete(urn)
 
 
 class _Mocks(pulumi.runtime.Mocks):
@@ -195,6 +309,8 @@ class _Monitor(MockMonitor):
             delete_before_replace=request.deleteBeforeReplace,
             custom=request.custom,
             ignore_changes=list(request.ignoreChanges),
+            property_dependencies={k: list(v.urns)
+                                   for k, v in request.propertyDependencies.items()},
         )
         with self.engine.lock:
             self.engine.registrations.append(reg)
@@ -222,6 +338,8 @@ def run_program(engine: Engine, stack: str, config: dict[str, str],
     """
     engine.registrations = []
     engine.actions = {}
+    engine.moved = {}
+    engine.failed = {}
     reset_options(project=PROJECT_NAME, stack=stack, preview=False)
     monitor = _Monitor(engine)
     pulumi.runtime.set_mocks(monitor.mocks, project=PROJECT_NAME, stack=stack, preview=False,
