@@ -3,6 +3,7 @@ stack, and ``sessionctl diff`` (review.py) agrees with what an emulated ``up`` w
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -317,3 +318,17 @@ def test_a_resource_moved_to_another_provider_is_replaced_only_when_its_diff_say
     regs = _run(engine, on="p2", image="img2")
     assert engine.actions[c] == (provider.REPLACE, ("image",))
     assert c not in engine.moved
+
+
+def test_provider_config_is_read_as_the_provider_reads_it():
+    """List-valued provider config arrives JSON-encoded; what the program leaves unset comes
+    from the provider process's environment (provider.go DefaultFuncs), so the emulation is
+    steered exactly where the real provider would be."""
+    opts = ["-o", "BatchMode=yes", "-o", "IdentityFile=/k"]
+    config = connhelper.config_of({"host": "ssh://u@h:22", "sshOpts": json.dumps(opts)}, {})
+    assert config["ssh_opts"] == opts
+    steered = connhelper.config_of({"host": "ssh://u@h:22"},
+                                   {"DOCKER_CERT_PATH": "/c", "DOCKER_SSH_OPTS": "-o X=1"})
+    assert steered["cert_path"] == "/c" and steered["ssh_opts"] == ["-o", "X=1"]
+    with pytest.raises(connhelper.ProviderConfigError, match="context"):
+        connhelper.config_of({"host": "ssh://u@h:22"}, {"DOCKER_CONTEXT": "other"})

@@ -20,6 +20,7 @@ and relays bytes both ways.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -187,15 +188,29 @@ class DialStdioRelay:
 
 # --- config.go MakeClient ---------------------------------------------------------------------
 
-def config_of(inputs: dict) -> dict:
-    """The provider configuration from a ``docker.Provider``'s registration inputs (camelCase);
-    a missing ``host`` takes the schema's DefaultFunc (provider.go l. 45-56)."""
+def config_of(inputs: dict, environ: dict | None = None) -> dict:
+    """The provider configuration from a ``docker.Provider``'s registration inputs (camelCase;
+    list-valued provider config arrives JSON-encoded, as the engine sends it). A key the
+    program leaves unset takes the schema's DefaultFunc from the provider process's
+    environment (provider.go l. 45-102), as the bridge applies it at Configure: ``host`` from
+    DOCKER_HOST, ``ssh_opts`` from DOCKER_SSH_OPTS (split on whitespace), ``cert_path`` and the
+    ``*_material`` from DOCKER_CERT_PATH and DOCKER_*_MATERIAL; a DOCKER_CONTEXT overrides
+    ``host`` (l. 204-217), which this emulation refuses rather than read ~/.docker/contexts."""
+    env = os.environ if environ is None else environ
+    if inputs.get("context") or env.get("DOCKER_CONTEXT"):
+        raise ProviderConfigError("context (DOCKER_CONTEXT) is set: the provider would use the "
+                                  "context's host instead of the one it was given")
+    opts = inputs.get("sshOpts")
+    if isinstance(opts, str):
+        opts = json.loads(opts)
+    if opts is None:
+        opts = env.get("DOCKER_SSH_OPTS", "").split()
     return {
-        "host": inputs.get("host") or os.environ.get("DOCKER_HOST") or DEFAULT_HOST,
-        "ssh_opts": list(inputs.get("sshOpts") or []),
-        "cert_path": inputs.get("certPath") or "",
-        "cert_material": inputs.get("certMaterial") or "",
-        "key_material": inputs.get("keyMaterial") or "",
+        "host": inputs.get("host") or env.get("DOCKER_HOST") or DEFAULT_HOST,
+        "ssh_opts": list(opts),
+        "cert_path": inputs.get("certPath") or env.get("DOCKER_CERT_PATH") or "",
+        "cert_material": inputs.get("certMaterial") or env.get("DOCKER_CERT_MATERIAL") or "",
+        "key_material": inputs.get("keyMaterial") or env.get("DOCKER_KEY_MATERIAL") or "",
     }
 
 
