@@ -350,7 +350,10 @@ def test_resources_force_the_session_across_three_agents(lab, spread):
     assert [(c.host, c.agent) for c in plan.containers] == [
         ("main1", "agent1"), ("sub1", "agent1"), ("sub2", "agent2"), ("sub3", "agent3")]
     for c in plan.containers:
-        assert spread.builder.placed[c.container_name] == lab.pool.agent(c.agent).docker_host
+        agent = lab.pool.agent(c.agent)  # reached over SSH as the pool's user: the real path
+        assert spread.builder.placed[c.container_name] == (
+            f"ssh://{agent.ssh.user}@{agent.ssh.host}:22"
+            f"{agent.docker_host.removeprefix('unix://')}")
         on_engine = lab.client(c.agent).containers.get(c.container_name)
         assert on_engine.labels[f"{LABEL_PREFIX}.host"] == c.host
     net = lab.client("agent1").networks.get(plan.network.name)
@@ -371,29 +374,39 @@ def test_overlay_dns_resolves_every_host_from_every_agent(spread):
 
 
 def test_status_reaches_every_agent_with_the_pools_ssh_key_and_known_hosts(
-        lab, spread, tmp_path, capsys):
-    """Agents given as ssh://USER@ADDR with the lab's key in their ssh block: status talks to
-    each engine through the agent's connector (docker system dial-stdio over that SSH
-    connection). The Docker SDK's own ssh:// transport, which knows nothing of the pool's key
-    or known_hosts, cannot."""
+        lab, spread, capsys):
+    """The lab pool is remote: status talks to each engine through the agent's connector (SSH
+    as the pool's non-root user with its key and known_hosts, ``docker system dial-stdio``
+    there). Neither the socket path taken as a local socket nor the Docker SDK's own ssh://
+    transport, which knows nothing of the pool's key or known_hosts, reaches it."""
     import docker
     import paramiko
 
-    doc = yaml.safe_load(lab.pool_file.read_text())
-    for a in doc["agents"]:
-        a["docker_host"] = f"ssh://{a['ssh']['user']}@{a['address']}"
-    pool = tmp_path / "over-ssh.yaml"
-    pool.write_text(yaml.safe_dump(doc, sort_keys=False))
-    definition = yaml.safe_load(spread.path.read_text())
-    path = tmp_path / f"{spread.name}.yaml"
-    path.write_text(yaml.safe_dump({**definition, "pool": str(pool)}, sort_keys=False))
-    assert cli.main(["status", str(path), "--json"]) == 0, capsys.readouterr().err
+    assert cli.main(["status", str(spread.path), "--json"]) == 0, capsys.readouterr().err
     report = json.loads(capsys.readouterr().out)
     assert [(c["host"], c["agent"], c["state"]) for c in report["containers"]] == [
         ("main1", "agent1", "running"), ("sub1", "agent1", "running"),
         ("sub2", "agent2", "running"), ("sub3", "agent3", "running")]
+    agent = lab.pool.agent("agent2")
+    assert agent.ssh.user != "root"
+    with pytest.raises(docker.errors.DockerException):  # the socket is on the agent only
+        docker.DockerClient(base_url=agent.docker_host, timeout=10).ping()
     with pytest.raises(paramiko.SSHException):  # no lab key, no known host key
-        docker.DockerClient(base_url=doc["agents"][1]["docker_host"], timeout=10).ping()
+        docker.DockerClient(base_url=f"ssh://{agent.ssh.user}@{agent.ssh.host}",
+                            timeout=10).ping()
+
+
+def test_a_pools_ssh_connection_carries_more_streams_than_sshd_allows_per_connection(
+        lab, spread):
+    """sshd allows 10 channels per connection (MaxSessions); a Docker client in 16 threads
+    needs more: the connector opens further connections instead of resetting requests."""
+    main1 = lab.client("agent1").containers.get(spread.plan.containers[0].container_name)
+
+    def one(i: int) -> str:
+        return main1.exec_run(["sh", "-c", f"sleep 1; echo {i}"])[1].decode().strip()
+
+    with ThreadPoolExecutor(max_workers=16) as ex:
+        assert sorted(ex.map(one, range(32)), key=int) == [str(i) for i in range(32)]
 
 
 def test_full_ssh_mesh_with_strict_host_keys_across_agents(spread):
@@ -546,7 +559,9 @@ def test_an_agent_whose_dockerd_stops_is_named_and_destroy_finishes_once_it_is_b
     try:
         assert cli.main(["status", path]) == Exit.ENGINE
         err = capsys.readouterr().err
-        assert f"{name}-4: agent agent3 did not answer: docker not answering at unix://" in err
+        agent3 = lab.pool.agent("agent3")
+        assert (f"{name}-4: agent agent3 did not answer: docker not answering at "
+                f"ssh://{agent3.ssh.user}@{agent3.ssh.host}:22 {agent3.docker_host}") in err
         assert f"{name}-1: " not in err  # the others are as planned
         assert cli.main(["wait", path, "--index", "4", "--timeout", "5"]) == Exit.ENGINE
         assert "agent agent3 did not answer" in capsys.readouterr().err

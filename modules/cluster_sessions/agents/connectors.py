@@ -204,6 +204,8 @@ class SSHConnector(Connector):
         self._client: Any = None
         self._lock = threading.Lock()
         self._relays: list[DialStdioRelay] = []
+        self._more: list[Any] = []  # more connections, for channels beyond MaxSessions
+        self._grow = threading.Lock()
 
     # --- connection ----------------------------------------------------------------------------
 
@@ -300,6 +302,9 @@ class SSHConnector(Connector):
             for relay in self._relays:
                 relay.close()
             self._relays.clear()
+            for client in self._more:
+                client.close()
+            self._more.clear()
             if self._client is not None:
                 self._client.close()
                 self._client = None
@@ -317,12 +322,42 @@ class SSHConnector(Connector):
         return docker.DockerClient(base_url=f"unix://{relay.path}", timeout=int(self.timeout))
 
     def open_channel(self, command: str) -> Any:
-        """A new session channel running ``command`` under /bin/sh on the agent."""
+        """A new session channel running ``command`` under /bin/sh on the agent.
+
+        sshd allows ``MaxSessions`` (10 by default) channels per connection, and a Docker
+        client in several threads holds one per pooled connection or stream: when the agent
+        refuses another, it is opened on one more connection to the agent (kept until
+        ``close``), one new connection at a time (sshd's ``MaxStartups`` drops a burst)."""
         self.connect()
-        chan = self._client.get_transport().open_session(timeout=self.connect_timeout)
+        chan = self._session_on(lambda: [self._client, *self._more])
+        if chan is None:
+            with self._grow:
+                chan = self._session_on(lambda: list(reversed(self._more)))
+                if chan is None:
+                    client = self._open()
+                    with self._lock:
+                        self._more.append(client)
+                    chan = client.get_transport().open_session(timeout=self.connect_timeout)
         chan.exec_command(f"/bin/sh -c {shlex.quote(command)}")
         return chan
 
+    def _session_on(self, clients: Any) -> Any:
+        """A session channel on the first of ``clients()`` that has room for one, or None."""
+        import paramiko
+
+        with self._lock:
+            candidates = clients()
+        for client in candidates:
+            transport = client.get_transport() if client is not None else None
+            if transport is None or not transport.is_active():
+                continue
+            try:
+                return transport.open_session(timeout=self.connect_timeout)
+            # ChannelException: this connection has its MaxSessions; a bare SSHException when
+            # another thread took the transport's saved reason first (paramiko open_channel)
+            except paramiko.SSHException:
+                continue
+        return None
 
     def run(self, cmd: str, timeout: float | None = None) -> tuple[int, str, str]:
         import paramiko

@@ -311,8 +311,10 @@ class Survey:
 def unreachable_cause(agent: Agent, exc: BaseException) -> str:
     """One line: what did not answer, where, and the useful end of the error."""
     from ..agents.connectors import DOCKER_NOT_ANSWERING, short_error
+    from ..agents.reach import reach_of
 
-    return f"{DOCKER_NOT_ANSWERING} at {agent.docker_host}: {printable(short_error(exc))}"
+    where = reach_of(agent).endpoint  # an ssh agent's socket is on it: say where, and how
+    return f"{DOCKER_NOT_ANSWERING} at {where}: {printable(short_error(exc))}"
 
 
 def survey(plan: ClusterPlan, loaded: Loaded, agents: Sequence[str],
