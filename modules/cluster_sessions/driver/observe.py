@@ -311,9 +311,12 @@ class Survey:
 
 
 def unreachable_cause(agent: Agent, exc: BaseException) -> str:
-    """One line: what did not answer, where, and the useful end of the error."""
-    from ..agents.connectors import DOCKER_NOT_ANSWERING, short_error
+    """One line: what did not answer, where, and the useful end of the error; an agent that
+    could not be reached at all (its known_hosts or key file, SSH) says so in its own words."""
+    from ..agents.connectors import DOCKER_NOT_ANSWERING, AgentError, short_error
 
+    if isinstance(exc, AgentError):
+        return printable(f"{exc.cause}: {exc.detail}")
     return f"{DOCKER_NOT_ANSWERING} at {agent.docker_host}: {printable(short_error(exc))}"
 
 
