@@ -416,3 +416,123 @@ def test_a_restarting_container_is_a_fault(docker_client, tiny_image, tmp_path, 
         assert "sessionctl status: sub1: restarting" in captured.err
     finally:
         remove_session(docker_client, plan.name)
+
+
+# --- what a container writes never acts on the operator's terminal (issue 21, class 9) --------
+
+# An erase-screen, a window-title OSC, a colour, CR, BEL, NUL, an 8-bit CSI (U+009B), a bidi
+# override, and a tab (kept: it is readable)
+NASTY = ("esc \x1b[2J title \x1b]0;pwned\x07 colour \x1b[31mred cr \rover bel \x07 nul \x00 "
+         "c1 \x9b31m bidi \u202eevil del \x7f\tafter a tab")
+NASTY_SHOWN = ("esc \\x1b[2J title \\x1b]0;pwned\\x07 colour \\x1b[31mred cr \\rover bel "
+               "\\x07 nul \\x00 c1 \\x9b31m bidi \\u202eevil del \\x7f\tafter a tab")
+
+
+def acts_on_a_terminal(text: str) -> list[str]:
+    """Characters a terminal would act on or a reader could not see (newline and tab aside)."""
+    import unicodedata
+
+    return [c for c in text if c not in "\n\t"
+            and unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp", "Cs")]
+
+
+class FakeContainer:
+    def __init__(self, plan, host: str, state: str = "running", exit_code: int = 0,
+                 logs: bytes = b"", name: str | None = None):
+        c = next(c for c in plan.containers if c.host == host)
+        self.attrs = {"Id": "0123456789abcdef", "Name": "/" + (name or c.container_name),
+                      "Config": {"Image": plan.session.image,
+                                 "Labels": container_labels(plan, c)},
+                      "State": {"Status": state, "ExitCode": exit_code,
+                                "StartedAt": "2025-01-02T03:04:05Z"}}
+        self._logs = logs
+
+    def logs(self, **options):
+        data = self._logs
+        return iter([data[:7], data[7:]])  # split mid-sequence: the splitter joins them
+
+    def reload(self):
+        pass
+
+
+class FakeClient:
+    def __init__(self, containers, network_error: str | None = None):
+        self._containers = containers
+        self._network_error = network_error
+        self.containers = self
+        self.networks = self
+
+    def list(self, **_):
+        return self._containers
+
+    def get(self, name):
+        raise RuntimeError(self._network_error or "gone")
+
+    def close(self):
+        pass
+
+
+def fake_connect(monkeypatch, verb, client):
+    func = getattr(observe, f"cmd_{verb}")
+    monkeypatch.setattr(func, "__defaults__", (lambda agent: client,))
+
+
+def test_logs_escape_every_control_character_a_container_writes(tmp_path, monkeypatch, capsys):
+    file, plan = make_session(tmp_path, "busybox", size=2)
+    data = (NASTY + "\n").encode() + b"second line\r\n" + b"\xc2\x9b\xff no newline at the end"
+    fake_connect(monkeypatch, "logs", FakeClient([FakeContainer(plan, "main1", logs=data),
+                                                  FakeContainer(plan, "sub1", logs=data)]))
+    assert main(["logs", str(file)]) == Exit.OK
+    out = capsys.readouterr().out
+    assert not acts_on_a_terminal(out)
+    assert out.splitlines() == [
+        f"main1 | {NASTY_SHOWN}", "main1 | second line", "main1 | \\x9b\ufffd no newline at "
+        "the end", f"sub1  | {NASTY_SHOWN}", "sub1  | second line",
+        "sub1  | \\x9b\ufffd no newline at the end"]
+
+
+def test_status_and_wait_escape_what_the_engine_reports(tmp_path, monkeypatch, capsys):
+    """A state, a network error and a job's log, as an engine (or whoever labels containers
+    there) may spell them: the table, the fault lines, the JSON and wait's messages."""
+    name = f"obs-{uuid.uuid4().hex[:10]}"
+    file = factories.write_pair(tmp_path, factories.session(
+        name, image="busybox", size=2, type="batch", command=["true"]),
+        factories.pool("observe-test", factories.agent()))
+    plan = build_plan(load_session(file).session, load_session(file).pool)
+    weird = "exited\x1b]0;owned\x07\u202e"
+    client = FakeClient([FakeContainer(plan, "main1", "running", 0, (NASTY + "\n").encode()),
+                         FakeContainer(plan, "sub1", weird, 1)],
+                        network_error="boom \x1b[2J\rnetwork")
+    fake_connect(monkeypatch, "status", client)
+    assert main(["status", str(file)]) == Exit.ENGINE
+    shown = capsys.readouterr()
+    assert not acts_on_a_terminal(shown.out + shown.err)
+    assert "boom \\x1b[2J\\rnetwork" in shown.out
+    assert "sessionctl status: sub1: exited\\x1b]0;owned\\x07\\u202e" in shown.err
+    assert main(["status", str(file), "--json"]) == Exit.ENGINE
+    shown = capsys.readouterr()
+    assert not acts_on_a_terminal(shown.out + shown.err)
+    assert json.loads(shown.out)["containers"][1]["state"] == weird  # the same value, escaped
+    fake_connect(monkeypatch, "wait", client)
+    monkeypatch.setattr(observe, "POLL_S", 0.01)
+    assert main(["wait", str(file)]) == Exit.JOB_LOST
+    shown = capsys.readouterr()
+    assert not acts_on_a_terminal(shown.out + shown.err)
+    assert f"main1 | {NASTY_SHOWN}" in shown.out.splitlines()
+    assert "sub1 is exited\\x1b]0;owned\\x07\\u202e before" in shown.err
+
+
+@pytest.mark.docker
+def test_logs_of_a_real_container_reach_the_terminal_escaped(docker_client, tiny_image, tmp_path,
+                                                             capsys):
+    file, plan = make_session(tmp_path, tiny_image, size=1)
+    try:
+        octal = "".join(f"\\{b:03o}" for b in (NASTY + "\n").encode())
+        c = run_container(docker_client, plan, "main1", f"printf '{octal}'; exec sleep 600")
+        wait_for_logs(c, b"after a tab")
+        assert main(["logs", str(file)]) == Exit.OK
+        out = capsys.readouterr().out
+        assert out.splitlines() == [f"main1 | {NASTY_SHOWN}"]
+        assert not acts_on_a_terminal(out)
+    finally:
+        remove_session(docker_client, plan.name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from cluster_sessions.core.render import RenderedFile
 from cluster_sessions.driver.cli import main
-from cluster_sessions.driver.render_verb import write_bundle
+from cluster_sessions.driver.render_verb import MARK, write_bundle
 
 POOL = """\
 kind: AgentPool
@@ -91,7 +92,8 @@ def test_rendering_again_into_the_same_directory_replaces_the_files(tmp_path):
     before = key.read_text()
     assert main(["render", str(session), "--pool", str(pool), "--out", str(out)]) == 0
     assert key.read_text() != before and mode(key) == 0o600
-    assert not [p for p in (out / "main1").rglob(".*") if p.is_file()]  # no temporary left
+    left = [p.name for p in (out / "main1").rglob(".*") if p.is_file()]
+    assert left == [MARK]  # no temporary left
 
 
 def test_a_pending_session_exits_3_and_writes_nothing(tmp_path, capsys):
@@ -151,15 +153,17 @@ def render_into(tmp_path: Path, out: Path, size: int = 3) -> int:
     return main(["render", str(session), "--pool", str(pool), "--out", str(out)])
 
 
-@pytest.mark.parametrize("planted", ["main1/ssh", "main1", "main1/ssh/id_cluster",
-                                     "main1/ssh/authorized_keys"])
+@pytest.mark.parametrize("planted", ["main1/ssh", "main1/ssh/id_cluster",
+                                     "main1/ssh/authorized_keys", "main1/entrypoint.sh"])
 def test_render_never_writes_through_a_link_planted_in_the_output(tmp_path, planted):
+    """Links planted inside a folder an earlier render wrote: the folder is replaced, its
+    links removed, never followed."""
     target, before = victim(tmp_path)
     out = tmp_path / "out"
+    assert render_into(tmp_path, out) == 0
     link = out / planted
-    link.parent.mkdir(parents=True, exist_ok=True)
-    pointed = target if planted in ("main1/ssh", "main1") else target / "authorized_keys"
-    link.symlink_to(pointed)
+    _remove_planted(link)
+    link.symlink_to(target if planted == "main1/ssh" else target / "authorized_keys")
     assert render_into(tmp_path, out) == 0
     assert snapshot(tmp_path / "victim") == before
     bundle = out / "main1"
@@ -168,13 +172,36 @@ def test_render_never_writes_through_a_link_planted_in_the_output(tmp_path, plan
     assert not [p for p in bundle.rglob("*") if p.is_symlink()]
 
 
-def test_a_dangling_link_in_the_output_is_replaced_not_followed(tmp_path):
+def _remove_planted(path: Path) -> None:
+    if path.is_dir():
+        for p in sorted(path.rglob("*"), reverse=True):
+            p.rmdir() if p.is_dir() else p.unlink()
+        path.rmdir()
+    else:
+        path.unlink()
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_a_link_in_place_of_a_host_folder_is_refused_not_followed(tmp_path, capsys, dangling):
+    """A link is nothing render wrote, even one to a folder carrying render's mark: it is
+    neither followed nor removed."""
+    target, before = victim(tmp_path)
+    elsewhere = tmp_path / "rendered-elsewhere"
+    assert render_into(tmp_path, elsewhere) == 0
     out = tmp_path / "out"
     out.mkdir()
-    (out / "sub1").symlink_to(tmp_path / "made-by-render")
-    assert render_into(tmp_path, out) == 0
+    pointed = tmp_path / "made-by-render" if dangling else elsewhere / "main1"
+    (out / "main1").symlink_to(pointed)
+    marked = snapshot(elsewhere)
+    capsys.readouterr()
+    assert render_into(tmp_path, out) == 2
+    err = capsys.readouterr().err
+    assert f"{out / 'main1'}: is a symbolic link that `sessionctl render` did not write" in err
+    assert len(err.splitlines()) == 1
+    assert (out / "main1").is_symlink() and os.readlink(out / "main1") == str(pointed)
+    assert snapshot(elsewhere) == marked and snapshot(tmp_path / "victim") == before
     assert not (tmp_path / "made-by-render").exists()
-    assert (out / "sub1" / "entrypoint.sh").is_file() and not (out / "sub1").is_symlink()
+    assert sorted(p.name for p in out.iterdir()) == ["main1"]  # nothing else written
 
 
 def test_an_output_directory_that_is_a_link_is_refused(tmp_path, capsys):
@@ -204,3 +231,76 @@ def test_hosts_of_an_earlier_bigger_render_are_removed_and_nothing_else(tmp_path
     assert sorted(p.name for p in out.iterdir()) == ["main1", "notes", "sub1"]
     assert "sub2, sub3" in capsys.readouterr().out
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no build folder left
+
+
+# --- never delete what render did not write (issue 21, class 8) ----------------------------------
+
+
+def users_files(root: Path) -> list:
+    return snapshot(root) if root.exists() else []
+
+
+@pytest.mark.parametrize("kind", ["dir", "file", "empty-dir", "forged-mark-link"])
+def test_render_never_replaces_what_it_did_not_write(tmp_path, monkeypatch, capsys, kind):
+    """``render --out .`` in a directory holding a ``sub1`` of the user's: exit 2 naming it,
+    and nothing in the directory changes (no host folder is written either)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    theirs = work / "sub1"
+    if kind == "dir":
+        theirs.mkdir()
+        (theirs / "thesis.tex").write_text("years of work\n")
+    elif kind == "file":
+        theirs.write_text("notes\n")
+    elif kind == "empty-dir":
+        theirs.mkdir()
+    else:  # a real folder whose mark is a link to a real mark: not ours either
+        elsewhere = tmp_path / "elsewhere"
+        assert render_into(tmp_path, elsewhere) == 0
+        theirs.mkdir()
+        (theirs / "data.csv").write_text("1,2\n")
+        (theirs / MARK).symlink_to(elsewhere / "sub1" / MARK)
+    before = snapshot(work)
+    monkeypatch.chdir(work)
+    session, pool = definition(tmp_path)
+    capsys.readouterr()
+    assert main(["render", str(session), "--pool", str(pool), "--out", "."]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "sub1" in err and "did not write" in err
+    assert snapshot(work) == before
+
+
+def test_left_over_host_folders_are_removed_only_when_render_wrote_them(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert render_into(tmp_path, out, size=4) == 0
+    mine = out / "sub7"
+    mine.mkdir()
+    (mine / "results.txt").write_text("keep me\n")
+    (out / "sub8").write_text("a file named like a host\n")
+    (out / "sub9").symlink_to(out / "sub3")  # a link to a folder render wrote
+    kept = snapshot(mine)
+    assert render_into(tmp_path, out, size=2) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["main1", "sub1", "sub7", "sub8", "sub9"]
+    assert snapshot(mine) == kept
+    assert "removed the folders of hosts this session no longer has: sub2, sub3" in (
+        capsys.readouterr().out)
+
+
+def test_a_count_session_refuses_a_folder_of_the_users_in_any_of_its_sessions(tmp_path, capsys):
+    """``count: K`` writes DIR/<name>-<i>/<host>/: the check covers every session before the
+    first is written."""
+    session, pool = definition(tmp_path)
+    session.write_text(session.read_text() + "count: 3\n")
+    out = tmp_path / "out"
+    theirs = out / "render-verb-3" / "main1"
+    theirs.mkdir(parents=True)
+    (theirs / "keep").write_text("x\n")
+    assert main(["render", str(session), "--pool", str(pool), "--out", str(out)]) == 2
+    assert f"{theirs}: is a directory" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["render-verb-3"]
+    assert (theirs / "keep").read_text() == "x\n"
+    theirs.joinpath("keep").unlink()
+    theirs.rmdir()
+    assert main(["render", str(session), "--pool", str(pool), "--out", str(out)]) == 0
+    assert main(["render", str(session), "--pool", str(pool), "--out", str(out)]) == 0
+    assert (out / "render-verb-2" / "sub2" / MARK).is_file()

@@ -6,10 +6,21 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cluster_sessions.core.loader import load_session
 from cluster_sessions.core.plan import build_plan
-from cluster_sessions.core.review import code, diff_plans, review_to_dict, to_markdown
+from cluster_sessions.core.review import (
+    MAX_VALUE,
+    changed,
+    code,
+    diff_plans,
+    digest,
+    review_to_dict,
+    to_markdown,
+)
+from cluster_sessions.core.terminal import is_hidden
 from cluster_sessions.driver.cli import main
 from cluster_sessions.driver.errors import Exit
 
@@ -190,8 +201,91 @@ def test_code_spans_survive_backticks_pipes_and_newlines():
     assert code("a|b") == "`a|b`"
     assert code("a|b", cell=True) == "`a\\|b`"
     assert code("two\nlines") == "`two\\nlines`"
-    assert code("x" * 200).endswith("…`")
+    assert code("x" * 200) == f"`{'x' * 79}…` (200 characters, {digest('x' * 200)})"
     assert code(None) == "*(absent)*"
+
+
+# --- a reviewer sees every change (issue 21, class 9) -------------------------------------------
+
+
+def shown_line(md: str, start: str) -> str:
+    return next(line for line in md.splitlines() if line.startswith(start))
+
+
+def env_review(tmp_path, old_env: dict, new_env: dict, image=("img:1", "img:1")):
+    base = (PAIRS / "env/old.yaml").read_text().replace(
+        "pool: ../pools/one.yaml", f"pool: {PAIRS / 'pools/one.yaml'}")
+    sides = []
+    for env, img in zip((old_env, new_env), image, strict=True):
+        text = "\n".join(line for line in base.splitlines()
+                         if not line.startswith(("env:", "image:")))
+        f = tmp_path / f"side{len(sides)}.yaml"
+        f.write_text(text + f"\nimage: {json.dumps(img)}\nenv: {json.dumps(env)}\n")
+        sides.append(side(f))
+    (o, oh), (n, nh) = sides
+    return diff_plans(o, n, oh, nh)
+
+
+def test_two_values_that_differ_past_the_cut_never_look_equal(tmp_path):
+    """Env values and definition fields (a table cell) that differ only after MAX_VALUE
+    characters: each side says where they differ, its length and a digest, and the part
+    shown holds the difference."""
+    long = "x" * 150
+    review = env_review(tmp_path, {"ARGS": long + "-old", "SAME": "1"},
+                        {"ARGS": long + "-new", "SAME": "1"},
+                        image=("registry.example/" + "a" * 120 + ":1",
+                               "registry.example/" + "a" * 120 + ":2"))
+    md = to_markdown(review)
+    line = shown_line(md, "- `ARGS`:")
+    old, new = line.split(" → ")
+    assert old != new.rstrip()
+    assert "-old" in old and "-new" in new and "changed after character 151" in line
+    assert digest(long + "-old") in old and digest(long + "-new") in new
+    row = shown_line(md, "| image |")
+    old_cell, new_cell = row.split(" | ")[1:3]
+    assert old_cell != new_cell and ":1`" in old_cell and ":2`" in new_cell
+    assert "changed after character 138" in row
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200), st.text(max_size=200), st.integers(0, 200))
+def test_any_two_different_values_are_shown_differently(a, b, prefix_len):
+    prefix = (a * 3)[:prefix_len]
+    old, new = prefix + a, prefix + b
+    if old == new:
+        return
+    left, right = changed(old, new)
+    assert left != right
+    for shown in (left, right):  # one line, nothing a terminal acts on
+        assert "\n" not in shown and not any(is_hidden(c) for c in shown)
+
+
+def test_escaping_never_makes_two_values_look_alike():
+    left, right = changed("a\nb", "a\\nb")  # a newline, and a backslash followed by n
+    assert left != right and "changed after character 1" in left
+
+
+def test_cut_values_are_never_cut_silently():
+    assert code("y" * (MAX_VALUE + 1)).endswith(f"({MAX_VALUE + 1} characters, "
+                                                f"{digest('y' * (MAX_VALUE + 1))})")
+    assert code("y" * MAX_VALUE) == f"`{'y' * MAX_VALUE}`"
+
+
+def test_credential_values_stay_hidden_but_their_change_shows(tmp_path):
+    import hashlib
+
+    review = env_review(tmp_path, {"WANDB_API_KEY": "k" * 100 + "1", "DB_PASSWORD": "same"},
+                        {"WANDB_API_KEY": "k" * 100 + "2", "DB_PASSWORD": "other"})
+    md = to_markdown(review)
+    for var, values in {"WANDB_API_KEY": ("k" * 100 + "1", "k" * 100 + "2"),
+                        "DB_PASSWORD": ("same", "other")}.items():
+        line = shown_line(md, f"- `{var}`:")
+        old, new = line.split(" → ")
+        assert "hidden" in old and "hidden" in new and old != new.rstrip()
+        for value in values:
+            assert value not in md and "kkkk" not in md
+            assert hashlib.sha256(value.encode()).hexdigest()[:12] not in md  # no plain hash
+    assert to_markdown(review) != md  # digests are keyed per review: not matchable later
 
 
 # --- the verb ------------------------------------------------------------------------------------

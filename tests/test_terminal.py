@@ -46,3 +46,31 @@ def test_tables_pad_columns_to_the_widest_cell_and_escape_what_a_terminal_acts_o
         "wide cell  x",
         "b\\x1b[2J",
     ]
+
+
+def test_the_guard_lets_no_control_character_through_but_newline_tab_and_colours():
+    """The last line of defence for any path that forgot :func:`printable`: an erase, a title,
+    CR, BEL, NUL, C1 (U+009B), a bidi override and a lone surrogate are escaped; a newline, a
+    tab and an SGR colour (the engine's output on a terminal) are not."""
+    import io
+
+    from cluster_sessions.core.terminal import TerminalGuard
+
+    out = io.StringIO()
+    guard = TerminalGuard(out)
+    guard.write("a\x1b[2J\x1b]0;t\x07\r\x00\x9b1m\u202e\udcff\x1b[1;31mred\x1b[0m\tb\n")
+    assert out.getvalue() == ("a\\x1b[2J\\x1b]0;t\\x07\\r\\x00\\x9b1m\\u202e\\udcff"
+                              "\x1b[1;31mred\x1b[0m\tb\n")
+    assert guard.getvalue() == out.getvalue()  # everything else is the stream's
+
+
+def test_the_guard_spells_what_the_encoding_cannot_hold():
+    import io
+
+    from cluster_sessions.core.terminal import TerminalGuard
+
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding="ascii")
+    TerminalGuard(stream).write("main1 → sub1 … é ┃\n")
+    stream.flush()
+    assert raw.getvalue() == b"main1 \\u2192 sub1 \\u2026 \\xe9 \\u2503\n"

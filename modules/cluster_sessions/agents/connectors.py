@@ -18,18 +18,28 @@ a real agent over SSH, or this machine. Which connector an agent gets is
 Every failure is an :class:`AgentError` that names the agent and the cause (unreachable, auth
 failed, host key unknown, host key changed, docker not answering, timeout, ...). Nothing
 connects at construction; the SSH connection opens at the first command and is reused.
+
+The operator's own files are read here, not by paramiko's loaders, which crash on lines
+OpenSSH writes (``@cert-authority``, ``@revoked``) and on damaged ones, and print the line in
+the exception: :func:`read_known_hosts` refuses a damaged line by file and line number (a
+damaged pin must never turn into an unknown host that ``accept-new`` would then trust), skips
+well-formed lines of key types paramiko cannot use, and honours ``@revoked``; a key file is
+loaded once before connecting. Either failure is ``misconfigured``, naming the file.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import fnmatch
 import getpass
 import hashlib
 import os
 import re
 import select
 import shlex
+import stat
+import struct
 import subprocess
 import threading
 import time
@@ -146,17 +156,122 @@ def fingerprint(key: Any) -> str:
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
+KNOWN_HOSTS_MAX = 16 * 2**20  # bytes; a known_hosts file larger than this is not one
+HostLine = tuple[list[str], Any]  # the host names (patterns, hashes) of a line, and its key
+
+
+class KnownHostsError(ValueError):
+    """A known_hosts file that cannot be used; the message names the line, never quotes it."""
+
+
+def _blob_type(blob: bytes) -> str | None:
+    """The key type a public key blob names in its first field (SSH wire format)."""
+    if len(blob) < 4:
+        return None
+    (size,) = struct.unpack(">I", blob[:4])
+    if size > 64 or len(blob) < 4 + size:
+        return None
+    return blob[4:4 + size].decode("ascii", errors="replace")
+
+
+def _read_regular(path: Path, what: str, limit: int) -> bytes:
+    """A file's bytes, refusing what is not a regular file (a FIFO would block forever)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise KnownHostsError(f"is {kind}, not {what}")
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise KnownHostsError(f"is larger than {limit // 2**20} MiB: not {what}")
+    return data
+
+
+def read_known_hosts(path: Path) -> tuple[list[HostLine], list[HostLine]]:
+    """(pinned, revoked) keys of an OpenSSH known_hosts file; :class:`KnownHostsError` (or
+    OSError) when it cannot be used, naming the line."""
+    import base64
+    import binascii
+
+    import paramiko
+
+    pinned: list[HostLine] = []
+    revoked: list[HostLine] = []
+    data = _read_regular(path, "a known_hosts file", KNOWN_HOSTS_MAX)
+    for number, raw in enumerate(data.split(b"\n"), 1):
+        try:
+            line = raw.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            raise KnownHostsError(f"line {number} is not UTF-8 text") from None
+        if not line or line.startswith("#"):
+            continue
+        fields = line.split()
+        marker = fields.pop(0) if fields[0].startswith("@") else None
+        if marker not in (None, "@cert-authority", "@revoked"):
+            raise KnownHostsError(f"line {number}: unknown marker {marker!r}")
+        if len(fields) < 3:
+            raise KnownHostsError(f"line {number}: expected `HOSTS KEY-TYPE BASE64-KEY`")
+        names, key_type, text = fields[:3]
+        try:
+            blob = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            raise KnownHostsError(f"line {number}: the third field is not a base64 key"
+                                  ) from None
+        inside = _blob_type(blob)
+        if inside is None:
+            raise KnownHostsError(f"line {number}: the {key_type} key is truncated")
+        if inside != key_type:
+            raise KnownHostsError(f"line {number}: says {key_type} but holds a {inside} key")
+        if marker == "@cert-authority":
+            continue  # a CA vouching for hosts: not supported, such hosts stay unknown
+        try:
+            key = paramiko.PKey.from_type_string(key_type, blob)
+            damaged = key.asbytes() != blob  # paramiko pads a short key with zeros
+        except paramiko.UnknownKeyType:
+            continue  # well formed, of a type paramiko cannot use (as OpenSSH skips them)
+        except Exception:  # noqa: BLE001 - each crypto backend fails in its own words
+            damaged = True
+        if damaged:
+            raise KnownHostsError(f"line {number}: the {key_type} key is damaged")
+        (revoked if marker == "@revoked" else pinned).append((names.split(","), key))
+    return pinned, revoked
+
+
+def names_match(names: list[str], host: str) -> bool:
+    """Whether a known_hosts line's names (patterns, or hashed ``|1|salt|hash``) include
+    ``host``."""
+    import hmac
+
+    import paramiko
+
+    return any(fnmatch.fnmatchcase(host, n) or (n.startswith("|1|") and hmac.compare_digest(
+        paramiko.HostKeys.hash_host(host, n), n)) for n in names)
+
+
 class _HostKeyUnknown(Exception):
     def __init__(self, hostname: str, key: Any):
         self.hostname = hostname
         self.key = key
 
 
-def _policies():
+class _HostKeyRevoked(_HostKeyUnknown):
+    pass
+
+
+def _policies(revoked: list[HostLine]):
+    """The two policies for a key known_hosts does not pin; a key it marks ``@revoked`` (never
+    pinned, see :meth:`SSHConnector._open`) lands here too and is refused by both."""
     import paramiko
+
+    def refuse_revoked(hostname: str, key: Any) -> None:
+        if any(k == key and names_match(names, hostname) for names, k in revoked):
+            raise _HostKeyRevoked(hostname, key)
 
     class Reject(paramiko.MissingHostKeyPolicy):
         def missing_host_key(self, client, hostname, key):  # noqa: ARG002
+            refuse_revoked(hostname, key)
             raise _HostKeyUnknown(hostname, key)
 
     class AcceptNew(paramiko.MissingHostKeyPolicy):
@@ -166,6 +281,7 @@ def _policies():
             self.path = path
 
         def missing_host_key(self, client, hostname, key):
+            refuse_revoked(hostname, key)
             client.get_host_keys().add(hostname, key.get_name(), key)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "a") as out:
@@ -225,16 +341,23 @@ class SSHConnector(Connector):
     def _open(self):
         import paramiko
 
-        Reject, AcceptNew = _policies()
         client = paramiko.SSHClient()
         known = self._known_hosts_path()
-        if known.is_file():
+        revoked: list[HostLine] = []
+        if os.path.lexists(known):
             try:
-                client.load_host_keys(str(known))
-            except (OSError, paramiko.SSHException) as exc:
-                raise self._fail(MISCONFIGURED, f"cannot read known_hosts {known}: {exc}") from None
+                pinned, revoked = read_known_hosts(known)
+            except (OSError, KnownHostsError) as exc:
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                raise self._fail(MISCONFIGURED, f"known_hosts {known}: {why}") from None
+            for names, key in pinned:
+                if any(k == key for _, k in revoked):
+                    continue  # left to the policy, which refuses it
+                for name in names:
+                    client.get_host_keys().add(name, key.get_name(), key)
         elif self.known_hosts and self.host_keys == "strict":
             raise self._fail(MISCONFIGURED, f"known_hosts file {known} does not exist")
+        Reject, AcceptNew = _policies(revoked)
         if self.host_keys == "accept-new":
             client.set_missing_host_key_policy(AcceptNew(known))
         else:
@@ -242,9 +365,9 @@ class SSHConnector(Connector):
         kwargs: dict[str, Any] = {}
         if self.key_file:
             key = Path(self.key_file).expanduser()
-            if not key.is_file():
+            if not os.path.lexists(key):
                 raise self._fail(MISCONFIGURED, f"key file {key} does not exist")
-            kwargs.update(key_filename=str(key), allow_agent=False, look_for_keys=False)
+            kwargs.update(pkey=self._load_key(key), allow_agent=False, look_for_keys=False)
         try:
             client.connect(
                 self.host, port=self.port, username=self.user,
@@ -252,6 +375,10 @@ class SSHConnector(Connector):
                 auth_timeout=self.connect_timeout, channel_timeout=self.connect_timeout,
                 **kwargs,
             )
+        except _HostKeyRevoked as exc:
+            client.close()
+            raise self._fail(HOST_KEY_CHANGED, f"{exc.hostname} offered {exc.key.get_name()} key "
+                             f"{fingerprint(exc.key)}, which {known} marks @revoked") from None
         except _HostKeyUnknown as exc:
             client.close()
             raise self._fail(
@@ -296,6 +423,25 @@ class SSHConnector(Connector):
         if transport is not None:
             transport.set_keepalive(15)
         return client
+
+    def _load_key(self, path: Path) -> Any:
+        """The private key at ``path``, read before connecting so a damaged file is named as
+        such, not reported as a refused login or a failed handshake."""
+        import paramiko
+
+        try:
+            _read_regular(path, "a private key file", 2**20)
+            return paramiko.PKey.from_path(path)
+        except paramiko.PasswordRequiredException:
+            raise self._fail(AUTH_FAILED, f"key file {path} is encrypted; load it into "
+                             "ssh-agent and drop key_file from the pool") from None
+        except OSError as exc:
+            raise self._fail(MISCONFIGURED, f"key file {path}: {exc.strerror or exc}") from None
+        except KnownHostsError as exc:
+            raise self._fail(MISCONFIGURED, f"key file {path} {exc}") from None
+        except Exception:  # noqa: BLE001 - each key format fails in its own words
+            raise self._fail(MISCONFIGURED, f"key file {path} is not a private key paramiko "
+                             "can read (OpenSSH, PEM: ed25519, ecdsa, rsa)") from None
 
     def close(self) -> None:
         with self._lock:

@@ -22,6 +22,9 @@ component maps a plan onto resources and from the docker provider's schema:
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,7 +39,7 @@ from .units import format_size
 CLUSTER_PREFIX = CLUSTER_ENV_PREFIX
 # Values of variables whose names look like credentials are not repeated in the review.
 SENSITIVE = re.compile(r"SECRET|TOKEN|PASSW|API_?KEY|PRIVATE|CREDENTIAL|AUTH", re.IGNORECASE)
-MAX_VALUE = 80
+MAX_VALUE = 80  # characters of a value shown; a longer one is cut, and says where and what
 
 ADD, REMOVE, REPLACE, UPDATE, SAME = "add", "remove", "replace", "update", "same"
 
@@ -314,35 +317,103 @@ def _split_shared(per_host: Mapping[str, list[Change]]) -> tuple[list[Change],
 # --- Markdown ------------------------------------------------------------------------------------
 
 
-def code(value: str | None, cell: bool = False) -> str:
-    """An inline code span that survives backticks and newlines in the value, and pipes when
-    it sits in a table ``cell`` (GFM unescapes ``\\|`` there, and only there)."""
-    if value is None:
-        return "*(absent)*"
-    text = printable(value)  # newlines, escapes and other controls as \n, \x1b, ...
-    if len(text) > MAX_VALUE:
-        text = text[:MAX_VALUE - 1] + "…"
+def _span(text: str, cell: bool) -> str:
+    """An inline code span that survives backticks and newlines in ``text``, and pipes when it
+    sits in a table ``cell`` (GFM unescapes ``\\|`` there, and only there)."""
     if cell:
         text = text.replace("|", "\\|")
     if not text:
-        return "`\u200b`"
+        return "*(empty)*"  # an empty code span does not render; a zero-width space is hidden
     fence = "`" * (max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-def _env_value(key: str, value: str | None) -> str:
-    if value is not None and SENSITIVE.search(key):
-        return "*(hidden: the name looks like a credential)*"
-    return code(value)
+def _window(text: str, start: int) -> str:
+    """At most MAX_VALUE characters of ``text`` from about ``start``, "…" where it is cut."""
+    if len(text) <= MAX_VALUE:
+        return text
+    start = min(start, len(text) - MAX_VALUE + 2)
+    if start <= 0:
+        return text[:MAX_VALUE - 1] + "…"
+    end = start + MAX_VALUE - 2
+    return "…" + text[start:end] + ("…" if end < len(text) else "")
 
 
-def _env_line(c: Change) -> str:
+def digest(value: str) -> str:
+    """A short digest that tells two values apart where their shown parts look alike."""
+    return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+def code(value: str | None, cell: bool = False) -> str:
+    """A value as a code span (controls escaped, so it stays on its line); a value longer than
+    MAX_VALUE is cut with "…" and followed by its length and digest, never cut silently."""
+    if value is None:
+        return "*(absent)*"
+    text = printable(value)  # newlines, escapes and other controls as \n, \x1b, ...
+    if len(text) <= MAX_VALUE:
+        return _span(text, cell)
+    return f"{_span(_window(text, 0), cell)} ({len(value)} characters, {digest(value)})"
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def changed(old: str | None, new: str | None, cell: bool = False) -> tuple[str, str]:
+    """Both sides of a change, shown so they never look equal: in full when both fit and their
+    shown forms differ; else each cut around where they start to differ, marked "changed after
+    character N", with its length and digest (also when escaping made two values look alike,
+    such as a newline and a backslash followed by ``n``)."""
+    if old is None or new is None:
+        return code(old, cell), code(new, cell)
+    shown = printable(old), printable(new)
+    if shown[0] != shown[1] and max(map(len, shown)) <= MAX_VALUE:
+        return _span(shown[0], cell), _span(shown[1], cell)
+    at = _common_prefix(old, new)
+    start = max(0, _common_prefix(*shown) - MAX_VALUE // 4)
+    return tuple(  # type: ignore[return-value]
+        f"{_span(_window(text, start), cell)} (changed after character {at}; "
+        f"{len(value)} characters, {digest(value)})"
+        for text, value in zip(shown, (old, new), strict=True))
+
+
+HIDDEN = "*(hidden: the name looks like a credential)*"
+
+
+def _env_pair(c: Change, key: bytes) -> tuple[str, str]:
+    """A credential-looking variable's values are never shown, only a digest keyed for this
+    review alone: old and new are told apart, and no digest can be matched to a guess."""
+    if not SENSITIVE.search(c.what):
+        return changed(c.old, c.new)
+
+    def hidden(value: str | None) -> str:
+        if value is None:
+            return "*(absent)*"
+        mac = hmac.new(key, value.encode("utf-8", "surrogatepass"), "sha256").hexdigest()
+        return f"*(hidden: the name looks like a credential; digest {mac[:12]}, keyed for " \
+               "this review only)*"
+
+    return hidden(c.old), hidden(c.new)
+
+
+def _env_line(c: Change, key: bytes) -> str:
+    old, new = _env_pair(c, key)
     if c.old is None:
-        return f"- added {code(c.what)} = {_env_value(c.what, c.new)}"
+        return f"- added {code(c.what)} = {new}"
     if c.new is None:
-        return f"- removed {code(c.what)} (was {_env_value(c.what, c.old)})"
-    return f"- {code(c.what)}: {_env_value(c.what, c.old)} → {_env_value(c.what, c.new)}"
+        return f"- removed {code(c.what)} (was {old})"
+    return f"- {code(c.what)}: {old} → {new}"
+
+
+def _change_line(c: Change, label: str) -> str:
+    old, new = changed(c.old, c.new)
+    return f"- {label}: {old} → {new}"
 
 
 ACTION_TEXT = {ADD: "add", REMOVE: "**remove**", REPLACE: "**replace**",
@@ -350,6 +421,7 @@ ACTION_TEXT = {ADD: "add", REMOVE: "**remove**", REPLACE: "**replace**",
 
 
 def to_markdown(review: Review, old_label: str = "old", new_label: str = "new") -> str:
+    key = os.urandom(16)  # digests of hidden values compare within this review only
     lines = [f"### `sessionctl diff`: {review.name}", "", f"**{review.summary}**", "",
              f"{code(old_label)} → {code(new_label)}", ""]
     for w in review.warnings:
@@ -386,22 +458,22 @@ def to_markdown(review: Review, old_label: str = "old", new_label: str = "new") 
     if review.definition:
         lines += ["#### Definition", "", "| field | old | new |",
                   "|---|---|---|"]
-        lines += [f"| {c.what} | {code(c.old, cell=True)} | {code(c.new, cell=True)} |"
+        lines += ["| {} | {} | {} |".format(c.what, *changed(c.old, c.new, cell=True))
                   for c in review.definition]
         lines.append("")
     if review.user_env or review.cluster_env or review.host_env:
         lines += ["#### Environment", ""]
         if review.user_env:
             lines += ["User env (every container):", ""]
-            lines += [_env_line(c) for c in review.user_env]
+            lines += [_env_line(c, key) for c in review.user_env]
             lines.append("")
         if review.cluster_env:
             lines += ["Cluster variables (every container that stays):", ""]
-            lines += [_env_line(c) for c in review.cluster_env]
+            lines += [_env_line(c, key) for c in review.cluster_env]
             lines.append("")
         for host, changes in review.host_env.items():
             lines += [f"Cluster variables of {host}:", ""]
-            lines += [_env_line(c) for c in changes]
+            lines += [_env_line(c, key) for c in changes]
             lines.append("")
     net = review.network
     if net is not None:
@@ -409,12 +481,11 @@ def to_markdown(review: Review, old_label: str = "old", new_label: str = "new") 
         text = {ADD: "created", REMOVE: "**removed**", REPLACE: "**replaced**",
                 SAME: "kept"}[net.action]
         lines += ["#### Network", "", f"{code(net.name)} ({where}): {text}"]
-        lines += [f"- {c.what}: {code(c.old)} → {code(c.new)}" for c in net.changes]
+        lines += [_change_line(c, c.what) for c in net.changes]
         lines.append("")
     if review.agents:
         lines += ["#### Agents", ""]
-        lines += [f"- {c.what} docker_host: {code(c.old)} → {code(c.new)}"
-                  for c in review.agents]
+        lines += [_change_line(c, f"{c.what} docker_host") for c in review.agents]
         lines.append("")
     return "\n".join(printable(line) for line in lines).rstrip() + "\n"
 

@@ -4,19 +4,29 @@ A definition may hold any text in an env value (values are kept byte for byte), 
 a file name may hold a newline or an escape sequence. Printed raw, a newline forges a second
 problem line and an escape sequence rewrites what the reader sees. Everything the offline
 verbs print goes through :func:`printable` (a line) or :func:`dumps` (JSON), which spell such
-characters as escapes instead.
+characters as escapes instead; text a container wrote (its logs, its state) too, keeping tabs.
+
+Whatever is missed there, :func:`guarded` catches: ``sessionctl`` writes through a
+:class:`TerminalGuard` that escapes every control character but newline, tab and an SGR colour
+sequence (the engine's colours; they cannot move the cursor, erase or retitle the terminal),
+and that spells what the output's encoding cannot hold (``PYTHONIOENCODING=latin-1``, an ASCII
+locale) as ``\\u2192`` instead of failing with a ``UnicodeEncodeError``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import sys
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, TextIO
 
-# Controls (C0, DEL, C1), format characters (bidi overrides, zero-width joiners) and the two
-# Unicode line breaks: what a terminal acts on or a reader cannot see.
-_HIDDEN = ("Cc", "Cf", "Zl", "Zp")
+# Controls (C0, DEL, C1), format characters (bidi overrides, zero-width joiners), the two
+# Unicode line breaks and lone surrogates (undecodable bytes of a file name): what a terminal
+# acts on, a reader cannot see, or an encoder cannot write.
+_HIDDEN = ("Cc", "Cf", "Zl", "Zp", "Cs")
 _SPECIAL = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -35,12 +45,13 @@ def _escape(char: str) -> str:
     return f"\\U{code:08x}"
 
 
-def printable(text: object) -> str:
-    """``text`` on one line: controls, format characters and line breaks as escapes."""
+def printable(text: object, keep: str = "") -> str:
+    """``text`` on one line: controls, format characters and line breaks as escapes; the
+    characters in ``keep`` (a tab, in log lines) stay as they are."""
     text = str(text)
-    if all(c.isprintable() for c in text):  # the common case, and fast
+    if text.isprintable():  # the common case, and fast
         return text
-    return "".join(_escape(c) if is_hidden(c) else c for c in text)
+    return "".join(_escape(c) if is_hidden(c) and c not in keep else c for c in text)
 
 
 def _json_escape(match: re.Match[str]) -> str:
@@ -77,3 +88,44 @@ def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     return [printable("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
             for row in cells]
+
+
+_SGR = "\x1b\\[[0-9;]*m"
+_SUSPECT = re.compile(f"{_SGR}|[^\n\t\x20-\x7e]")  # what may need escaping, and colours
+
+
+def _guard_char(match: re.Match[str]) -> str:
+    text = match[0]
+    return text if len(text) > 1 or not is_hidden(text) else _escape(text)
+
+
+class TerminalGuard:
+    """A text stream in front of ``stream`` that writes no control character but newline, tab
+    and SGR colours, and degrades what the stream's encoding cannot hold to escapes."""
+
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        safe = _SUSPECT.sub(_guard_char, text)
+        try:
+            self.stream.write(safe)
+        except UnicodeEncodeError:  # nothing was written: the whole text is encoded first
+            encoding = getattr(self.stream, "encoding", None) or "ascii"
+            self.stream.write(safe.encode(encoding, "backslashreplace").decode(encoding))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:  # flush, isatty, fileno, encoding, buffer, ...
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def guarded() -> Iterator[None]:
+    """``sys.stdout`` and ``sys.stderr`` behind a :class:`TerminalGuard` while the block runs."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (s if isinstance(s, TerminalGuard) else TerminalGuard(s)
+                              for s in saved)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved

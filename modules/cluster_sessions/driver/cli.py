@@ -19,7 +19,7 @@ from ..core.placement import Free
 from ..core.plan import ClusterPlan, plan_to_dict, session_copies
 from ..core.problems import DefinitionError
 from ..core.spec import Pool, Session
-from ..core.terminal import dumps, printable, table
+from ..core.terminal import dumps, guarded, printable, table
 from ..core.units import format_size
 from . import verbs
 from .errors import CommandError, Exit
@@ -192,6 +192,14 @@ def quiet_libraries() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one verb with the terminal guarded (:func:`~cluster_sessions.core.terminal.guarded`):
+    whatever a verb prints, no control character reaches the terminal and no character the
+    output's encoding lacks stops it."""
+    with guarded():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     quiet_libraries()
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from ..core.terminal import printable
 from .errors import CommandError, Exit
 from .observe import (
     Connect,
@@ -106,7 +107,7 @@ def cmd_run(args: argparse.Namespace, engine_verb: EngineVerb | None = None,
               "removes it", file=sys.stderr)
     for plan, end in ends:
         who = f"{plan.name}: " if len(ends) > 1 else ""
-        print(f"sessionctl run: {who}{end.message}", file=sys.stderr)
+        print(printable(f"sessionctl run: {who}{end.message}"), file=sys.stderr)
     if args.json:
         jobs = [{"session": p.name, "exit": int(e.code), "result": e.message,
                  "job_exit_code": e.job_exit_code} for p, e in ends]
@@ -121,8 +122,8 @@ def cmd_run(args: argparse.Namespace, engine_verb: EngineVerb | None = None,
         width = max(map(len, names))
         for where, r in zip(names, rows, strict=True):
             code_text = "" if r["exit_code"] is None else f" (exit code {r['exit_code']})"
-            print(f"{where:<{width}}  {r['state']}{code_text}  started "
-                  f"{short_time(r['started'])}  finished {short_time(r['finished'])}",
+            print(printable(f"{where:<{width}}  {r['state']}{code_text}  started "
+                            f"{short_time(r['started'])}  finished {short_time(r['finished'])}"),
                   file=sys.stderr)
     return outcome
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import codecs
-import json
 import sys
 import threading
 import time
@@ -32,7 +31,7 @@ from ..core.loader import Loaded
 from ..core.names import HOST_LABEL, ROLE_LABEL, SESSION_LABEL
 from ..core.plan import ClusterPlan
 from ..core.spec import Agent
-from ..core.terminal import printable, table
+from ..core.terminal import dumps, printable, table
 from .errors import CommandError, Exit
 from .session_args import (
     Selected,
@@ -233,6 +232,7 @@ def report_table(report: Report) -> str:
         detail = f" (id {net.id}, {net.actual_driver}, {net.containers} attached)"
     lines.append(f"network  {net.name} [{net.driver}]{where}: {net.state}{detail}"
                  + (f" - {net.note}" if net.note else ""))
+    lines = [printable(line) for line in lines]  # the engine's words: driver, error notes
     lines.append("")
     lines += table(("HOST", "ROLE", "AGENT", "STATE", "HEALTH", "STARTED", "IMAGE", "NOTE"), (
         (r.host, r.role, r.agent or "-", r.state, r.health or "-", short_time(r.started_at),
@@ -261,7 +261,9 @@ class LineSplitter:
 
 
 def prefixed(host: str, width: int, line: str) -> str:
-    return f"{host.ljust(width)} | {line}"
+    """A log line as printed: a container writes any bytes, so controls are escaped (tabs
+    kept), and so is a host name read from a container's label."""
+    return printable(f"{host.ljust(width)} | {line}", keep="\t")
 
 
 # --- effects: asking the agents ------------------------------------------------------------------
@@ -309,10 +311,13 @@ class Survey:
 
 
 def unreachable_cause(agent: Agent, exc: BaseException) -> str:
-    """One line: what did not answer, where, and the useful end of the error."""
-    from ..agents.connectors import DOCKER_NOT_ANSWERING, short_error
+    """One line: what did not answer, where, and the useful end of the error; an agent that
+    could not be reached at all (its known_hosts or key file, SSH) says so in its own words."""
+    from ..agents.connectors import DOCKER_NOT_ANSWERING, AgentError, short_error
     from ..agents.reach import reach_of
 
+    if isinstance(exc, AgentError):
+        return printable(f"{exc.cause}: {exc.detail}")
     where = reach_of(agent).endpoint  # an ssh agent's socket is on it: say where, and how
     return f"{DOCKER_NOT_ANSWERING} at {where}: {printable(short_error(exc))}"
 
@@ -379,17 +384,16 @@ def cmd_status(args: argparse.Namespace, connect: Connect = connect) -> int:
     if args.json:
         docs = [report_to_dict(r) for r in reports]
         whole = {"count": len(sel.plans), "sessions": docs}
-        json.dump(whole if len(docs) > 1 else docs[0], sys.stdout, indent=2, ensure_ascii=False)
-        print()
+        print(dumps(whole if len(docs) > 1 else docs[0], indent=2))
     else:
         print("\n\n".join(report_table(r) for r in reports))
     for report in reports:
         who = f"{report.plan.name}: " if len(reports) > 1 else ""
         for agent, why in report.unreachable.items():
-            print(f"sessionctl status: {who}agent {agent} did not answer: {why}",
+            print(printable(f"sessionctl status: {who}agent {agent} did not answer: {why}"),
                   file=sys.stderr)
-        for fault in report.faults:
-            print(f"sessionctl status: {who}{fault}", file=sys.stderr)
+        for fault in report.faults:  # states and names as the engine gave them
+            print(printable(f"sessionctl status: {who}{fault}"), file=sys.stderr)
     return Exit.OK if all(r.ok for r in reports) else Exit.ENGINE
 
 
@@ -475,12 +479,14 @@ def log_sources(args: argparse.Namespace, plan: ClusterPlan, found: Survey
     """The containers whose logs to show, host order; what is missing is said on stderr."""
     hosts = select_hosts(plan, found.containers, args.host)
     for agent, why in found.unreachable.items():
-        print(f"sessionctl logs: agent {agent} did not answer: {why}", file=sys.stderr)
+        print(printable(f"sessionctl logs: agent {agent} did not answer: {why}"),
+              file=sys.stderr)
     sources = []
     for host in hosts:
         containers = found.containers.get(host, [])
         if not containers:
-            print(f"sessionctl logs: {plan.name}: {host}: no container found", file=sys.stderr)
+            print(printable(f"sessionctl logs: {plan.name}: {host}: no container found"),
+                  file=sys.stderr)
         sources += [(host, c) for c in containers]
     return sources
 
@@ -551,13 +557,12 @@ def cmd_wait(args: argparse.Namespace, connect: Connect = connect) -> int:
     ends = wait_for_jobs(args, sel, connect, "wait")
     for plan, end in ends:
         who = f"{plan.name}: " if len(ends) > 1 else ""
-        print(f"sessionctl wait: {who}{end.message}", file=sys.stderr)
+        print(printable(f"sessionctl wait: {who}{end.message}"), file=sys.stderr)
     code = combined(end.code for _, end in ends)
     if args.json:
         docs = [{"session": p.name, "exit": int(e.code), "result": e.message,
                  "job_exit_code": e.job_exit_code} for p, e in ends]
-        json.dump(docs[0] if len(docs) == 1 else {"exit": code, "sessions": docs}, sys.stdout)
-        print()
+        print(dumps(docs[0] if len(docs) == 1 else {"exit": code, "sessions": docs}))
     return code
 
 
@@ -570,7 +575,8 @@ def wait_for_jobs(args: argparse.Namespace, sel: Selected, connect: Connect, ver
         found = survey(plan, sel.loaded, agents_to_ask(plan, sel.loaded), connect)
         try:
             for agent, why in found.unreachable.items():
-                print(f"sessionctl {verb}: agent {agent} did not answer: {why}", file=sys.stderr)
+                print(printable(f"sessionctl {verb}: agent {agent} did not answer: {why}"),
+                      file=sys.stderr)
             if found.unreachable:
                 end = JobEnd(Exit.ENGINE, "agents did not answer: " + "; ".join(
                     f"{a}: {w}" for a, w in found.unreachable.items()))

@@ -25,7 +25,7 @@ from typing import Any
 from ..core.loader import load_file
 from ..core.names import POOL_DEFINITION_KEY, config_key
 from ..core.spec import Pool
-from ..core.terminal import table
+from ..core.terminal import printable, table
 from .errors import CommandError, Exit
 
 POOL_CONFIG = config_key(POOL_DEFINITION_KEY)
@@ -156,14 +156,14 @@ def cmd_pool_check(args: argparse.Namespace) -> int:
     else:
         print(check_table(reports))
         for note in notes:
-            print(note)
-    for r in reports:
+            print(printable(note))
+    for r in reports:  # warnings and problems quote what the agents answered
         for w in r.warnings:
-            print(f"warning: agent {r.name}: {w}", file=sys.stderr)
+            print(printable(f"warning: agent {r.name}: {w}"), file=sys.stderr)
     failing = [r for r in reports if not r.ok]
     for r in failing:
         for p in r.problems:
-            print(str(p), file=sys.stderr)
+            print(printable(p), file=sys.stderr)
     if failing:
         print(f"pool {pool.name}: {len(failing)} of {len(reports)} agent(s) failed the check",
               file=sys.stderr)
@@ -182,14 +182,14 @@ def cmd_pool_sweep(args: argparse.Namespace) -> int:
     report = sweep(pool, args.session, dry_run=args.dry_run)
     if args.dry_run:
         for item in report.remaining:
-            print(item)
+            print(printable(item))
         for err in report.errors:
-            print(str(err), file=sys.stderr)
+            print(printable(err), file=sys.stderr)
         print(f"session {args.session}: {len(report.remaining)} object(s) found", file=sys.stderr)
         return Exit.ENGINE if report.errors else Exit.OK
     for item in report.removed:
-        print(f"removed {item}")
-    print(report.summary(), file=sys.stderr)
+        print(printable(f"removed {item}"))
+    print(printable(report.summary()), file=sys.stderr)
     return Exit.OK if report.clean else Exit.ENGINE
 
 
