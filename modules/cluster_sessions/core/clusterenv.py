@@ -42,6 +42,8 @@ STARTUP_NAMES = frozenset({
     "RES_OPTIONS", "TMPDIR", "TZDIR",
     "BASHOPTS", "CDPATH", "ENV", "EXECIGNORE", "FPATH", "GLOBIGNORE", "IFS", "POSIXLY_CORRECT",
     "PROMPT_COMMAND", "PS4", "SHELLOPTS",
+    # bash's read-only variables: assigning one stops a POSIX-mode bash (/bin/sh in some images)
+    "EUID", "PPID", "UID",
 })
 # Prefixes of such names: the dynamic loader's LD_* and bash's own BASH_* (BASH_ENV,
 # BASH_XTRACEFD, BASH_COMPAT, BASH_LOADABLES_PATH, ...).
