@@ -2,9 +2,10 @@
 
 ``cluster-env.sh`` (contract 3): the derived variables, their precedence, nothing for a single
 container, and nothing else changed in the sourcing shell. Then the whole chain an env value
-goes through -- ``static-env.sh``, ``cluster-env.sh``, ``save-env.sh`` (what the entrypoint
-saves for ssh sessions) and ``ssh-session.sh`` (sshd's ForceCommand) -- is checked byte for
-byte on arbitrary values with hypothesis.
+goes through -- the container's env saved by the entrypoint, ``save-env.sh`` (run as the user:
+``static-env.sh``, ``user-env.sh``, ``cluster-env.sh``), ``command.sh``'s load and
+``ssh-session.sh`` (sshd's ForceCommand) -- is checked byte for byte on arbitrary values with
+hypothesis.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cluster_sessions.core.clusterenv import split_user_env
 from cluster_sessions.core.keys import generate_session_keys
 from cluster_sessions.core.plan import build_plan
 from cluster_sessions.core.render import DEFAULT_MASTER_PORT, render_container
-from cluster_sessions.core.spec import BUNDLE_DIR, Pool, Session
+from cluster_sessions.core.spec import Pool, Session
 
 from . import factories
 from .conftest import skip_or_fail
@@ -69,8 +71,10 @@ KEYS = generate_session_keys(["main1"] + [f"sub{i}" for i in range(1, 4)])
 
 
 def bundle(directory: Path, session: Session, host: str = "sub2") -> tuple[Path, dict]:
-    """Render ``host``'s files into ``directory``; return it and the host's static env (what
-    the container is created with: no start-up names, see clusterenv.read_at_startup)."""
+    """Render ``host``'s files into ``directory``; return it and the env cluster-env.sh is
+    sourced with in save-env.sh: the container's static env, CLUSTER_SESSION_DIR and the
+    definition's variables a shell assigns (not the start-up names: clusterenv.read_at_startup).
+    """
     plan = build_plan(session, POOL)
     container = next(c for c in plan.containers if c.host == host)
     directory.mkdir(parents=True, exist_ok=True)
@@ -79,7 +83,8 @@ def bundle(directory: Path, session: Session, host: str = "sub2") -> tuple[Path,
             path = directory / f.path
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(f.content)
-    return directory, dict(container.env)
+    return directory, {**container.env, "CLUSTER_SESSION_DIR": str(directory),
+                       **split_user_env(session.env)[0]}
 
 
 def run(shell: str, script: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
@@ -137,10 +142,14 @@ def expected_derived(env: dict[str, str]) -> dict[str, str]:
     if "MASTER_ADDR" in now:
         now.setdefault("PET_MASTER_ADDR", now["MASTER_ADDR"])
     now.setdefault("PET_MASTER_PORT", now["MASTER_PORT"])
-    now.setdefault("CLUSTER_SESSION_HOSTFILE", f"{BUNDLE_DIR}/hostfile")
-    now.setdefault("OMPI_MCA_orte_default_hostfile", now["CLUSTER_SESSION_HOSTFILE"])
-    now.setdefault("PRTE_MCA_prte_default_hostfile", now["CLUSTER_SESSION_HOSTFILE"])
-    now.setdefault("HYDRA_HOST_FILE", f"{BUNDLE_DIR}/hostfile.hydra")
+    bundle_dir = env.get("CLUSTER_SESSION_DIR")
+    if bundle_dir:
+        now.setdefault("CLUSTER_SESSION_HOSTFILE", f"{bundle_dir}/hostfile")
+    if "CLUSTER_SESSION_HOSTFILE" in now:
+        now.setdefault("OMPI_MCA_orte_default_hostfile", now["CLUSTER_SESSION_HOSTFILE"])
+        now.setdefault("PRTE_MCA_prte_default_hostfile", now["CLUSTER_SESSION_HOSTFILE"])
+    if bundle_dir:
+        now.setdefault("HYDRA_HOST_FILE", f"{bundle_dir}/hostfile.hydra")
     now.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
     now.setdefault("OMPI_MCA_btl_tcp_if_include", "eth0")
     now.setdefault("OMPI_MCA_oob_tcp_if_include", "eth0")
@@ -165,10 +174,10 @@ def test_derives_every_variable_for_a_cluster(shell, four):
         "PET_NODE_RANK": "2",
         "PET_MASTER_ADDR": "main1",
         "PET_MASTER_PORT": "29500",
-        "CLUSTER_SESSION_HOSTFILE": "/opt/cluster-session/hostfile",
-        "OMPI_MCA_orte_default_hostfile": "/opt/cluster-session/hostfile",
-        "PRTE_MCA_prte_default_hostfile": "/opt/cluster-session/hostfile",
-        "HYDRA_HOST_FILE": "/opt/cluster-session/hostfile.hydra",
+        "CLUSTER_SESSION_HOSTFILE": f"{directory}/hostfile",
+        "OMPI_MCA_orte_default_hostfile": f"{directory}/hostfile",
+        "PRTE_MCA_prte_default_hostfile": f"{directory}/hostfile",
+        "HYDRA_HOST_FILE": f"{directory}/hostfile.hydra",
         "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
         "OMPI_MCA_btl_tcp_if_include": "eth0",
         "OMPI_MCA_oob_tcp_if_include": "eth0",
@@ -379,36 +388,35 @@ def check_chain(shell: str, directory: Path, static: dict[str, str],
     assert seen == expected
     expected.update(at_exec)
 
-    # Nothing passed: static-env.sh fills it in (except PATH: a shell always has one).
-    script = (f"set -- {sys.executable} -c \"$DUMP\"\n"
-              ". ./static-env.sh\n. ./cluster-env.sh\n. ./exec-env.sh\nexec \"$@\"")
-    result = run(shell, script, {"DUMP": DUMP}, directory)
-    assert result.returncode == 0, result.stderr.decode()
-    got = {k: bytes.fromhex(v).decode("utf-8", "surrogateescape")
-           for k, v in json.loads(result.stdout).items()}
-    assert {k: got.get(k) for k in expected if k != "PATH"} == {
-        k: v for k, v in expected.items() if k != "PATH"}
-
-    # The entrypoint's _cs_save_env: built-ins only, into the command's and ssh's files; the
-    # variables kept out of the container's env are not among them (no root shell reads them).
+    # The entrypoint saves the container's env as root (built-ins; nothing of the definition's
+    # is in it); save-env.sh, run as the user in a clean environment (setup.sh's env -i), works
+    # out the command's and ssh's files from it and the bundle. With nothing passed (a bundle
+    # started without the env), static-env.sh fills the container's static env in.
+    container = {k: v for k, v in static.items() if k.startswith("BACKENDAI_")}
     command_env, saved = directory / "command-env", directory / "environment"
-    script = ('. ./static-env.sh; . ./cluster-env.sh; export -p > "$1"; '
-              '. ./save-env.sh > "$2"')
-    result = subprocess.run([shell, "-c", script, "sh", str(command_env), str(saved)],
-                            env=static, cwd=directory, capture_output=True, timeout=30,
-                            check=False)
-    assert result.returncode == 0, result.stderr.decode()
+    for passed in ({}, container):
+        result = run(shell, 'export -p > ./container-env', passed, directory)
+        assert result.returncode == 0, result.stderr.decode()
+        result = subprocess.run(
+            [shell, "-c", '"$0" "$1" ./container-env > "$2" 3> "$3"', shell,
+             str(directory / "save-env.sh"), str(command_env), str(saved)],
+            env={}, cwd=directory, capture_output=True, timeout=30, check=False)
+        assert result.returncode == 0, result.stderr.decode()
 
-    # The command, as command.sh loads it: in a clean environment, as the user, with the kept-out
-    # variables put on the exec by exec-env.sh.
-    script = '. "$1"; shift; . "$0"; exec "$@"'
-    result = subprocess.run([shell, "-c", script, str(directory / "exec-env.sh"),
-                             str(command_env), sys.executable, "-c", DUMP], env={},
-                            capture_output=True, timeout=30, check=False)
-    assert result.returncode == 0, result.stderr.decode()
-    got = {k: bytes.fromhex(v).decode("utf-8", "surrogateescape")
-           for k, v in json.loads(result.stdout).items()}
-    assert {k: got.get(k) for k in expected} == expected
+        # The command, as command.sh loads it: in a clean environment, as the user, with the
+        # start-up names put on the exec by exec-env.sh.
+        script = '. "$1"; shift; . "$0"; exec "$@"'
+        result = subprocess.run([shell, "-c", script, str(directory / "exec-env.sh"),
+                                 str(command_env), sys.executable, "-c", DUMP], env={},
+                                capture_output=True, timeout=30, check=False)
+        assert result.returncode == 0, result.stderr.decode()
+        got = {k: bytes.fromhex(v).decode("utf-8", "surrogateescape")
+               for k, v in json.loads(result.stdout).items()}
+        if passed:
+            assert {k: got.get(k) for k in expected} == expected
+        else:  # a shell always has a PATH
+            assert {k: got.get(k) for k in expected if k != "PATH"} == {
+                k: v for k, v in expected.items() if k != "PATH"}
 
     # An ssh session: ssh-session.sh (as sshd runs it, in a clean environment with only
     # sshd's variables) loads the saved environment and runs the command.
@@ -442,6 +450,8 @@ def test_every_env_value_survives_rendering_byte_for_byte(shell, tmp_path, user_
     for name, value in user_env.items():
         assert static[name] == value
     assert not set(startup_env) & set(static)
+    assert not (set(user_env) | set(startup_env)) & set(build_plan(
+        make_session(size, {**user_env, **startup_env}, master_port), POOL).containers[0].env)
     check_chain(shell, directory, static, startup_env)
 
 
@@ -451,3 +461,35 @@ def test_hostile_values_survive_the_chain(shell, tmp_path):
     directory, static = bundle(tmp_path, make_session(4, {**user_env, **startup_env}))
     check_chain(shell, directory, static, startup_env)
     assert not Path("/tmp/pwned").exists()
+
+
+def test_the_ssh_wrapper_runs_what_sshd_asked_whatever_the_saved_environment_says(shell,
+                                                                                   tmp_path):
+    """sshd's ForceCommand decides what to run from sshd's SSH_ORIGINAL_COMMAND and SHELL alone,
+    before it loads the saved environment: a saved value for them (validation refuses SSH_* in
+    a definition; an image's env may still hold one) steers nothing."""
+    directory, _ = bundle(tmp_path, make_session(2), host="main1")
+    (directory / "environment").write_text(
+        "export SSH_ORIGINAL_COMMAND='echo steered'\nexport SHELL=/bin/false\n")
+    sshd_env = {"HOME": "/nonexistent", "USER": "work", "SHELL": shell, "PATH": "/usr/bin:/bin",
+                "SSH_ORIGINAL_COMMAND": "echo asked"}
+    result = subprocess.run([shell, str(directory / "ssh-session.sh")], env=sshd_env,
+                            capture_output=True, timeout=30, check=False)
+    assert (result.returncode, result.stdout) == (0, b"asked\n"), result.stderr.decode()
+
+
+def test_what_sshd_sets_per_session_is_left_out_of_the_saved_environment(shell, tmp_path):
+    """An image's env that carries sshd's or a login's names never replaces sshd's values."""
+    directory, _ = bundle(tmp_path, make_session(2), host="main1")
+    owned = {"SSH_ORIGINAL_COMMAND": "echo steered", "SSH_CONNECTION": "1 2 3 4",
+             "SSH_CLIENT": "1 2 3", "SSH_TTY": "/dev/pts/9", "SSH_AUTH_SOCK": "/tmp/agent",
+             "HOME": "/root", "SHELL": "/bin/false", "TERM": "dumb"}
+    result = run(shell, "export -p > ./container-env", owned, directory)
+    assert result.returncode == 0, result.stderr.decode()
+    result = subprocess.run(
+        [shell, "-c", '"$0" "$1" ./container-env > /dev/null 3> ./environment', shell,
+         str(directory / "save-env.sh")], env={}, cwd=directory, capture_output=True,
+        timeout=30, check=False)
+    assert result.returncode == 0, result.stderr.decode()
+    saved = (directory / "environment").read_text()
+    assert not [name for name in owned if f"{name}=" in saved], saved

@@ -1,4 +1,5 @@
-"""Which of a definition's variables may be in the container's env (clusterenv.read_at_startup)."""
+"""Which of a definition's variables a shell of ours may assign (clusterenv.read_at_startup):
+the others go on the exec of the user's program only. None is ever in the container's env."""
 
 import pytest
 
@@ -10,10 +11,12 @@ from cluster_sessions.core.clusterenv import read_at_startup, split_user_env
     ("BASH_LOADABLES_PATH", "/x"), ("BASH_XTRACEFD", "2"), ("BASHOPTS", "extdebug"),
     ("SHELLOPTS", "xtrace"), ("EXECIGNORE", "*"), ("MUSL_LOCPATH", "/x"),
     ("POSIXLY_CORRECT", "1"), ("GCONV_PATH", "/x"), ("IFS", "x"), ("PS4", "$(x)"),
+    # read-only in bash: "export UID=..." would stop save-env.sh where /bin/sh is bash
+    ("UID", "1000"), ("EUID", "0"), ("PPID", "1"),
     # a locale name with a '/' is a path the C library loads locale data from
     ("LANG", "/opt/mine/locale"), ("LC_ALL", "../x"), ("LANGUAGE", "a/b"), ("LC_CTYPE", "/x"),
 ])
-def test_variables_a_program_reads_at_start_up_are_kept_out(name, value):
+def test_variables_a_program_reads_at_start_up_go_on_the_exec_only(name, value):
     assert read_at_startup(name, value)
     ordinary, at_exec = split_user_env({name: value, "KEEP": value})
     assert ordinary == {"KEEP": value}
@@ -24,6 +27,6 @@ def test_variables_a_program_reads_at_start_up_are_kept_out(name, value):
     ("LANG", "C.UTF-8"), ("LC_ALL", "en_US.UTF-8"), ("LANGUAGE", "de:en"), ("PATH", "/opt/x:/bin"),
     ("BASH", "not bash's own prefix"), ("HOME_LD_PATH", "/x"), ("PYTHONPATH", "/x"),
 ])
-def test_ordinary_variables_stay_in_the_containers_env(name, value):
+def test_ordinary_variables_are_assigned_by_the_users_shell(name, value):
     assert not read_at_startup(name, value)
     assert split_user_env({name: value}) == ({name: value}, {})

@@ -119,6 +119,23 @@ def test_bad_env_is_named(tree, env, path, words):
     assert any(p.startswith(f"{path}: ") and words in p for p in found), found
 
 
+@pytest.mark.parametrize("name", ["SSH_ORIGINAL_COMMAND", "SSH_CONNECTION", "SSH_AUTH_SOCK",
+                                  "SSH_ASKPASS", "SSH_TTY"])
+def test_names_sshd_sets_for_each_session_are_refused(tree, name):
+    """sshd owns SSH_*: a definition's value would replace what sshd set in the saved
+    environment, steering the session's ssh wrapper and the user's ssh."""
+    found = problems_of(tree(SESSION + f"env: {{{name}: 'echo steered'}}\n"))
+    assert [p for p in found if p.startswith(f"env.{name}: SSH_* variables are set by sshd")], found
+
+
+@pytest.mark.parametrize("name", ["PYTHONPATH", "PYTHONSTARTUP", "PERL5OPT", "NODE_OPTIONS",
+                                  "RUBYOPT", "JAVA_TOOL_OPTIONS", "LD_PRELOAD", "BASH_ENV"])
+def test_runtime_and_loader_hooks_are_the_users_to_set(tree, name):
+    """Inert for root (no definition value is ever in a root process's environment), so the
+    user may set them for the user's own programs."""
+    assert problems_of(tree(SESSION + f"env: {{{name}: /opt/x}}\n")) == []
+
+
 def test_multi_node_across_agents_needs_a_swarm_manager_in_the_pool(tree):
     tree(POOL + '  - {name: a2, docker_host: "unix:///a2.sock", capacity: {cpu: 8, mem: 32g}}\n',
          "lab.yaml", "pools")

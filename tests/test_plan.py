@@ -46,11 +46,11 @@ def test_hosts_are_main1_then_subs_in_index_order_everywhere():
         assert c.idx == (1 if c.role == "main" else rank)
 
 
-def test_static_env_has_every_cluster_variable_and_the_users():
+def test_static_env_has_every_cluster_variable_and_none_of_the_users():
     plan = build_plan(session(distributed={"master_port": 23456}), pool((64, 0)))
     sub2 = plan.containers[2]
+    assert sub2.user_env == {"FOO": "bar"}  # the bundle gives it to the user's processes only
     assert sub2.env == {
-        "FOO": "bar",
         "BACKENDAI_SESSION_NAME": "train-demo",
         "BACKENDAI_SESSION_ID": plan.session_id,
         "BACKENDAI_KERNEL_ID": sub2.kernel_id,
@@ -75,7 +75,8 @@ def test_derived_variables_are_never_baked_into_the_static_env():
 
 def test_the_user_may_set_master_port_and_it_is_kept_verbatim():
     plan = build_plan(session(env={"MASTER_PORT": "1234"}), pool((64, 0)))
-    assert all(c.env["MASTER_PORT"] == "1234" for c in plan.containers)
+    assert all(c.user_env["MASTER_PORT"] == "1234" for c in plan.containers)
+    assert not any("MASTER_PORT" in c.env for c in plan.containers)
 
 
 def test_single_container_session_is_main1_only():

@@ -38,8 +38,8 @@ from .conftest import skip_or_fail
 
 POOL = Pool.model_validate({"kind": "AgentPool", "name": "p", "agents": [
     {"name": "a1", "docker_host": "unix:///x", "capacity": {"cpu": 64, "mem": "256g"}}]})
-REQUIRED = {"entrypoint.sh", "cluster-env.sh", "static-env.sh", "exec-env.sh", "save-env.sh",
-            "wait-peers.bash", "hostfile", "hostfile.hydra",
+REQUIRED = {"entrypoint.sh", "cluster-env.sh", "static-env.sh", "user-env.sh", "exec-env.sh",
+            "save-env.sh", "as-user.sh", "wait-peers.bash", "hostfile", "hostfile.hydra",
             "setup.sh", "wait-peers.sh", "start.sh", "command.sh", "ssh-session.sh",
             "profile.sh", "sshd_config", "ssh/config", "ssh/known_hosts", "ssh/authorized_keys",
             "ssh/id_cluster", "ssh/id_cluster.pub", "ssh/ssh_host_ed25519_key",
@@ -173,7 +173,8 @@ def test_entrypoint_carries_user_peers_and_readiness_timeout_from_the_definition
     script = files["entrypoint.sh"].content
     assert '/wait-peers.sh" main1 sub1 sub3\n' in script
     assert "timeout=42\n" in files["wait-peers.sh"].content
-    assert "setpriv --reuid=1234 --regid=4321 --init-groups --" in files["start.sh"].content
+    assert "setpriv --reuid=1234 --regid=4321 --init-groups --" in files["as-user.sh"].content
+    assert '. "$bundle/as-user.sh"' in files["start.sh"].content
     assert "name=alice\n" in files["setup.sh"].content
 
 
@@ -187,9 +188,23 @@ def test_a_single_container_waits_for_no_peer():
 def test_static_env_holds_the_containers_env_each_only_if_unset():
     plan, _, bundles = render(env={"FOO": "it's $(x)"})
     static = by_path(bundles["sub1"])["static-env.sh"].content
-    assert """[ -n "${FOO+x}" ] || export FOO='it'"'"'s $(x)'\n""" in static
+    assert "FOO" not in static
     for name in plan.containers[1].env:
         assert f'[ -n "${{{name}+x}}" ] || export {name}=' in static
+
+
+def test_the_definitions_env_is_only_in_the_bundle_never_in_the_containers_env():
+    plan, _, bundles = render(env={"FOO": "it's $(x)", "PATH": "/home/work/bin:/usr/bin",
+                                   "LD_PRELOAD": "/x.so"})
+    for c in plan.containers:
+        assert set(c.env) == {k for k in c.env if k.startswith("BACKENDAI_")}, c.env
+        assert dict(c.user_env) == {"FOO": "it's $(x)", "PATH": "/home/work/bin:/usr/bin",
+                                    "LD_PRELOAD": "/x.so"}
+        assert c.exec_env == {"LD_PRELOAD": "/x.so"}
+    user = by_path(bundles["sub1"])["user-env.sh"].content
+    assert """\nexport FOO='it'"'"'s $(x)'\n""" in user  # over the container's env, as Docker's
+    assert "export PATH=/home/work/bin:/usr/bin\n" in user
+    assert "LD_PRELOAD" not in user  # exec-env.sh puts it on the exec only
 
 
 def test_entrypoint_argv_runs_the_bundled_entrypoint_with_sh():
@@ -235,6 +250,20 @@ def test_every_interpolated_value_goes_through_a_quoting_filter(template):
     for match in SHELL_TEMPLATE_VALUE.finditer(text):
         expr = match["expr"]
         assert any(re.search(f"{a}$", expr) for a in allowed), f"{template}: {{{{ {expr} }}}}"
+
+
+def test_no_template_names_the_bundles_directory():
+    """The entrypoint finds its files in its own directory, wherever it is mounted: a path to
+    the bundle is derived from there (CLUSTER_SESSION_DIR), never written into a template."""
+    bundle_dir = BUNDLE_DIR.rstrip("/")
+    for template in sorted(TEMPLATES.glob("*.j2")):
+        text = template.read_text()
+        assert bundle_dir not in text, f"{template.name} hard-codes {bundle_dir}"
+        assert not re.search(r"\{\{[^}]*bundle_dir", text), f"{template.name} uses bundle_dir"
+    _, _, bundles = render(size=3)
+    for files in bundles.values():
+        for f in files:
+            assert bundle_dir not in f.content, f"{f.path} names {bundle_dir}"
 
 
 @pytest.mark.parametrize("shell", ["dash", "busybox"])
@@ -453,8 +482,9 @@ def test_every_rendered_shell_file_passes_shellcheck(tmp_path):
     scripts = [f for f in files if f.path.endswith(".sh")]
     assert {f.path for f in scripts} >= {"entrypoint.sh", "setup.sh", "wait-peers.sh",
                                          "start.sh", "command.sh", "cluster-env.sh",
-                                         "static-env.sh", "exec-env.sh", "save-env.sh",
-                                         "ssh-session.sh", "profile.sh"}
+                                         "static-env.sh", "user-env.sh", "exec-env.sh",
+                                         "save-env.sh", "as-user.sh", "ssh-session.sh",
+                                         "profile.sh"}
     paths = []
     for f in scripts:
         path = tmp_path / f.path

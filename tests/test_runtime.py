@@ -129,12 +129,12 @@ def upload_archive(directory: Path) -> bytes:
 
 def start(client, image: str, session: Session, directory: Path, *, init: bool = True,
           only: list[str] | None = None, upload: bool = False, wait: bool = True,
-          before: str | None = None) -> Running:
+          before: str | None = None, bundle_dir: str = BUNDLE_DIR) -> Running:
     """Create the network and containers of ``session`` from its rendered files (``only``
     some of them, if given), start them all at once as Pulumi would, and wait for every
-    entrypoint's ``ready:`` line. The bundle is bind-mounted read-only, or ``upload``ed.
-    ``before``: a shell command run as root just before the entrypoint (to take things out of
-    the image)."""
+    entrypoint's ``ready:`` line. The bundle is bind-mounted read-only (at ``bundle_dir``), or
+    ``upload``ed. ``before``: a shell command run as root just before the entrypoint (to take
+    things out of the image)."""
     from docker.types import Mount
 
     session = session.model_copy(update={"image": image})
@@ -147,7 +147,9 @@ def start(client, image: str, session: Session, directory: Path, *, init: bool =
         if only is not None and c.host not in only:
             continue
         mounts = [] if upload else [
-            Mount(BUNDLE_DIR, str(directory / c.host), type="bind", read_only=True)]
+            Mount(bundle_dir, str(directory / c.host), type="bind", read_only=True)]
+        entrypoint = entrypoint_argv() if bundle_dir == BUNDLE_DIR else [
+            "/bin/sh", f"{bundle_dir}/entrypoint.sh"]
         mounts += [Mount(m.target, m.source, type="bind", read_only=m.read_only)
                    for m in plan.mounts]
         networking = client.api.create_networking_config({
@@ -155,8 +157,8 @@ def start(client, image: str, session: Session, directory: Path, *, init: bool =
         created = client.api.create_container(
             image, command=list(container_command(plan, c)), name=c.container_name,
             hostname=c.host,
-            entrypoint=entrypoint_argv() if before is None else [
-                "/bin/sh", "-c", f'{before} && exec /bin/sh "$0" "$@"', entrypoint_argv()[1]],
+            entrypoint=entrypoint if before is None else [
+                "/bin/sh", "-c", f'{before} && exec /bin/sh "$0" "$@"', entrypoint[1]],
             environment=[f"{k}={v}" for k, v in c.env.items()],
             labels=container_labels(plan, c), networking_config=networking,
             host_config=client.api.create_host_config(
@@ -802,3 +804,166 @@ def snapshot(directory: Path) -> list[tuple[str, int, int, int, bytes]]:
         data = path.read_bytes() if path.is_file() else b""
         rows.append((str(path.relative_to(directory)), st.st_uid, st.st_gid, st.st_mode, data))
     return rows
+
+
+# --- the definition's env never reaches a root process, at start or later (issue 21) ---------
+
+ROOT_PATH_BYTES = b"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+USER_PATH = "/opt/hooks/bin:/usr/local/bin:/usr/bin:/bin"
+# Language runtimes' start-up hooks: each leaves /tmp/<runtime>.<euid> when a process honours it.
+RUNTIME_HOOKS = {
+    "PYTHONPATH": "/opt/hooks",  # sitecustomize.py there
+    "PYTHONSTARTUP": "/opt/hooks/startup.py",  # interactive python only; must not reach root
+    "PERL5LIB": "/opt/hooks",
+    "PERL5OPT": "-Mmark",  # mark.pm there
+}
+GUARDED_ENV = {
+    "FOO": "it's \"quoted\" $(touch /tmp/pwned) `id` ${HOME}\nsecond line\n  spaced  ",
+    "PATH": USER_PATH,
+    **RUNTIME_HOOKS,
+}
+SITECUSTOMIZE = "import os\nopen('/tmp/python.%d' % os.geteuid(), 'a').close()\n"
+MARK_PM = "package mark;\nopen(my $f, '>>', \"/tmp/perl.$>\"); close($f);\n1;\n"
+
+
+@pytest.fixture(scope="module")
+def hooks_dir(tmp_path_factory) -> Path:
+    """Python and Perl start-up hooks, and an ``ls`` on the user's PATH, each leaving a mark."""
+    directory = tmp_path_factory.mktemp("hooks")
+    (directory / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    (directory / "startup.py").write_text(SITECUSTOMIZE)
+    (directory / "mark.pm").write_text(MARK_PM)
+    (directory / "bin").mkdir()
+    (directory / "bin" / "ls").write_text(PATH_TRAP)
+    (directory / "bin" / "ls").chmod(0o755)
+    for path in [directory, directory / "bin", *directory.iterdir()]:
+        path.chmod(path.stat().st_mode | 0o755)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def guarded(session_factory, hooks_dir) -> Running:
+    """Two containers whose definition sets a hostile value, its own PATH (whose first
+    directory shadows ls) and the Python and Perl start-up hooks."""
+    return session_factory(session_def(
+        unique("guarded"), 2, env=GUARDED_ENV,
+        mounts=[{"source": str(hooks_dir), "target": "/opt/hooks", "read_only": True}]))
+
+
+def exec_env(running: Running, host: str, argv: list[str], user: str = "root") -> dict:
+    """The environment a ``docker exec`` process ends up with, read from /proc by a child."""
+    result = running.containers[host].exec_run(argv, user=user, demux=True)
+    out, err = result.output
+    assert result.exit_code == 0, f"{argv}: {(err or b'').decode(errors='replace')}"
+    return env_of(out or b"")
+
+
+def without_definition_values(env: dict[str, bytes]) -> list[str]:
+    """The names of ``env`` that carry a value of the definition's (PATH: any but root's)."""
+    found = [name for name in GUARDED_ENV if name != "PATH" and name in env]
+    if env.get("PATH") != ROOT_PATH_BYTES:
+        found.append(f"PATH={env.get('PATH')!r}")
+    return found
+
+
+# (what an operator or the image runs as root, argv): each prints its own environment
+ROOT_PROCESSES = {
+    "docker exec": ["cat", "/proc/self/environ"],
+    "docker exec sh -c": ["sh", "-c", "cat /proc/self/environ"],
+    "docker exec bash -l": ["bash", "-l", "-c", "cat /proc/self/environ"],
+    "docker exec sh -l": ["sh", "-l", "-c", "cat /proc/self/environ"],
+    "su - (root login)": ["su", "-", "-c", "cat /proc/self/environ"],
+    "pid 1 (the init)": ["cat", "/proc/1/environ"],
+}
+
+
+@pytest.mark.parametrize("what", list(ROOT_PROCESSES))
+def test_no_root_process_sees_a_definition_value_at_start_or_later(guarded, what):
+    for host in guarded.hosts:
+        env = exec_env(guarded, host, ROOT_PROCESSES[what])
+        assert not without_definition_values(env), (
+            f"{host}, {what}: {without_definition_values(env)}")
+    created = set(guarded.containers["sub1"].attrs["Config"]["Env"])
+    assert not created & {f"{k}={v}" for k, v in GUARDED_ENV.items()}, created
+
+
+def test_sshd_runs_without_any_definition_value(guarded):
+    """sshd's own environment (it rewrites that memory for its process title, so the bytes are
+    searched rather than parsed) and that of the per-connection sshd of a live session."""
+    script = ("for pid in $(pgrep -x sshd) $(pgrep -f '^sshd: work'); do "
+              "cat /proc/$pid/environ; printf '\\0--\\0'; done")
+    for host in guarded.hosts:
+        guarded.containers["main1"].exec_run(["ssh", "-o", "BatchMode=yes", host, "sleep 5"],
+                                             user="work", detach=True)
+        time.sleep(1)
+        raw = guarded.ok(host, script, user="root").encode()
+        assert raw.count(b"--") >= 2, raw  # the listener and the session's
+        for name, value in GUARDED_ENV.items():
+            assert f"{name}={value}".encode() not in raw, (host, name)
+        assert b"/opt/hooks" not in raw, host
+
+
+def test_root_finds_programs_on_its_own_path_not_the_users(guarded):
+    guarded.ok("sub1", "rm -f /tmp/path.*", user="root")
+    for argv in (["ls", "/"], ["sh", "-c", "ls /"], ["bash", "-l", "-c", "ls /"],
+                 ["su", "-", "-c", "ls /"]):
+        code = guarded.containers["sub1"].exec_run(argv, user="root").exit_code
+        assert code == 0, argv
+    assert not {m for m in marks(guarded, "sub1") if m.startswith("path.")}
+
+
+
+def test_language_runtime_hooks_in_the_definition_are_inert_for_root(guarded):
+    """PYTHONPATH/PYTHONSTARTUP, PERL5LIB/PERL5OPT (and the like: NODE_OPTIONS, RUBYOPT,
+    JAVA_TOOL_OPTIONS) are the user's to set: they take effect in the user's processes only."""
+    guarded.ok("main1", "rm -f /tmp/python.* /tmp/perl.*", user="root")
+    for argv in (["python3", "-c", "pass"], ["perl", "-e", "1"],
+                 ["bash", "-l", "-c", "python3 -c pass; perl -e 1"],
+                 ["su", "-", "-c", "python3 -c pass; perl -e 1"]):
+        exec_env(guarded, "main1", argv)
+    assert not {m for m in marks(guarded, "main1") if m.endswith(".0")}
+    # the user's own: an ssh session, and a login shell of the user's from docker exec
+    guarded.ok("sub1", "ssh -o BatchMode=yes main1 'python3 -c pass; perl -e 1'")
+    assert {"python.9001", "perl.9001"} <= marks(guarded, "main1")
+
+
+def test_the_users_processes_still_get_the_definitions_values_byte_for_byte(guarded):
+    seen = {
+        "the command": command_env(guarded, "sub1"),
+        "ssh": dump_env(guarded.ok("main1", f"ssh -o BatchMode=yes sub1 \"python3 -c '{DUMP}'\"")),
+        "docker exec -u work bash -l": exec_env(
+            guarded, "sub1", ["bash", "-l", "-c", "cat /proc/self/environ"], user="work"),
+        "docker exec -u work sh -l": exec_env(
+            guarded, "sub1", ["sh", "-l", "-c", "cat /proc/self/environ"], user="work"),
+        "su - work": exec_env(guarded, "sub1", ["su", "-", "work", "-c",
+                                                "cat /proc/self/environ"]),
+    }
+    for where, env in seen.items():
+        for name, value in GUARDED_ENV.items():
+            assert env.get(name) == value.encode(), f"{where}: {name}={env.get(name)!r}"
+        assert env["MASTER_ADDR"] == b"main1", where
+    assert guarded.run("sub1", "test -e /tmp/pwned", user="root")[0] != 0
+
+
+# --- the bundle works wherever it is mounted (issue 21) ---------------------------------------
+
+ELSEWHERE = "/srv/elsewhere/bundle"
+HOSTFILE_VARIABLES = {
+    "CLUSTER_SESSION_DIR": ELSEWHERE,
+    "CLUSTER_SESSION_HOSTFILE": f"{ELSEWHERE}/hostfile",
+    "OMPI_MCA_orte_default_hostfile": f"{ELSEWHERE}/hostfile",
+    "PRTE_MCA_prte_default_hostfile": f"{ELSEWHERE}/hostfile",
+    "HYDRA_HOST_FILE": f"{ELSEWHERE}/hostfile.hydra",
+}
+
+
+def test_the_bundle_works_wherever_it_is_mounted(session_factory):
+    running = session_factory(session_def(unique("elsewhere"), 2), bundle_dir=ELSEWHERE)
+    assert running.ok("sub1", "ssh -o BatchMode=yes main1 hostname").strip() == "main1"
+    over_ssh = dump_env(running.ok("main1", f"ssh -o BatchMode=yes sub1 \"python3 -c '{DUMP}'\""))
+    for where, env in {"the command": command_env(running, "main1"), "ssh": over_ssh}.items():
+        for name, value in HOSTFILE_VARIABLES.items():
+            assert env.get(name) == value.encode(), f"{where}: {name}={env.get(name)!r}"
+    for name in ("hostfile", "hostfile.hydra"):
+        assert running.ok("main1", f"cat {ELSEWHERE}/{name}").split("\n")[0].startswith("main1")
+    assert running.run("main1", f"test -e {BUNDLE_DIR}")[0] != 0  # nothing looked there

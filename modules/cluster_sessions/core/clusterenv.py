@@ -10,7 +10,7 @@ sets them per process.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 # Kernel ids are UUIDv5 of the session name and host, so they stay the same on every ``up``
@@ -30,10 +30,10 @@ class Member:
 
 # Names that the dynamic loader, the C library or a shell reads when a program starts (glibc's
 # list of variables it ignores for set-uid programs, plus the shells' start-up and option
-# variables). In the container's env they would be in effect for the root entrypoint and every
-# program Docker starts there (LD_PRELOAD loads code into /bin/sh itself), so a definition's
-# values for them are kept out of it and reach only the user's command and ssh sessions
-# (exec-env.sh): nothing a definition says runs as root.
+# variables). No definition value is ever in the container's env (static_envs); these are
+# moreover never assigned by a shell of ours, not even one running as the user (IFS or
+# SHELLOPTS would change that shell, LD_PRELOAD every program it starts): exec-env.sh puts them
+# on the exec of the user's program only.
 STARTUP_NAMES = frozenset({
     "GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH",
     "MALLOC_ARENA_MAX", "MALLOC_ARENA_TEST", "MALLOC_CHECK_", "MALLOC_MMAP_MAX_",
@@ -42,6 +42,8 @@ STARTUP_NAMES = frozenset({
     "RES_OPTIONS", "TMPDIR", "TZDIR",
     "BASHOPTS", "CDPATH", "ENV", "EXECIGNORE", "FPATH", "GLOBIGNORE", "IFS", "POSIXLY_CORRECT",
     "PROMPT_COMMAND", "PS4", "SHELLOPTS",
+    # bash's read-only variables: assigning one stops a POSIX-mode bash (/bin/sh in some images)
+    "EUID", "PPID", "UID",
 })
 # Prefixes of such names: the dynamic loader's LD_* and bash's own BASH_* (BASH_ENV,
 # BASH_XTRACEFD, BASH_COMPAT, BASH_LOADABLES_PATH, ...).
@@ -58,8 +60,9 @@ def read_at_startup(name: str, value: str = "") -> bool:
             or (name in LOCALE_NAMES and "/" in value))
 
 
-def split_user_env(user_env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-    """(what goes into the container's env, what only the user's processes get)."""
+def split_user_env(user_env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(what the user's own shell assigns, user-env.sh; what is put on the exec of the user's
+    program only, exec-env.sh). Neither is ever in the container's env."""
     ordinary = {k: v for k, v in user_env.items() if not read_at_startup(k, v)}
     at_exec = {k: v for k, v in user_env.items() if read_at_startup(k, v)}
     return ordinary, at_exec
@@ -83,19 +86,15 @@ def static_envs(
     session_name: str,
     mode: str,
     group: Sequence[Member],
-    user_env: dict[str, str],
     master_port: int | None,
 ) -> list[dict[str, str]]:
-    """The env each container is created with, in host order.
-
-    The user's variables come first; ``BACKENDAI_*`` keys are reserved (validation refuses
-    them in the user's env), so nothing here can override the user or the other way round.
-    Variables :func:`read_at_startup` are not part of it (see :func:`split_user_env`).
+    """The env each container is created with, in host order: values the session decides,
+    never one of the definition's. Everything Docker starts in the container sees it, root's
+    ``docker exec`` included; the definition's ``env`` reaches only the session user's
+    processes, through the bundle (user-env.sh, exec-env.sh).
     """
-    user_env = split_user_env(user_env)[0]
     hosts = ",".join(m.host for m in group)  # one string shared by every container
     shared = {
-        **user_env,
         "BACKENDAI_SESSION_NAME": session_name,
         "BACKENDAI_SESSION_ID": kernel_id(session_name, group[0].host),
         "BACKENDAI_CLUSTER_MODE": mode,

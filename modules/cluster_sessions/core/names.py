@@ -36,6 +36,10 @@ def config_key(name: str) -> str:
 
 
 CLUSTER_ENV_PREFIX = "BACKENDAI_"  # the cluster variables; a definition may not set them
+# What sshd sets for each session (SSH_CONNECTION, SSH_ORIGINAL_COMMAND, SSH_AUTH_SOCK, ...) and
+# ssh and ssh-agent read: a definition may not set them either (it would steer the ForceCommand
+# wrapper and the user's ssh, whose values must be sshd's)
+SSH_ENV_PREFIX = "SSH_"
 DEFAULT_MASTER_PORT = 29500  # PyTorch's convention; Kubeflow uses it too
 
 DEMO_IMAGE_REPOSITORY = f"{PROJECT}/debian-sshd"

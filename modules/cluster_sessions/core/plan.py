@@ -41,13 +41,19 @@ class ContainerPlan:
     local_rank: int
     agent: str | None  # None while the session is pending
     kernel_id: str
-    env: Mapping[str, str]
+    env: Mapping[str, str]  # the static env the container is created with: BACKENDAI_* only
     gpus: tuple[int, ...]
-    # the definition's variables kept out of ``env`` (clusterenv.read_at_startup): the
-    # entrypoint gives them to the user's command and ssh sessions only
-    exec_env: Mapping[str, str] = field(default_factory=dict)
+    # the definition's variables: never in ``env`` (root would see them); the bundle gives them
+    # to the session user's processes only (the command, ssh sessions, the user's login shells)
+    user_env: Mapping[str, str] = field(default_factory=dict)
     # processes per container in the MPI/DeepSpeed hostfiles (spec.slots_per_container)
     slots: int = 1
+
+    @property
+    def exec_env(self) -> dict[str, str]:
+        """The part of ``user_env`` put on the exec of the user's program only, never assigned
+        by a shell (clusterenv.read_at_startup)."""
+        return split_user_env(self.user_env)[1]
 
     @property
     def container_name(self) -> str:
@@ -227,15 +233,15 @@ def _plan(session: Session, pool: Pool, placement: Placement) -> ClusterPlan:
     size = session.cluster.size
     group = members(size)
     master_port = session.distributed.master_port if session.distributed else None
-    envs = static_envs(session.name, session.cluster.mode, group, session.env, master_port)
+    envs = static_envs(session.name, session.cluster.mode, group, master_port)
     slots = placement.slots or (None,) * size
-    exec_env = split_user_env(session.env)[1]
+    user_env = dict(session.env)
     containers = tuple(
         ContainerPlan(
             host=m.host, role=m.role, idx=m.idx, local_rank=m.local_rank,
             agent=slot.agent if slot else None,
             kernel_id=env["BACKENDAI_KERNEL_ID"], env=env,
-            gpus=slot.gpus if slot else (), exec_env=exec_env,
+            gpus=slot.gpus if slot else (), user_env=user_env,
             slots=slots_per_container(session),
         )
         for m, env, slot in zip(group, envs, slots, strict=True)
@@ -293,7 +299,8 @@ def plan_to_dict(plan: ClusterPlan) -> dict:
                 "agent": c.agent,
                 "kernel_id": c.kernel_id,
                 "env": dict(c.env),
-                "exec_env": dict(c.exec_env),
+                "user_env": dict(c.user_env),
+                "exec_env": c.exec_env,
                 "slots": c.slots,
                 "resources": {
                     "cpu": res.cpu,

@@ -1,8 +1,9 @@
 """What runs inside each container: a finished plan and the session keys, rendered to files.
 
-One container's files (its *bundle*) are mounted or uploaded at :data:`BUNDLE_DIR`, which may be
-read-only; the entrypoint finds them next to itself and copies what must have a particular owner
-or mode into place. The templates live in the project's ``templates/`` directory (jinja2).
+One container's files (its *bundle*) are mounted or uploaded at :data:`BUNDLE_DIR` by default,
+which may be read-only; the entrypoint finds them next to itself wherever they are (no template
+names the bundle's directory) and copies what must have a particular owner or mode into
+place. The templates live in the project's ``templates/`` directory (jinja2).
 
 Pure: no pulumi, no network, no file writes; the only I/O is reading the templates.
 
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import jinja2
 
+from .clusterenv import split_user_env
 from .keys import KeyPair, SessionKeys
 from .names import DEFAULT_MASTER_PORT
 from .plan import ClusterPlan, ContainerPlan, runs_job
@@ -69,9 +71,11 @@ LAYOUT: tuple[tuple[str, str, int], ...] = (
     ("entrypoint.sh", "entrypoint.sh.j2", EXEC_MODE),
     ("cluster-env.sh", "cluster-env.sh.j2", PUBLIC_MODE),
     ("static-env.sh", "static-env.sh.j2", PUBLIC_MODE),
+    ("user-env.sh", "user-env.sh.j2", PUBLIC_MODE),
     ("exec-env.sh", "exec-env.sh.j2", PUBLIC_MODE),
     ("save-env.sh", "save-env.sh.j2", PUBLIC_MODE),
     ("setup.sh", "setup.sh.j2", PUBLIC_MODE),
+    ("as-user.sh", "as-user.sh.j2", PUBLIC_MODE),
     ("wait-peers.sh", "wait-peers.sh.j2", PUBLIC_MODE),
     ("wait-peers.bash", "wait-peers.bash.j2", PUBLIC_MODE),
     ("start.sh", "start.sh.j2", PUBLIC_MODE),
@@ -298,11 +302,11 @@ def render_container(plan: ClusterPlan, container: ContainerPlan,
         "hosts": list(plan.hosts),
         "size": len(plan.containers),
         "env": list(container.env.items()),
+        "user_env": list(split_user_env(container.user_env)[0].items()),
         "exec_env": list(container.exec_env.items()),
         "user": session.user,
         "ssh_port": SSH_PORT,
         "run_dir": RUN_DIR,
-        "bundle_dir": BUNDLE_DIR,
         "slots": container.slots,
         "job": runs_job(plan, container),
         "root_path": ROOT_PATH,

@@ -178,23 +178,25 @@ def _container_change(old: ClusterPlan, new: ClusterPlan, o: ContainerPlan, n: C
     """(why, replaced): the reasons ``o`` becomes ``n`` and whether the provider replaces it,
     from the two containers' provider arguments (core.container_args, as the Session passes
     them). The bundle (``uploads``) needs the keys, so its change is read from what it holds:
-    the hosts, the user and the readiness timeout."""
+    the hosts, the user, the readiness timeout and the definition's env (which only the
+    bundle carries, never the container's env)."""
     # an agent's endpoint, or its name where no pool said (two agents are two engines)
     before = container_args(old, o, old_hosts.get(o.agent or "", f"agent {o.agent}"))
     after = container_args(new, n, new_hosts.get(n.agent or "", f"agent {n.agent}"))
     changed = list(after.changed(before))
     so, sn = old.session, new.session
-    if so.user != sn.user or so.readiness != sn.readiness or old.hosts != new.hosts:
+    bundle = so.user != sn.user or so.readiness != sn.readiness or old.hosts != new.hosts
+    if bundle or so.env != sn.env:
         changed.append("uploads")
     if network_replaced and "networks_advanced" not in changed:
         changed.append("networks_advanced")  # a replaced network replaces what is attached
     why: list[str] = []
-    if "envs" in changed:
-        if so.env != sn.env:
-            why.append("user env")
-        if _cluster_env(o) != _cluster_env(n):
-            why.append("cluster variables")
-    why += [_ARG_REASONS[a] for a in changed if a in _ARG_REASONS]
+    if so.env != sn.env:
+        why.append("user env")
+    if "envs" in changed and _cluster_env(o) != _cluster_env(n):
+        why.append("cluster variables")
+    why += [_ARG_REASONS[a] for a in changed
+            if a in _ARG_REASONS and (a != "uploads" or bundle)]
     if "labels" in changed and dict(before.labels).get(ENDPOINT_LABEL) != dict(
             after.labels).get(ENDPOINT_LABEL):
         why.append(f"moves {o.agent} -> {n.agent}" if o.agent != n.agent

@@ -24,7 +24,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
-from .names import CLUSTER_ENV_PREFIX, DEFAULT_DOCKER_HOST, DEFAULT_MASTER_PORT
+from .names import CLUSTER_ENV_PREFIX, DEFAULT_DOCKER_HOST, DEFAULT_MASTER_PORT, SSH_ENV_PREFIX
 from .provider_facts import cpus_argument, cpus_read_back, stable_cpus_near
 from .terminal import is_hidden
 from .units import MAX_BYTES, SIZE_JSON_SCHEMA, format_size, parse_size
@@ -310,6 +310,10 @@ def session_problems(session: Session) -> list[tuple[str, str]]:
         elif key.startswith(RESERVED_ENV_PREFIX):
             found.append((path, f"{RESERVED_ENV_PREFIX}* variables are set by the session and "
                           "cannot be overridden (use distributed.master_port for the port)"))
+        elif key.startswith(SSH_ENV_PREFIX):
+            found.append((path, f"{SSH_ENV_PREFIX}* variables are set by sshd for each ssh "
+                          "session (and read by ssh, ssh-agent and the session's ssh wrapper): "
+                          "a definition cannot set them"))
         if "\0" in value:
             found.append((path, "must not contain a NUL byte"))
         length = len(f"{key}={value}".encode()) + 1
