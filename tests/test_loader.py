@@ -13,6 +13,7 @@ from cluster_sessions.driver.session_args import validate_files
 POOL = """\
 kind: AgentPool
 name: lab
+mount_sources: [/a, /b, /srv/data]
 agents:
   - {name: a1, docker_host: "unix:///var/run/docker.sock", capacity: {cpu: 8, mem: 32g}}
 """
@@ -232,8 +233,8 @@ def test_an_empty_command_is_refused_rather_than_silently_defaulted(tree):
 
 
 def test_mount_sources_are_absolute_paths_or_volume_names(tree):
-    found = problems_of(tree(SESSION + "mounts: [{source: rel/path, target: /x},"
-                             " {source: data-vol, target: /y}]\n"))
+    found = problems_of(tree(SESSION + "mounts: [{source: rel/path, target: /data/x},"
+                             " {source: data-vol, target: /data/y}]\n"))
     assert found == ["mounts.0.source: must be an absolute host path or a volume name"]
 
 
@@ -246,11 +247,11 @@ def test_multi_node_that_fits_one_agent_needs_no_swarm(tree):
     ("extra", "path", "words"),
     [
         ("mounts: [{source: /a, target: /opt/cluster-session}]", "mounts.0.target",
-         "hide the session's own files"),
-        ("mounts: [{source: /a, target: /run}]", "mounts.0.target", "hide the session's own"),
+         "not where a user's data goes"),
+        ("mounts: [{source: /a, target: /run}]", "mounts.0.target", "not where a user's data"),
         ("mounts: [{source: /a, target: /data}, {source: /b, target: /data/}]",
          "mounts.1.target", "mounted twice"),
-        ("mounts: [{source: /a, target: '/c:ro'}]", "mounts.0.target", "':'"),
+        ("mounts: [{source: /a, target: '/data/c:ro'}]", "mounts.0.target", "':'"),
         ("ports: [{container: 22, host: 8080}, {container: 23, host: 8080}]", "ports.1.host",
          "used twice"),
         ("ports: [{container: 80, host_ip: 'not an ip'}]", "ports.0.host_ip",
@@ -287,53 +288,93 @@ def test_a_fifo_is_refused_without_blocking(tmp_path):
 # --- issue 9: definitions that defeat the checks or mean something other than they say ---------
 
 
+NOT_DATA = "not where a user's data goes"
+
+
 @pytest.mark.parametrize(
-    ("target", "words"),
-    [
-        ("//opt/cluster-session", "hide the session's own files"),
-        ("//run/cluster-session/", "hide the session's own files"),
-        ("/opt/./cluster-session", "hide the session's own files"),
-        ("/", "whole container"),
-        ("//", "whole container"),
-        ("/proc", "system directory"),
-        ("/proc/sys/kernel", "system directory"),
-        ("//sys", "system directory"),
-        ("/dev", "system directory"),
-        ("/dev/shm", "system directory"),
-        ("/etc", "system directory"),
-        ("/etc/ld.so.preload", "system directory"),
-        ("/usr/local/bin", "system directory"),
-        ("/run/sshd", "system directory"),
-        ("/var/run", "system directory"),
-        ("/home/work", "home"),
-        ("//home/work/", "home"),
-        ("/home", "home"),
-        ("/home/work/.ssh", "home"),
-        ("/home/work/.ssh/authorized_keys", "home"),
-    ],
+    "target",
+    ["//opt/cluster-session", "//run/cluster-session/", "/opt/./cluster-session", "/", "//",
+     "/proc", "/proc/sys/kernel", "//sys", "/dev/shm", "/etc/ld.so.preload", "/usr/local/bin",
+     "/run/sshd", "/var/run", "/home/work", "//home/work/", "/home", "/home/work/.ssh",
+     "/home/work/.ssh/authorized_keys", "/home/work/./.ssh", "//data/../etc"],
 )
 @pytest.mark.parametrize("read_only", ["true", "false"])
-def test_mount_targets_are_checked_as_docker_cleans_them(tree, target, words, read_only):
+def test_mount_targets_are_checked_as_docker_cleans_them(tree, target, read_only):
     found = problems_of(tree(SESSION + f"mounts: [{{source: /a, target: '{target}', "
                              f"read_only: {read_only}}}]\n"))
-    assert any(p.startswith("mounts.0.target: ") and words in p for p in found), found
+    assert any(p.startswith("mounts.0.target: ") and (NOT_DATA in p or "'..'" in p)
+               for p in found), found
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["/run/utmp", "/var/log", "/var/log/auth.log", "/var/lib/data", "/var/spool/cron", "/tmp",
+     "/root", "/opt/tools", "/srv", "/procfs", "/datax", "/mntx", "/home/other/data",
+     "/lib/x86_64-linux-gnu/security", "/boot", "/media"],
+)
+def test_mount_targets_off_the_allowlist_are_refused(tree, target):
+    """Issue 21 class 2: a target is allowed where a user's data goes, not merely where the
+    blocklist of system directories did not reach (``/run/utmp``, ``/var/log`` were taken)."""
+    found = problems_of(tree(SESSION + f"mounts: [{{source: /a, target: '{target}'}}]\n"))
+    assert any(p.startswith("mounts.0.target: ") and NOT_DATA in p for p in found), found
+
+
+@pytest.mark.parametrize(("field", "value"), [("target", "/data/../var/log"),
+                                              ("target", "/home/work/x/../../work"),
+                                              ("source", "/a/../etc"), ("source", "/srv/data/..")])
+def test_dot_dot_is_refused_in_mount_paths(tree, field, value):
+    mount = {"source": "/a", "target": "/data/x", field: value}
+    found = problems_of(tree(SESSION + f"mounts: [{{source: '{mount['source']}', "
+                             f"target: '{mount['target']}'}}]\n"))
+    assert any(p.startswith(f"mounts.0.{field}: ") and "'..'" in p for p in found), found
+
+
+@pytest.mark.parametrize("source", ["/etc", "/", "/var/run/docker.sock", "/srv/datax",
+                                    "/srv", "/ab", "//etc/"])
+def test_host_paths_outside_the_pools_mount_sources_are_refused(tree, source):
+    found = problems_of(tree(SESSION + f"mounts: [{{source: '{source}', target: /data/x}}]\n"))
+    assert any(p.startswith("mounts.0.source: ") and "mount_sources" in p for p in found), found
+
+
+@pytest.mark.parametrize("source", ["/a", "/a/", "//a", "/a/deep/er", "/srv/data/set1",
+                                    "/b/./x", "my-volume"])
+def test_host_paths_under_the_pools_mount_sources_and_volumes_are_allowed(tree, source):
+    assert problems_of(tree(SESSION + f"mounts: [{{source: '{source}', target: /data/x}}]\n")) \
+        == []
+
+
+def test_a_pool_without_mount_sources_allows_no_host_path(tree):
+    tree(POOL.replace("mount_sources: [/a, /b, /srv/data]\n", ""), "lab.yaml", "pools")
+    path = tree(SESSION + "mounts: [{source: /a, target: /data/x}, {source: vol, target: /mnt}]\n")
+    [problem] = validate_files([path])
+    assert (problem.file, problem.path) == (str(path), "mounts.0.source")
+    assert "no host path" in problem.message
+
+
+@pytest.mark.parametrize("entry", ["relative/dir", "/srv/../etc", '"/srv\\nx"', "'/a,b'"])
+def test_a_pools_mount_sources_are_absolute_directories(tree, entry):
+    pool = tree(POOL.replace("[/a, /b, /srv/data]", f"[{entry}]"), "lab.yaml", "pools")
+    found = validate_files([pool])
+    assert [p.path for p in found] == ["mount_sources.0"], found
 
 
 def test_the_home_that_is_refused_is_the_session_users(tree):
-    text = SESSION + "user: {name: alice}\nmounts: [{source: /a, target: /home/work}]\n"
+    text = SESSION + "user: {name: alice}\nmounts: [{source: /a, target: /home/alice/data}]\n"
     assert problems_of(tree(text)) == []
-    found = problems_of(tree(text.replace("target: /home/work", "target: /home/alice/")))
-    assert [p for p in found if p.startswith("mounts.0.target: ")], found
+    for target in ("/home/alice/", "/home/work/data"):
+        found = problems_of(tree(text.replace("target: /home/alice/data", f"target: {target}")))
+        assert [p for p in found if p.startswith("mounts.0.target: ")], found
 
 
-@pytest.mark.parametrize("target", ["/home/work/data", "/data", "/mnt/x", "/opt/tools",
-                                    "/var/lib/data", "/home/work/.sshx", "/procfs"])
+@pytest.mark.parametrize("target", ["/home/work/data", "/data", "/mnt/x", "/mnt", "/workspace",
+                                    "/scratch/run1", "/home/work/.sshx", "/home/work/.cache",
+                                    "//data/set/"])
 def test_ordinary_mount_targets_stay_allowed(tree, target):
     assert problems_of(tree(SESSION + f"mounts: [{{source: /a, target: '{target}'}}]\n")) == []
 
 
 @pytest.mark.parametrize(("first", "second"),
-                         [("/data", "//data"), ("/data", "/data/"), ("/data", "/x/../data"),
+                         [("/data", "//data"), ("/data", "/data/"), ("/data", "/data/./"),
                           ("//data/", "/data/.")])
 def test_one_target_spelled_two_ways_is_mounted_twice(tree, first, second):
     found = problems_of(tree(SESSION + f"mounts: [{{source: /a, target: '{first}'}}, "
@@ -351,15 +392,45 @@ def test_system_accounts_are_refused_as_the_session_user(tree, name):
 
 
 @pytest.mark.parametrize("field", ["uid", "gid"])
-@pytest.mark.parametrize("value", [0, 1, 33, 999])
+@pytest.mark.parametrize("value", [0, 1, 33, 999, 60000, 64999, 65534, 65535, 2**31 - 1])
 def test_system_ids_are_refused_for_the_session_user(tree, field, value):
+    """Issue 21 class 3: Debian's system (0-999) and reserved (60000-65535, nobody) ranges."""
     found = problems_of(tree(SESSION + f"user: {{{field}: {value}}}\n"))
-    assert any(p.startswith(f"user.{field}: ") and "1000" in p for p in found), found
+    assert any(p.startswith(f"user.{field}: ") and "1000-59999" in p for p in found), found
+
+
+@pytest.mark.parametrize("value", [1000, 9001, 59999, 65536, 2**31 - 2])
+def test_user_account_ids_stay_allowed(tree, value):
+    assert problems_of(tree(SESSION + f"user: {{uid: {value}, gid: {value}}}\n")) == []
+
+
+@pytest.mark.parametrize("name", ["dialout", "shadow", "utmp", "staff", "operator", "nogroup",
+                                  "kmem", "sasl", "fax", "src", "wheel", "cron", "ping",
+                                  "ubuntu", "guest", "ssh_keys", "systemd-journal", "abuild"])
+def test_names_a_base_image_reserves_are_refused_as_the_session_user(tree, name):
+    """Issue 21 class 3: users and groups of Debian's base-passwd, Alpine's baselayout,
+    RHEL's setup and Ubuntu's image, not just the examples a list once held."""
+    found = problems_of(tree(SESSION + f"user: {{name: '{name}'}}\n"))
+    assert any(p.startswith("user.name: ") and "base image" in p for p in found), found
+
+
+def test_the_reserved_names_cover_debians_base_passwd_files():
+    """The constant is generated from base-passwd's master files; it must still cover this
+    machine's copies (the check itself never reads them)."""
+    from cluster_sessions.core.accounts import RESERVED_NAMES
+
+    masters = [Path("/usr/share/base-passwd") / f for f in ("passwd.master", "group.master")]
+    if not all(m.is_file() for m in masters):
+        pytest.skip("base-passwd is not installed here")
+    names = {line.split(":", 1)[0] for m in masters for line in m.read_text().splitlines()
+             if line and not line.startswith("#")}
+    assert names and names <= RESERVED_NAMES, sorted(names - RESERVED_NAMES)
 
 
 def test_ordinary_users_stay_allowed(tree):
     text = SESSION + "user: {name: alice, uid: 1000, gid: 1000}\n"
     assert problems_of(tree(text)) == []
+    assert problems_of(tree(SESSION + "user: {name: work}\n")) == []
 
 
 @pytest.mark.parametrize(
