@@ -514,6 +514,79 @@ def test_env_values_beyond_the_kernels_string_limit_are_refused(tree):
     assert [p for p in found if p.startswith("env.FOO: ")], found
 
 
+def _env_of_total(total: int) -> str:
+    """A YAML env mapping whose bytes, as the bound counts them (NAME=value, NUL, pointer),
+    add up to exactly ``total``: 100,000-byte entries and one that makes up the rest."""
+    entries, left, i = [], total, 0
+    while left:
+        cost = min(left, 100_000)
+        if 0 < left - cost < 20:  # keep the last entry long enough for its name
+            cost -= 20
+        name = f"V{i:03d}"
+        entries.append(f"{name}: '{'x' * (cost - len(name) - 2 - 8)}'")
+        left -= cost
+        i += 1
+    return "env: {" + ", ".join(entries) + "}\n"
+
+
+def test_an_env_beyond_its_total_per_container_is_refused_naming_env(tree):
+    """Issue 21 class 7: the kernel's ARG_MAX bound on argv + envp in all, not only its
+    per-string limit; and the bound that keeps plan and render of the worst case small."""
+    from cluster_sessions.core.spec import MAX_ENV_BYTES
+
+    assert problems_of(tree(SESSION + _env_of_total(MAX_ENV_BYTES))) == []
+    found = problems_of(tree(SESSION + _env_of_total(MAX_ENV_BYTES + 1)))
+    assert any(p.startswith("env: ") and str(MAX_ENV_BYTES) in p for p in found), found
+
+
+def test_an_env_repeated_beyond_the_work_bound_is_refused_naming_env(tree):
+    """The plan and every container's files repeat the env: its bytes times the containers
+    are bounded, so the worst accepted definition plans and renders in bounded work."""
+    from cluster_sessions.core.spec import MAX_PLANNED_ENV
+
+    text = SESSION.replace("size: 2", "size: 128")  # pending on this pool: still valid
+    per = MAX_PLANNED_ENV // 128
+    assert problems_of(tree(text + _env_of_total(per))) == []
+    found = problems_of(tree(text + _env_of_total(per + 1)))
+    assert any(p.startswith("env: ") and str(MAX_PLANNED_ENV) in p for p in found), found
+    counted = SESSION.replace("size: 2", "size: 64") + "count: 2\n"
+    found = problems_of(tree(counted + _env_of_total(per + 1)))
+    assert any(p.startswith("env: ") and "128 containers" in p for p in found), found
+
+
+def test_mounts_and_command_repeated_per_container_are_bounded(tree):
+    from cluster_sessions.core.spec import MAX_ENV_BYTES, MAX_MOUNTS
+
+    def mounts(n: int) -> str:
+        return "mounts: [" + ", ".join(f"{{source: v{i}, target: /data/{i}}}"
+                                        for i in range(n)) + "]\n"
+
+    assert problems_of(tree(SESSION + mounts(MAX_MOUNTS))) == []
+    found = problems_of(tree(SESSION + mounts(MAX_MOUNTS + 1)))
+    assert any(p.startswith("mounts: ") and str(MAX_MOUNTS) in p for p in found), found
+    long = "/data/" + "x" * 5000
+    found = problems_of(tree(SESSION + f"mounts: [{{source: v, target: '{long}'}}]\n"))
+    assert any(p.startswith("mounts.0.target: ") and "PATH_MAX" in p for p in found), found
+    wide = "mounts: [" + ", ".join(f"{{source: v, target: '/data/{i}{'x' * 3000}'}}"
+                                   for i in range(6)) + "]\n"
+    found = problems_of(tree(SESSION + wide))
+    assert any(p.startswith("mounts: ") and "16384" in p for p in found), found
+    args = ", ".join(["'" + "x" * 100_000 + "'"] * 3)
+    found = problems_of(tree(SESSION + f"command: [{args}]\n"))
+    assert any(p.startswith("command: ") and str(MAX_ENV_BYTES) in p for p in found), found
+
+
+def test_an_env_with_too_many_variables_is_refused_naming_env(tree):
+    from cluster_sessions.core.spec import MAX_ENV_ENTRIES
+
+    def env(n: int) -> str:
+        return "env: {" + ", ".join(f"V{i}: x" for i in range(n)) + "}\n"
+
+    assert problems_of(tree(SESSION + env(MAX_ENV_ENTRIES))) == []
+    found = problems_of(tree(SESSION + env(MAX_ENV_ENTRIES + 1)))
+    assert any(p.startswith("env: ") and str(MAX_ENV_ENTRIES) in p for p in found), found
+
+
 def test_a_command_argument_beyond_the_kernels_string_limit_is_refused(tree):
     found = problems_of(tree(SESSION + f"command: [echo, '{'x' * 131072}']\n"))
     assert any(p.startswith("command.1: ") and "MAX_ARG_STRLEN" in p for p in found), found

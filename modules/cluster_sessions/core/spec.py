@@ -87,6 +87,20 @@ worst case)."""
 MAX_ENV_ENTRIES = 1024
 """Variables in a definition's env: each costs a pointer in ``ARG_MAX`` and a line in every
 container's files; real sessions set tens."""
+MAX_MOUNTS = 64
+"""Mounts per container: every container's plan and resource repeats them (12,000 mounts in a
+1 MiB file made ``plan --json`` of 2,048 containers run for minutes); far beyond a real
+session's data folders."""
+PATH_MAX = 4096
+"""Linux's limit on a path, its NUL included: a longer mount path cannot be mounted."""
+MAX_MOUNT_BYTES = 16 * 1024
+"""The mounts' sources and targets in all: repeated in every container's plan, like the env
+(2,048 containers x 16 KiB is 32 MiB of ``plan --json``)."""
+MAX_PLANNED_ENV = 16 * 1024**2
+"""The env (counted as :data:`MAX_ENV_BYTES` counts it) times the containers one definition
+plans (count x size): the plan and every container's files repeat it, so this bounds the work
+of ``plan --json`` and ``render``. 64 containers may use the full 256 KiB each; 2,048 get
+8 KiB each, where the worst case stays under 1 GB and 60 s (docs/benchmarks.md, issue 21)."""
 HOST = re.compile(r"[A-Za-z0-9_.:%\[\]-]+", re.ASCII)
 
 
@@ -198,7 +212,8 @@ class Session(_Model):
     count: Annotated[int, Field(ge=1, le=MAX_COUNT)] = 1
     cluster: ClusterShape = ClusterShape()
     resources: Resources = Resources()
-    mounts: Annotated[tuple[Mount, ...], BeforeValidator(_listed)] = ()
+    mounts: Annotated[tuple[Mount, ...], BeforeValidator(_listed),
+                      Field(max_length=MAX_MOUNTS)] = ()
     env: dict[str, str] = {}
     distributed: Distributed | None = None
     user: User = User()
@@ -338,6 +353,13 @@ def session_problems(session: Session) -> list[tuple[str, str]]:
                       "at most 2 MiB of arguments and environment to a program (ARG_MAX), "
                       "which the session's own variables share; put large data in a mounted "
                       "file"))
+    containers = session.count * session.cluster.size
+    if total <= MAX_ENV_BYTES and total * containers > MAX_PLANNED_ENV:
+        found.append(("env", f"is {total} bytes in all, repeated in each of the {containers} "
+                      f"containers this definition plans: {total * containers} bytes, more "
+                      f"than {MAX_PLANNED_ENV} ({MAX_PLANNED_ENV // 1024**2} MiB) that plan "
+                      f"and render may repeat (at most {MAX_PLANNED_ENV // containers} bytes "
+                      "per container at this size); put large data in a mounted file"))
     found += _port_problems(session)
     if session.count > 1:
         found += [(f"ports.{i}.host", f"host port {p.host} is fixed, but count makes "
@@ -418,6 +440,15 @@ def _mount_problems(session: Session) -> list[tuple[str, str]]:
                           "itself"))
         if "," in mount.source or "," in mount.target:
             found.append((f"mounts.{i}", "paths must not contain ','"))
+        for field in ("source", "target"):
+            if len(getattr(mount, field).encode()) >= PATH_MAX:
+                found.append((f"mounts.{i}.{field}", f"is longer than the {PATH_MAX - 1} bytes "
+                              "a path may have (PATH_MAX)"))
+    paths = sum(len(m.source.encode()) + len(m.target.encode()) for m in session.mounts)
+    if paths > MAX_MOUNT_BYTES:
+        found.append(("mounts", f"sources and targets are {paths} bytes in all, more than "
+                      f"{MAX_MOUNT_BYTES} ({MAX_MOUNT_BYTES // 1024} KiB): every container's "
+                      "plan repeats them"))
     return found
 
 
@@ -510,6 +541,12 @@ def _text_problems(session: Session) -> list[tuple[str, str]]:
         if len(arg.encode()) + 1 > MAX_ARG_STRLEN:
             found.append((f"command.{i}", f"is too long: the kernel passes at most "
                           f"{MAX_ARG_STRLEN - 1} bytes per argument (MAX_ARG_STRLEN)"))
+    argv = sum(len(arg.encode()) + 1 + 8 for arg in session.command)
+    if argv > MAX_ENV_BYTES:
+        found.append(("command", f"is {argv} bytes in all (each argument, its NUL and pointer), "
+                      f"more than {MAX_ENV_BYTES}: the kernel passes at most 2 MiB of arguments "
+                      "and environment to a program (ARG_MAX); put a long script in a mounted "
+                      "file"))
     return found
 
 
