@@ -29,7 +29,7 @@ from .accounts import USER_ID_RANGES, user_id_problem, user_name_problem
 from .names import CLUSTER_ENV_PREFIX, DEFAULT_DOCKER_HOST, DEFAULT_MASTER_PORT
 from .provider_facts import cpus_argument, cpus_read_back, stable_cpus_near
 from .terminal import is_hidden
-from .units import MAX_BYTES, SIZE_JSON_SCHEMA, format_size, parse_size
+from .units import MAX_BYTES, SIZE_JSON_SCHEMA, format_size, parse_size, size_json_schema
 
 MAX_SESSION_NAME = 64
 SESSION_NAME = re.compile(rf"^(?=.{{4,{MAX_SESSION_NAME}}}$)\w[\w.-]*\w$", re.ASCII)
@@ -121,13 +121,13 @@ def _listed(value: object) -> object:
     return tuple(value) if isinstance(value, list) else value
 
 
-_SIZE_SCHEMA = WithJsonSchema(SIZE_JSON_SCHEMA, mode="validation")
 Size = Annotated[int, BeforeValidator(_size), PlainSerializer(format_size, return_type=str),
-                 _SIZE_SCHEMA]
+                 WithJsonSchema(SIZE_JSON_SCHEMA, mode="validation")]
 Memory = Annotated[int, BeforeValidator(_memory),
-                   PlainSerializer(format_size, return_type=str), _SIZE_SCHEMA]
+                   PlainSerializer(format_size, return_type=str),
+                   WithJsonSchema(size_json_schema(MIN_MEMORY, MAX_MEMORY), mode="validation")]
 ShmSize = Annotated[int, BeforeValidator(_shmem), PlainSerializer(format_size, return_type=str),
-                    _SIZE_SCHEMA]
+                    WithJsonSchema(size_json_schema(MIN_SHMEM, MAX_MEMORY), mode="validation")]
 
 
 def _user_id(value: int) -> int:
@@ -300,6 +300,34 @@ def agent_address(agent: Agent) -> str | None:
 
 
 KINDS: dict[str, type[_Model]] = {"ClusterSession": Session, "AgentPool": Pool}
+
+MAX_INT = 2**63 - 1
+"""The largest integer the loader takes anywhere (what Docker, the kernel and JSON readers
+hold); the schema says so too."""
+
+
+def json_schema(model: type[_Model]) -> dict:
+    """A kind's JSON Schema (``sessionctl schema``), saying what the models check: pydantic's
+    schema, with a length on an array written as its item count (``minItems``, not the
+    ``minLength`` pydantic writes for a tuple behind a validator) and every integer held to
+    int64, as the loader holds it."""
+    return _agreeing(model.model_json_schema(mode="validation"))
+
+
+def _agreeing(node: object) -> object:
+    if isinstance(node, list):
+        return [_agreeing(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _agreeing(v) for k, v in node.items()}
+    if out.get("type") == "array":
+        for text, items in (("minLength", "minItems"), ("maxLength", "maxItems")):
+            if text in out:
+                out[items] = out.pop(text)
+    if out.get("type") == "integer":
+        out.setdefault("minimum", -MAX_INT)
+        out.setdefault("maximum", MAX_INT)
+    return out
 
 
 def session_problems(session: Session) -> list[tuple[str, str]]:
