@@ -16,8 +16,10 @@ placement has to choose and fill many agents. Four tables:
    ``docker.Provider`` per agent, the overlay network and one ``docker.Container`` per host,
    until every output has resolved.
 4. the worst case a definition may ask for: ``sessionctl plan --json`` and ``sessionctl render``
-   at ``MAX_CLUSTER_SIZE``, each the real verb in a process of its own; wall time, peak
-   resident memory and output size, against the limits of 1 GB and 60 s (issue 9).
+   at ``MAX_CLUSTER_SIZE`` with the env and mounts at their bounds (three kinds of env: bytes
+   JSON escapes six-fold, bytes the shell quotes four-fold, many small variables), each the
+   real verb in a process of its own; wall time, peak resident memory and output size,
+   against the limits of 1 GB and 60 s (issues 9 and 21).
 
     python3 benchmarks/plan_scale.py                 # all four tables
     python3 benchmarks/plan_scale.py --repeat 7 --skip-pulumi
@@ -61,7 +63,7 @@ PER_AGENT = 4  # containers per agent in every case
 def pool_yaml(agents: int) -> str:
     lines = ["kind: AgentPool", "name: bench", "agents:"]
     for i in range(agents):
-        lines.append(f"  - {{name: agent{i}, docker_host: 'tcp://10.0.{i // 250}.{i % 250}:2376',"
+        lines.append(f"  - {{name: agent{i}, docker_host: 'ssh://ops@10.0.{i // 250}.{i % 250}',"
                      f" capacity: {{cpu: 16, mem: 64g, gpus: [0, 1, 2, 3]}}}}")
     lines.append("swarm: {manager: agent0}")
     return "\n".join(lines) + "\n"
@@ -259,27 +261,78 @@ def run_verb(argv: list[str], stdout) -> tuple[float, float]:
     return wall, usage.ru_maxrss / 1024
 
 
+WORST_ENVS = {
+    "control": "\\x01",  # JSON writes each as \u0001: six bytes per byte of env
+    "quotes": "'",  # the shell files quote each as '\\'': four bytes per byte
+    "many": None,  # as many small variables as the bound allows: per-entry overhead
+}
+
+
+def worst_definition(kind: str, pool: str) -> str:
+    """The worst definition validate accepts, for one kind of env: MAX_CLUSTER_SIZE
+    containers; an env at the bound of what plan and render repeat per container
+    (MAX_PLANNED_ENV / size, counted as the bound counts it); MAX_MOUNTS mounts whose paths
+    fill MAX_MOUNT_BYTES."""
+    from cluster_sessions.core.spec import (
+        MAX_ENV_BYTES,
+        MAX_ENV_ENTRIES,
+        MAX_MOUNT_BYTES,
+        MAX_MOUNTS,
+        MAX_PLANNED_ENV,
+    )
+
+    size = MAX_CLUSTER_SIZE
+    budget = min(MAX_ENV_BYTES, MAX_PLANNED_ENV // size)
+    char = WORST_ENVS[kind]
+    entries = []
+    if char is None:
+        count = min(MAX_ENV_ENTRIES, budget // len("V0000=\0" + 8 * " "))
+        entries = [f'V{i:04d}: ""' for i in range(count)]
+    else:
+        left = budget
+        while left > 32:
+            name = f"V{len(entries):04d}"
+            take = min(left, MAX_ENV_BYTES // 2)
+            entries.append(f'{name}: "{char * (take - len(name) - 2 - 8)}"')
+            left -= take
+    per_mount = MAX_MOUNT_BYTES // MAX_MOUNTS
+    mounts = [f"{{source: v{i:02d}, target: /data/{i:02d}{'x' * (per_mount - 13)}}}"
+              for i in range(MAX_MOUNTS)]
+    return (f"kind: ClusterSession\nname: worst-{kind}\npool: {pool}\nimage: img:1\n"
+            f"cluster: {{mode: multi-node, size: {size}}}\n"
+            "resources: {cpu: 4, mem: 16g, shmem: 1g, gpu: 1}\n"
+            "mounts: [" + ", ".join(mounts) + "]\n"
+            "env: {" + ", ".join(entries) + "}\n")
+
+
 def worst_case_table() -> None:
     size = MAX_CLUSTER_SIZE
-    print(f"\n## the worst case allowed: {size:,} containers (MAX_CLUSTER_SIZE), the real "
-          "verbs\n")
-    print(f"{'verb':>14} {'wall s':>8} {'peak RSS MiB':>13} {'output MiB':>11} {'verdict':>8}")
+    print(f"\n## the worst case allowed: {size:,} containers (MAX_CLUSTER_SIZE), the env and "
+          "mounts at their bounds, the real verbs\n")
+    print(f"{'env':>8} {'verb':>12} {'wall s':>8} {'peak RSS MiB':>13} {'output MiB':>11} "
+          f"{'verdict':>8}")
+    rows = []
     with tempfile.TemporaryDirectory(prefix="plan-scale-worst-") as tmp:
         directory = Path(tmp)
         (directory / "pool.yaml").write_text(pool_yaml(agents_for(size)))
-        definition = directory / "session.yaml"
-        definition.write_text(session_yaml(size, pool=str(directory / "pool.yaml")))
-        rows = []
-        with open(directory / "plan.json", "wb") as out:
-            wall, peak = run_verb(["plan", str(definition), "--json"], out)
-        rows.append(("plan --json", wall, peak, (directory / "plan.json").stat().st_size))
-        wall, peak = run_verb(["render", str(definition), "--out", str(directory / "out")],
-                              subprocess.DEVNULL)
-        written = sum(p.stat().st_size for p in (directory / "out").rglob("*") if p.is_file())
-        rows.append(("render", wall, peak, written))
-    for verb, wall, peak, size_out in rows:
-        verdict = "ok" if wall < 60 and peak < 1024 else "MISSES"
-        print(f"{verb:>14} {wall:>8.2f} {peak:>13.1f} {size_out / 2**20:>11.1f} {verdict:>8}")
+        for kind in WORST_ENVS:
+            definition = directory / f"{kind}.yaml"
+            definition.write_text(worst_definition(kind, str(directory / "pool.yaml")))
+            to_model(parse_yaml(definition.read_text(), str(definition)), str(definition))
+            with open(directory / "plan.json", "wb") as out:
+                wall, peak = run_verb(["plan", str(definition), "--json"], out)
+            rows.append((kind, "plan --json", wall, peak,
+                         (directory / "plan.json").stat().st_size))
+            out_dir = directory / f"out-{kind}"
+            wall, peak = run_verb(["render", str(definition), "--out", str(out_dir)],
+                                  subprocess.DEVNULL)
+            written = sum(p.stat().st_size for p in out_dir.rglob("*") if p.is_file())
+            rows.append((kind, "render", wall, peak, written))
+            subprocess.run(["rm", "-rf", str(out_dir)], check=True)
+            for kind_, verb, wall, peak, size_out in rows[-2:]:
+                verdict = "ok" if wall < 60 and peak < 1024 else "MISSES"
+                print(f"{kind_:>8} {verb:>12} {wall:>8.2f} {peak:>13.1f} "
+                      f"{size_out / 2**20:>11.1f} {verdict:>8}", flush=True)
     print("\nlimits: 60 s and 1 GB each (render keeps one container's files in memory at a "
           "time; the bytes on disk still grow as N^2)")
 

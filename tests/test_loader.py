@@ -13,6 +13,7 @@ from cluster_sessions.driver.session_args import validate_files
 POOL = """\
 kind: AgentPool
 name: lab
+mount_sources: [/a, /b, /srv/data]
 agents:
   - {name: a1, docker_host: "unix:///var/run/docker.sock", capacity: {cpu: 8, mem: 32g}}
 """
@@ -249,8 +250,8 @@ def test_an_empty_command_is_refused_rather_than_silently_defaulted(tree):
 
 
 def test_mount_sources_are_absolute_paths_or_volume_names(tree):
-    found = problems_of(tree(SESSION + "mounts: [{source: rel/path, target: /x},"
-                             " {source: data-vol, target: /y}]\n"))
+    found = problems_of(tree(SESSION + "mounts: [{source: rel/path, target: /data/x},"
+                             " {source: data-vol, target: /data/y}]\n"))
     assert found == ["mounts.0.source: must be an absolute host path or a volume name"]
 
 
@@ -263,11 +264,11 @@ def test_multi_node_that_fits_one_agent_needs_no_swarm(tree):
     ("extra", "path", "words"),
     [
         ("mounts: [{source: /a, target: /opt/cluster-session}]", "mounts.0.target",
-         "hide the session's own files"),
-        ("mounts: [{source: /a, target: /run}]", "mounts.0.target", "hide the session's own"),
+         "not where a user's data goes"),
+        ("mounts: [{source: /a, target: /run}]", "mounts.0.target", "not where a user's data"),
         ("mounts: [{source: /a, target: /data}, {source: /b, target: /data/}]",
          "mounts.1.target", "mounted twice"),
-        ("mounts: [{source: /a, target: '/c:ro'}]", "mounts.0.target", "':'"),
+        ("mounts: [{source: /a, target: '/data/c:ro'}]", "mounts.0.target", "':'"),
         ("ports: [{container: 22, host: 8080}, {container: 23, host: 8080}]", "ports.1.host",
          "used twice"),
         ("ports: [{container: 80, host_ip: 'not an ip'}]", "ports.0.host_ip",
@@ -304,53 +305,93 @@ def test_a_fifo_is_refused_without_blocking(tmp_path):
 # --- issue 9: definitions that defeat the checks or mean something other than they say ---------
 
 
+NOT_DATA = "not where a user's data goes"
+
+
 @pytest.mark.parametrize(
-    ("target", "words"),
-    [
-        ("//opt/cluster-session", "hide the session's own files"),
-        ("//run/cluster-session/", "hide the session's own files"),
-        ("/opt/./cluster-session", "hide the session's own files"),
-        ("/", "whole container"),
-        ("//", "whole container"),
-        ("/proc", "system directory"),
-        ("/proc/sys/kernel", "system directory"),
-        ("//sys", "system directory"),
-        ("/dev", "system directory"),
-        ("/dev/shm", "system directory"),
-        ("/etc", "system directory"),
-        ("/etc/ld.so.preload", "system directory"),
-        ("/usr/local/bin", "system directory"),
-        ("/run/sshd", "system directory"),
-        ("/var/run", "system directory"),
-        ("/home/work", "home"),
-        ("//home/work/", "home"),
-        ("/home", "home"),
-        ("/home/work/.ssh", "home"),
-        ("/home/work/.ssh/authorized_keys", "home"),
-    ],
+    "target",
+    ["//opt/cluster-session", "//run/cluster-session/", "/opt/./cluster-session", "/", "//",
+     "/proc", "/proc/sys/kernel", "//sys", "/dev/shm", "/etc/ld.so.preload", "/usr/local/bin",
+     "/run/sshd", "/var/run", "/home/work", "//home/work/", "/home", "/home/work/.ssh",
+     "/home/work/.ssh/authorized_keys", "/home/work/./.ssh", "//data/../etc"],
 )
 @pytest.mark.parametrize("read_only", ["true", "false"])
-def test_mount_targets_are_checked_as_docker_cleans_them(tree, target, words, read_only):
+def test_mount_targets_are_checked_as_docker_cleans_them(tree, target, read_only):
     found = problems_of(tree(SESSION + f"mounts: [{{source: /a, target: '{target}', "
                              f"read_only: {read_only}}}]\n"))
-    assert any(p.startswith("mounts.0.target: ") and words in p for p in found), found
+    assert any(p.startswith("mounts.0.target: ") and (NOT_DATA in p or "'..'" in p)
+               for p in found), found
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["/run/utmp", "/var/log", "/var/log/auth.log", "/var/lib/data", "/var/spool/cron", "/tmp",
+     "/root", "/opt/tools", "/srv", "/procfs", "/datax", "/mntx", "/home/other/data",
+     "/lib/x86_64-linux-gnu/security", "/boot", "/media"],
+)
+def test_mount_targets_off_the_allowlist_are_refused(tree, target):
+    """Issue 21 class 2: a target is allowed where a user's data goes, not merely where the
+    blocklist of system directories did not reach (``/run/utmp``, ``/var/log`` were taken)."""
+    found = problems_of(tree(SESSION + f"mounts: [{{source: /a, target: '{target}'}}]\n"))
+    assert any(p.startswith("mounts.0.target: ") and NOT_DATA in p for p in found), found
+
+
+@pytest.mark.parametrize(("field", "value"), [("target", "/data/../var/log"),
+                                              ("target", "/home/work/x/../../work"),
+                                              ("source", "/a/../etc"), ("source", "/srv/data/..")])
+def test_dot_dot_is_refused_in_mount_paths(tree, field, value):
+    mount = {"source": "/a", "target": "/data/x", field: value}
+    found = problems_of(tree(SESSION + f"mounts: [{{source: '{mount['source']}', "
+                             f"target: '{mount['target']}'}}]\n"))
+    assert any(p.startswith(f"mounts.0.{field}: ") and "'..'" in p for p in found), found
+
+
+@pytest.mark.parametrize("source", ["/etc", "/", "/var/run/docker.sock", "/srv/datax",
+                                    "/srv", "/ab", "//etc/"])
+def test_host_paths_outside_the_pools_mount_sources_are_refused(tree, source):
+    found = problems_of(tree(SESSION + f"mounts: [{{source: '{source}', target: /data/x}}]\n"))
+    assert any(p.startswith("mounts.0.source: ") and "mount_sources" in p for p in found), found
+
+
+@pytest.mark.parametrize("source", ["/a", "/a/", "//a", "/a/deep/er", "/srv/data/set1",
+                                    "/b/./x", "my-volume"])
+def test_host_paths_under_the_pools_mount_sources_and_volumes_are_allowed(tree, source):
+    assert problems_of(tree(SESSION + f"mounts: [{{source: '{source}', target: /data/x}}]\n")) \
+        == []
+
+
+def test_a_pool_without_mount_sources_allows_no_host_path(tree):
+    tree(POOL.replace("mount_sources: [/a, /b, /srv/data]\n", ""), "lab.yaml", "pools")
+    path = tree(SESSION + "mounts: [{source: /a, target: /data/x}, {source: vol, target: /mnt}]\n")
+    [problem] = validate_files([path])
+    assert (problem.file, problem.path) == (str(path), "mounts.0.source")
+    assert "no host path" in problem.message
+
+
+@pytest.mark.parametrize("entry", ["relative/dir", "/srv/../etc", '"/srv\\nx"', "'/a,b'"])
+def test_a_pools_mount_sources_are_absolute_directories(tree, entry):
+    pool = tree(POOL.replace("[/a, /b, /srv/data]", f"[{entry}]"), "lab.yaml", "pools")
+    found = validate_files([pool])
+    assert [p.path for p in found] == ["mount_sources.0"], found
 
 
 def test_the_home_that_is_refused_is_the_session_users(tree):
-    text = SESSION + "user: {name: alice}\nmounts: [{source: /a, target: /home/work}]\n"
+    text = SESSION + "user: {name: alice}\nmounts: [{source: /a, target: /home/alice/data}]\n"
     assert problems_of(tree(text)) == []
-    found = problems_of(tree(text.replace("target: /home/work", "target: /home/alice/")))
-    assert [p for p in found if p.startswith("mounts.0.target: ")], found
+    for target in ("/home/alice/", "/home/work/data"):
+        found = problems_of(tree(text.replace("target: /home/alice/data", f"target: {target}")))
+        assert [p for p in found if p.startswith("mounts.0.target: ")], found
 
 
-@pytest.mark.parametrize("target", ["/home/work/data", "/data", "/mnt/x", "/opt/tools",
-                                    "/var/lib/data", "/home/work/.sshx", "/procfs"])
+@pytest.mark.parametrize("target", ["/home/work/data", "/data", "/mnt/x", "/mnt", "/workspace",
+                                    "/scratch/run1", "/home/work/.sshx", "/home/work/.cache",
+                                    "//data/set/"])
 def test_ordinary_mount_targets_stay_allowed(tree, target):
     assert problems_of(tree(SESSION + f"mounts: [{{source: /a, target: '{target}'}}]\n")) == []
 
 
 @pytest.mark.parametrize(("first", "second"),
-                         [("/data", "//data"), ("/data", "/data/"), ("/data", "/x/../data"),
+                         [("/data", "//data"), ("/data", "/data/"), ("/data", "/data/./"),
                           ("//data/", "/data/.")])
 def test_one_target_spelled_two_ways_is_mounted_twice(tree, first, second):
     found = problems_of(tree(SESSION + f"mounts: [{{source: /a, target: '{first}'}}, "
@@ -368,15 +409,45 @@ def test_system_accounts_are_refused_as_the_session_user(tree, name):
 
 
 @pytest.mark.parametrize("field", ["uid", "gid"])
-@pytest.mark.parametrize("value", [0, 1, 33, 999])
+@pytest.mark.parametrize("value", [0, 1, 33, 999, 60000, 64999, 65534, 65535, 2**31 - 1])
 def test_system_ids_are_refused_for_the_session_user(tree, field, value):
+    """Issue 21 class 3: Debian's system (0-999) and reserved (60000-65535, nobody) ranges."""
     found = problems_of(tree(SESSION + f"user: {{{field}: {value}}}\n"))
-    assert any(p.startswith(f"user.{field}: ") and "1000" in p for p in found), found
+    assert any(p.startswith(f"user.{field}: ") and "1000-59999" in p for p in found), found
+
+
+@pytest.mark.parametrize("value", [1000, 9001, 59999, 65536, 2**31 - 2])
+def test_user_account_ids_stay_allowed(tree, value):
+    assert problems_of(tree(SESSION + f"user: {{uid: {value}, gid: {value}}}\n")) == []
+
+
+@pytest.mark.parametrize("name", ["dialout", "shadow", "utmp", "staff", "operator", "nogroup",
+                                  "kmem", "sasl", "fax", "src", "wheel", "cron", "ping",
+                                  "ubuntu", "guest", "ssh_keys", "systemd-journal", "abuild"])
+def test_names_a_base_image_reserves_are_refused_as_the_session_user(tree, name):
+    """Issue 21 class 3: users and groups of Debian's base-passwd, Alpine's baselayout,
+    RHEL's setup and Ubuntu's image, not just the examples a list once held."""
+    found = problems_of(tree(SESSION + f"user: {{name: '{name}'}}\n"))
+    assert any(p.startswith("user.name: ") and "base image" in p for p in found), found
+
+
+def test_the_reserved_names_cover_debians_base_passwd_files():
+    """The constant is generated from base-passwd's master files; it must still cover this
+    machine's copies (the check itself never reads them)."""
+    from cluster_sessions.core.accounts import RESERVED_NAMES
+
+    masters = [Path("/usr/share/base-passwd") / f for f in ("passwd.master", "group.master")]
+    if not all(m.is_file() for m in masters):
+        pytest.skip("base-passwd is not installed here")
+    names = {line.split(":", 1)[0] for m in masters for line in m.read_text().splitlines()
+             if line and not line.startswith("#")}
+    assert names and names <= RESERVED_NAMES, sorted(names - RESERVED_NAMES)
 
 
 def test_ordinary_users_stay_allowed(tree):
     text = SESSION + "user: {name: alice, uid: 1000, gid: 1000}\n"
     assert problems_of(tree(text)) == []
+    assert problems_of(tree(SESSION + "user: {name: work}\n")) == []
 
 
 @pytest.mark.parametrize(
@@ -458,6 +529,79 @@ def test_env_values_beyond_the_kernels_string_limit_are_refused(tree):
     wide = "\u00e9" * (limit // 2)  # two bytes each: the limit is in bytes
     found = problems_of(tree(SESSION + f"env: {{FOO: '{wide}'}}\n"))
     assert [p for p in found if p.startswith("env.FOO: ")], found
+
+
+def _env_of_total(total: int) -> str:
+    """A YAML env mapping whose bytes, as the bound counts them (NAME=value, NUL, pointer),
+    add up to exactly ``total``: 100,000-byte entries and one that makes up the rest."""
+    entries, left, i = [], total, 0
+    while left:
+        cost = min(left, 100_000)
+        if 0 < left - cost < 20:  # keep the last entry long enough for its name
+            cost -= 20
+        name = f"V{i:03d}"
+        entries.append(f"{name}: '{'x' * (cost - len(name) - 2 - 8)}'")
+        left -= cost
+        i += 1
+    return "env: {" + ", ".join(entries) + "}\n"
+
+
+def test_an_env_beyond_its_total_per_container_is_refused_naming_env(tree):
+    """Issue 21 class 7: the kernel's ARG_MAX bound on argv + envp in all, not only its
+    per-string limit; and the bound that keeps plan and render of the worst case small."""
+    from cluster_sessions.core.spec import MAX_ENV_BYTES
+
+    assert problems_of(tree(SESSION + _env_of_total(MAX_ENV_BYTES))) == []
+    found = problems_of(tree(SESSION + _env_of_total(MAX_ENV_BYTES + 1)))
+    assert any(p.startswith("env: ") and str(MAX_ENV_BYTES) in p for p in found), found
+
+
+def test_an_env_repeated_beyond_the_work_bound_is_refused_naming_env(tree):
+    """The plan and every container's files repeat the env: its bytes times the containers
+    are bounded, so the worst accepted definition plans and renders in bounded work."""
+    from cluster_sessions.core.spec import MAX_PLANNED_ENV
+
+    text = SESSION.replace("size: 2", "size: 128")  # pending on this pool: still valid
+    per = MAX_PLANNED_ENV // 128
+    assert problems_of(tree(text + _env_of_total(per))) == []
+    found = problems_of(tree(text + _env_of_total(per + 1)))
+    assert any(p.startswith("env: ") and str(MAX_PLANNED_ENV) in p for p in found), found
+    counted = SESSION.replace("size: 2", "size: 64") + "count: 2\n"
+    found = problems_of(tree(counted + _env_of_total(per + 1)))
+    assert any(p.startswith("env: ") and "128 containers" in p for p in found), found
+
+
+def test_mounts_and_command_repeated_per_container_are_bounded(tree):
+    from cluster_sessions.core.spec import MAX_ENV_BYTES, MAX_MOUNTS
+
+    def mounts(n: int) -> str:
+        return "mounts: [" + ", ".join(f"{{source: v{i}, target: /data/{i}}}"
+                                        for i in range(n)) + "]\n"
+
+    assert problems_of(tree(SESSION + mounts(MAX_MOUNTS))) == []
+    found = problems_of(tree(SESSION + mounts(MAX_MOUNTS + 1)))
+    assert any(p.startswith("mounts: ") and str(MAX_MOUNTS) in p for p in found), found
+    long = "/data/" + "x" * 5000
+    found = problems_of(tree(SESSION + f"mounts: [{{source: v, target: '{long}'}}]\n"))
+    assert any(p.startswith("mounts.0.target: ") and "PATH_MAX" in p for p in found), found
+    wide = "mounts: [" + ", ".join(f"{{source: v, target: '/data/{i}{'x' * 3000}'}}"
+                                   for i in range(6)) + "]\n"
+    found = problems_of(tree(SESSION + wide))
+    assert any(p.startswith("mounts: ") and "16384" in p for p in found), found
+    args = ", ".join(["'" + "x" * 100_000 + "'"] * 3)
+    found = problems_of(tree(SESSION + f"command: [{args}]\n"))
+    assert any(p.startswith("command: ") and str(MAX_ENV_BYTES) in p for p in found), found
+
+
+def test_an_env_with_too_many_variables_is_refused_naming_env(tree):
+    from cluster_sessions.core.spec import MAX_ENV_ENTRIES
+
+    def env(n: int) -> str:
+        return "env: {" + ", ".join(f"V{i}: x" for i in range(n)) + "}\n"
+
+    assert problems_of(tree(SESSION + env(MAX_ENV_ENTRIES))) == []
+    found = problems_of(tree(SESSION + env(MAX_ENV_ENTRIES + 1)))
+    assert any(p.startswith("env: ") and str(MAX_ENV_ENTRIES) in p for p in found), found
 
 
 def test_a_command_argument_beyond_the_kernels_string_limit_is_refused(tree):

@@ -249,6 +249,19 @@ def _model_of(annotation: object) -> object:
     return None
 
 
+def as_json_numbers(data: object) -> object:
+    """Numbers as JSON Schema reads them (``sessionctl schema``): a float with no fractional
+    part is that integer, so ``size: 2.0`` means what an editor checking the schema says it
+    means (2), and ``size: 2.5`` stays a problem. Float fields take the integer as it is."""
+    if isinstance(data, float) and data.is_integer():
+        return int(data)
+    if isinstance(data, dict):
+        return {k: as_json_numbers(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [as_json_numbers(v) for v in data]
+    return data
+
+
 def to_model(data: object, file: str, expect: str | None = None) -> Session | Pool:
     """Validate a parsed document into its kind's model, or raise DefinitionError."""
     if not isinstance(data, dict):
@@ -262,7 +275,7 @@ def to_model(data: object, file: str, expect: str | None = None) -> Session | Po
         raise DefinitionError([Problem(file, "kind", f"expected {expect}, got {kind}")])
     model = KINDS[kind]
     try:
-        obj = model.model_validate(data)
+        obj = model.model_validate(as_json_numbers(data))
     except ValidationError as exc:
         raise DefinitionError([
             Problem(file, dotted(tuple(p for p in e["loc"] if p != "[key]")), _message(e, model))

@@ -28,6 +28,7 @@ from .spec import (
     Pool,
     Resources,
     Session,
+    mount_source_problems,
     slots_per_container,
 )
 from .units import format_size
@@ -211,12 +212,14 @@ def definition_problems(session: Session, pool: Pool) -> list[tuple[str, str]]:
     """What makes a definition unusable with its pool whatever the agents hold now, as
     ``(dotted path, message)``: a multi-node session that its pool's declared capacity spreads
     over several agents, in a pool without a swarm manager (live capacity may spread a session
-    that declared capacity does not; the plan is then pending with the same reason)."""
+    that declared capacity does not; the plan is then pending with the same reason); and a
+    host path the pool does not let sessions mount (:func:`spec.mount_source_problems`)."""
+    found = mount_source_problems(session, pool)
     if pool.swarm is not None or session.cluster.mode != "multi-node":
-        return []
+        return found
     plans = build_plans(session, pool)
     reason = no_swarm_reason(pool)
-    return [("cluster.mode", reason)] if any(p.reason == reason for p in plans) else []
+    return found + ([("cluster.mode", reason)] if any(p.reason == reason for p in plans) else [])
 
 
 def check_usable(loaded: Loaded) -> Loaded:

@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from urllib.parse import unquote, urlsplit
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -24,10 +25,11 @@ from pydantic import (
     WithJsonSchema,
 )
 
+from .accounts import USER_ID_RANGES, user_id_problem, user_name_problem
 from .names import CLUSTER_ENV_PREFIX, DEFAULT_DOCKER_HOST, DEFAULT_MASTER_PORT, SSH_ENV_PREFIX
 from .provider_facts import cpus_argument, cpus_read_back, stable_cpus_near
 from .terminal import is_hidden
-from .units import MAX_BYTES, SIZE_JSON_SCHEMA, format_size, parse_size
+from .units import MAX_BYTES, SIZE_JSON_SCHEMA, format_size, parse_size, size_json_schema
 
 MAX_SESSION_NAME = 64
 SESSION_NAME = re.compile(rf"^(?=.{{4,{MAX_SESSION_NAME}}}$)\w[\w.-]*\w$", re.ASCII)
@@ -59,13 +61,11 @@ BUNDLE_DIR = "/opt/cluster-session"
 RUN_DIR = "/run/cluster-session"
 """Where the entrypoint puts what sshd and ssh sessions read: sshd_config, the host key, the
 saved environment, the ForceCommand wrapper. Root-owned; rewritten at every start."""
-RESERVED_DIRS = (BUNDLE_DIR, RUN_DIR)  # no user mount may cover the session's own files
-SYSTEM_DIRS = ("/proc", "/sys", "/dev", "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32",
-               "/lib64", "/libx32", "/run/sshd", "/var/run")
-"""No mount may be at or under these: the set-up runs as root and runs programs from them, reads
-their configuration (``/etc/ld.so.preload``, ``/etc/passwd``) or writes there (``/run/sshd``);
-a mount there would run a definition's files as root, or let root write a host directory.
-``/var/run`` is ``/run`` in most images (Docker follows the link inside the container)."""
+MOUNT_ROOTS = ("/data", "/mnt", "/scratch", "/workspace")
+"""Where a mount may go (an allowlist), besides below the session user's home: directories
+that hold a user's data and nothing the set-up (root) reads, runs or writes. Anything else,
+``/var/log``, ``/run/utmp``, ``/etc``, ``/opt/cluster-session``, is the image's or the
+set-up's, where root would run a definition's files or write into a host directory."""
 MIB = 1024**2
 MIN_MEMORY = 6 * MIB
 """Docker refuses a memory limit below 6 MiB (``Minimum memory limit allowed is 6MB``)."""
@@ -76,20 +76,31 @@ MAX_MEMORY = MAX_BYTES // MIB * MIB
 MAX_ARG_STRLEN = 32 * 4096
 """The kernel's limit on one argument or ``NAME=value`` string, its terminating NUL included;
 a longer one makes exec fail with E2BIG, so the container could never start."""
-MIN_USER_ID = 1000
-"""Ids below this are system accounts (Debian's and most distributions' convention)."""
-SYSTEM_USERS = frozenset({
-    "root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp",
-    "proxy", "www-data", "backup", "list", "irc", "gnats", "nobody", "nogroup", "sshd",
-    "messagebus", "adm", "halt", "shutdown", "operator", "ftp", "dbus", "polkitd", "avahi",
-    "ntp", "chrony", "tss", "uuidd", "tcpdump", "statd", "dnsmasq", "syslog", "postfix",
-    "staff", "users", "shadow", "utmp", "tty", "disk", "kmem", "wheel",
-    "docker", "sudo", "input", "render", "video", "audio", "netdev", "plugdev", "crontab",
-    "postgres", "mysql", "redis", "nginx", "apache", "http", "rpc", "rpcuser", "sssd",
-})
-"""System accounts and groups an image may already have; the set-up would take one over
-(``usermod``, ``chown`` of its home, the group of that name) if the session user had its name.
-Names beginning with ``_`` (``_apt``) or ``systemd-`` are system accounts too."""
+MAX_ENV_BYTES = 256 * 1024
+"""The definition's env in all, per container: the ``NAME=value`` strings with their NULs
+and the 8-byte pointer the kernel counts for each. exec fails with E2BIG when argv and envp
+together pass a quarter of the stack limit (``ARG_MAX``, 2 MiB with the default 8 MiB stack);
+the session's own variables (``BACKENDAI_CLUSTER_HOSTS`` lists every host: ~20 KiB at 2,048),
+the command and the image's env share that, so the user's part gets an eighth of it. It also
+bounds the work: every container's plan and files repeat the env (benchmarks/plan_scale.py,
+worst case)."""
+MAX_ENV_ENTRIES = 1024
+"""Variables in a definition's env: each costs a pointer in ``ARG_MAX`` and a line in every
+container's files; real sessions set tens."""
+MAX_MOUNTS = 64
+"""Mounts per container: every container's plan and resource repeats them (12,000 mounts in a
+1 MiB file made ``plan --json`` of 2,048 containers run for minutes); far beyond a real
+session's data folders."""
+PATH_MAX = 4096
+"""Linux's limit on a path, its NUL included: a longer mount path cannot be mounted."""
+MAX_MOUNT_BYTES = 16 * 1024
+"""The mounts' sources and targets in all: repeated in every container's plan, like the env
+(2,048 containers x 16 KiB is 32 MiB of ``plan --json``)."""
+MAX_PLANNED_ENV = 16 * 1024**2
+"""The env (counted as :data:`MAX_ENV_BYTES` counts it) times the containers one definition
+plans (count x size): the plan and every container's files repeat it, so this bounds the work
+of ``plan --json`` and ``render``. 64 containers may use the full 256 KiB each; 2,048 get
+8 KiB each, where the worst case stays under 1 GB and 60 s (docs/benchmarks.md, issue 21)."""
 HOST = re.compile(r"[A-Za-z0-9_.:%\[\]-]+", re.ASCII)
 
 
@@ -110,14 +121,25 @@ def _listed(value: object) -> object:
     return tuple(value) if isinstance(value, list) else value
 
 
-_SIZE_SCHEMA = WithJsonSchema(SIZE_JSON_SCHEMA, mode="validation")
 Size = Annotated[int, BeforeValidator(_size), PlainSerializer(format_size, return_type=str),
-                 _SIZE_SCHEMA]
+                 WithJsonSchema(SIZE_JSON_SCHEMA, mode="validation")]
 Memory = Annotated[int, BeforeValidator(_memory),
-                   PlainSerializer(format_size, return_type=str), _SIZE_SCHEMA]
+                   PlainSerializer(format_size, return_type=str),
+                   WithJsonSchema(size_json_schema(MIN_MEMORY, MAX_MEMORY), mode="validation")]
 ShmSize = Annotated[int, BeforeValidator(_shmem), PlainSerializer(format_size, return_type=str),
-                    _SIZE_SCHEMA]
-UserId = Annotated[int, Field(ge=MIN_USER_ID, le=2**31 - 2)]
+                    WithJsonSchema(size_json_schema(MIN_SHMEM, MAX_MEMORY), mode="validation")]
+
+
+def _user_id(value: int) -> int:
+    problem = user_id_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+UserId = Annotated[int, Field(strict=True), AfterValidator(_user_id), WithJsonSchema(
+    {"type": "integer", "anyOf": [{"minimum": low, "maximum": high}
+                                  for low, high in USER_ID_RANGES]}, mode="validation")]
 Port = Annotated[int, Field(strict=True, ge=1, le=65535)]
 NonEmpty = Annotated[str, Field(strict=True, min_length=1)]
 
@@ -190,7 +212,8 @@ class Session(_Model):
     count: Annotated[int, Field(ge=1, le=MAX_COUNT)] = 1
     cluster: ClusterShape = ClusterShape()
     resources: Resources = Resources()
-    mounts: Annotated[tuple[Mount, ...], BeforeValidator(_listed)] = ()
+    mounts: Annotated[tuple[Mount, ...], BeforeValidator(_listed),
+                      Field(max_length=MAX_MOUNTS)] = ()
     env: dict[str, str] = {}
     distributed: Distributed | None = None
     user: User = User()
@@ -255,6 +278,8 @@ class Pool(_Model):
     ]
     swarm: Swarm | None = None
     network: PoolNetwork = PoolNetwork()
+    # Host directories whose contents a session may mount (at or below each); none by default.
+    mount_sources: Annotated[tuple[NonEmpty, ...], BeforeValidator(_listed)] = ()
 
     def agent(self, name: str) -> Agent:
         return next(a for a in self.agents if a.name == name)
@@ -275,6 +300,34 @@ def agent_address(agent: Agent) -> str | None:
 
 
 KINDS: dict[str, type[_Model]] = {"ClusterSession": Session, "AgentPool": Pool}
+
+MAX_INT = 2**63 - 1
+"""The largest integer the loader takes anywhere (what Docker, the kernel and JSON readers
+hold); the schema says so too."""
+
+
+def json_schema(model: type[_Model]) -> dict:
+    """A kind's JSON Schema (``sessionctl schema``), saying what the models check: pydantic's
+    schema, with a length on an array written as its item count (``minItems``, not the
+    ``minLength`` pydantic writes for a tuple behind a validator) and every integer held to
+    int64, as the loader holds it."""
+    return _agreeing(model.model_json_schema(mode="validation"))
+
+
+def _agreeing(node: object) -> object:
+    if isinstance(node, list):
+        return [_agreeing(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _agreeing(v) for k, v in node.items()}
+    if out.get("type") == "array":
+        for text, items in (("minLength", "minItems"), ("maxLength", "maxItems")):
+            if text in out:
+                out[items] = out.pop(text)
+    if out.get("type") == "integer":
+        out.setdefault("minimum", -MAX_INT)
+        out.setdefault("maximum", MAX_INT)
+    return out
 
 
 def session_problems(session: Session) -> list[tuple[str, str]]:
@@ -321,6 +374,24 @@ def session_problems(session: Session) -> list[tuple[str, str]]:
             found.append((path, f"is too long: NAME=value is {length - 1} bytes, and the kernel "
                           f"passes at most {MAX_ARG_STRLEN - 1} (MAX_ARG_STRLEN, 128 KiB with "
                           "the terminating NUL): put large data in a mounted file"))
+    entries = len(session.env)
+    total = sum(len(f"{k}={v}".encode()) + 1 + 8 for k, v in session.env.items())
+    if entries > MAX_ENV_ENTRIES:
+        found.append(("env", f"has {entries} variables, more than {MAX_ENV_ENTRIES}: put "
+                      "large configuration in a mounted file"))
+    if total > MAX_ENV_BYTES:
+        found.append(("env", f"is {total} bytes in all (NAME=value, NUL and pointer each), more "
+                      f"than {MAX_ENV_BYTES} ({MAX_ENV_BYTES // 1024} KiB): the kernel passes "
+                      "at most 2 MiB of arguments and environment to a program (ARG_MAX), "
+                      "which the session's own variables share; put large data in a mounted "
+                      "file"))
+    containers = session.count * session.cluster.size
+    if total <= MAX_ENV_BYTES and total * containers > MAX_PLANNED_ENV:
+        found.append(("env", f"is {total} bytes in all, repeated in each of the {containers} "
+                      f"containers this definition plans: {total * containers} bytes, more "
+                      f"than {MAX_PLANNED_ENV} ({MAX_PLANNED_ENV // 1024**2} MiB) that plan "
+                      f"and render may repeat (at most {MAX_PLANNED_ENV // containers} bytes "
+                      "per container at this size); put large data in a mounted file"))
     found += _port_problems(session)
     if session.count > 1:
         found += [(f"ports.{i}.host", f"host port {p.host} is fixed, but count makes "
@@ -341,42 +412,12 @@ def session_problems(session: Session) -> list[tuple[str, str]]:
         found.append(("distributed.slots", f"{slots} slots per container, but each container "
                       f"has {session.resources.gpu} GPUs (resources.gpu): at most "
                       f"{session.resources.gpu}, one process per GPU"))
-    targets: set[str] = set()
-    home = f"/home/{session.user.name}"
-    for i, mount in enumerate(session.mounts):
-        target = clean_target(mount.target)
-        if not mount.target.startswith("/"):
-            found.append((f"mounts.{i}.target", "must be an absolute path in the container"))
-        elif target == "/":
-            found.append((f"mounts.{i}.target", f"{mount.target} would hide the whole "
-                          "container's file system"))
-        elif any(_covers(target, d) or _covers(d, target) for d in RESERVED_DIRS):
-            found.append((f"mounts.{i}.target", f"{mount.target} would hide the session's own "
-                          f"files ({', '.join(RESERVED_DIRS)})"))
-        elif any(_covers(d, target) for d in SYSTEM_DIRS):
-            found.append((f"mounts.{i}.target", f"{mount.target} is a system directory the "
-                          "set-up runs as root with (none of " + ", ".join(SYSTEM_DIRS)
-                          + " or below): mount it elsewhere, e.g. under /mnt or /opt"))
-        elif _covers(target, home) or _covers(home + "/.ssh", target):
-            found.append((f"mounts.{i}.target", f"{mount.target} would cover the session "
-                          f"user's home {home} or its .ssh, which the set-up creates, chowns "
-                          f"and writes keys into as root; mount below it instead (e.g. "
-                          f"{home}/data)"))
-        if ":" in mount.target:
-            found.append((f"mounts.{i}.target", "must not contain ':'"))
-        if target in targets:
-            found.append((f"mounts.{i}.target", f"{mount.target} is mounted twice"))
-        targets.add(target)
-        if not (mount.source.startswith("/") or VOLUME_NAME.fullmatch(mount.source)):
-            found.append((f"mounts.{i}.source", "must be an absolute host path or a volume name"))
-        if "," in mount.source or "," in mount.target:
-            found.append((f"mounts.{i}", "paths must not contain ','"))
+    found += _mount_problems(session)
     name = session.user.name
     if not USER_NAME.fullmatch(name) or name == "root":
         found.append(("user.name", "must be a lower-case user name other than root"))
-    elif name in SYSTEM_USERS or name.startswith(("_", "systemd-")):
-        found.append(("user.name", f"{name!r} is a system account: the set-up would take it "
-                      "over (usermod, chown of its home); choose another name (default: work)"))
+    elif user_name_problem(name):
+        found.append(("user.name", user_name_problem(name)))
     seen_ports: set[tuple[int, str]] = set()
     seen_host: set[tuple[str, int, str]] = set()
     for i, port in enumerate(session.ports):
@@ -397,6 +438,88 @@ def session_problems(session: Session) -> list[tuple[str, str]]:
                               f"{port.host_ip} is used twice"))
             seen_host.add(key)
     return found
+
+
+def _mount_problems(session: Session) -> list[tuple[str, str]]:
+    """Each target on the allowlist (below the user's home, or under :data:`MOUNT_ROOTS`),
+    compared as Docker cleans it; ``..`` nowhere. Host sources are the pool's business
+    (:func:`mount_source_problems`)."""
+    found: list[tuple[str, str]] = []
+    targets: set[str] = set()
+    home = f"/home/{session.user.name}"
+    allowed = ", ".join(f"{r} and below" for r in MOUNT_ROOTS)
+    for i, mount in enumerate(session.mounts):
+        target = clean_target(mount.target)
+        if not mount.target.startswith("/"):
+            found.append((f"mounts.{i}.target", "must be an absolute path in the container"))
+        elif _dotdot(mount.target):
+            found.append((f"mounts.{i}.target", "must not contain '..': name the directory "
+                          "itself"))
+        elif not mount_target_allowed(target, home):
+            found.append((f"mounts.{i}.target", f"{mount.target} is not where a user's data "
+                          f"goes: mount below the home ({home}/NAME, not {home}/.ssh) or at "
+                          f"{allowed}; the rest of the container is the image's and the "
+                          "set-up's, which runs as root"))
+        if ":" in mount.target:
+            found.append((f"mounts.{i}.target", "must not contain ':'"))
+        if target in targets:
+            found.append((f"mounts.{i}.target", f"{mount.target} is mounted twice"))
+        targets.add(target)
+        if not (mount.source.startswith("/") or VOLUME_NAME.fullmatch(mount.source)):
+            found.append((f"mounts.{i}.source", "must be an absolute host path or a volume name"))
+        elif _dotdot(mount.source):
+            found.append((f"mounts.{i}.source", "must not contain '..': name the directory "
+                          "itself"))
+        if "," in mount.source or "," in mount.target:
+            found.append((f"mounts.{i}", "paths must not contain ','"))
+        for field in ("source", "target"):
+            if len(getattr(mount, field).encode()) >= PATH_MAX:
+                found.append((f"mounts.{i}.{field}", f"is longer than the {PATH_MAX - 1} bytes "
+                              "a path may have (PATH_MAX)"))
+    paths = sum(len(m.source.encode()) + len(m.target.encode()) for m in session.mounts)
+    if paths > MAX_MOUNT_BYTES:
+        found.append(("mounts", f"sources and targets are {paths} bytes in all, more than "
+                      f"{MAX_MOUNT_BYTES} ({MAX_MOUNT_BYTES // 1024} KiB): every container's "
+                      "plan repeats them"))
+    return found
+
+
+def mount_target_allowed(target: str, home: str) -> bool:
+    """Whether a cleaned target is on the allowlist: strictly below ``home`` but not its
+    ``.ssh`` (the set-up creates, chowns and writes keys there as root), or at or below one
+    of :data:`MOUNT_ROOTS`."""
+    if any(_covers(root, target) for root in MOUNT_ROOTS):
+        return True
+    return target != home and _covers(home, target) and not _covers(home + "/.ssh", target)
+
+
+def mount_source_problems(session: Session, pool: Pool) -> list[tuple[str, str]]:
+    """A host path may be mounted only at or below a directory the pool's ``mount_sources``
+    lists (the operator's choice; none by default), compared as Docker cleans paths. Named
+    volumes stay allowed: they hold only what sessions put there."""
+    found: list[tuple[str, str]] = []
+    roots = [clean_target(r) for r in pool.mount_sources]
+    for i, mount in enumerate(session.mounts):
+        if not mount.source.startswith("/") or _dotdot(mount.source):
+            continue  # a volume name, or a problem session_problems names
+        source = clean_target(mount.source)
+        if not any(_covers(root, source) for root in roots):
+            found.append((f"mounts.{i}.source", f"{mount.source}: {_allowed_sources(pool)}"))
+    return found
+
+
+def _allowed_sources(pool: Pool) -> str:
+    ask = "or ask the pool's operator to add the directory to mount_sources"
+    if not pool.mount_sources:
+        return (f"pool {pool.name!r} lets sessions mount no host path (it has no "
+                f"mount_sources): use a named volume, {ask}")
+    return (f"pool {pool.name!r} lets sessions mount host paths only at or below "
+            f"{', '.join(pool.mount_sources)} (its mount_sources): use a path there or a named "
+            f"volume, {ask}")
+
+
+def _dotdot(path: str) -> bool:
+    return ".." in path.split("/")
 
 
 def clean_target(path: str) -> str:
@@ -450,6 +573,12 @@ def _text_problems(session: Session) -> list[tuple[str, str]]:
         if len(arg.encode()) + 1 > MAX_ARG_STRLEN:
             found.append((f"command.{i}", f"is too long: the kernel passes at most "
                           f"{MAX_ARG_STRLEN - 1} bytes per argument (MAX_ARG_STRLEN)"))
+    argv = sum(len(arg.encode()) + 1 + 8 for arg in session.command)
+    if argv > MAX_ENV_BYTES:
+        found.append(("command", f"is {argv} bytes in all (each argument, its NUL and pointer), "
+                      f"more than {MAX_ENV_BYTES}: the kernel passes at most 2 MiB of arguments "
+                      "and environment to a program (ARG_MAX); put a long script in a mounted "
+                      "file"))
     return found
 
 
@@ -516,6 +645,13 @@ def pool_problems(pool: Pool) -> list[tuple[str, str]]:
             seen.add(gpu)
     if _hidden(pool.name):
         found.append(("name", NO_CONTROLS))
+    for i, root in enumerate(pool.mount_sources):
+        if not root.startswith("/") or _dotdot(root):
+            found.append((f"mount_sources.{i}", "must be an absolute host directory without "
+                          "'..'"))
+        elif _hidden(root) or any(c in root for c in ",:"):
+            found.append((f"mount_sources.{i}", "must not contain control characters, ',' "
+                          "or ':'"))
     if pool.swarm and pool.swarm.manager not in names:
         found.append(("swarm.manager", f"{pool.swarm.manager!r} is not one of the pool's agents "
                       f"({', '.join(names)})"))

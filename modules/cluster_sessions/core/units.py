@@ -11,20 +11,31 @@ import re
 from fractions import Fraction
 
 _FACTORS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
-_SIZE = re.compile(r"(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[kmgt]?)(?:ib|b|i)?",
-                   re.IGNORECASE | re.ASCII)
-SIZE_JSON_SCHEMA = {
-    "anyOf": [
-        {"type": "string",
-         "pattern": r"^\s*[0-9]+(\.[0-9]+)?\s*([kKmMgGtT]?)([iI][bB]|[bB]|[iI])?\s*$"},
-        {"type": "integer", "minimum": 1},
-    ],
-    "description": "a size: a number with k, m, g or t (1024-based), e.g. 512m or 4g; "
-                   "or whole bytes",
-}
-"""What :func:`parse_size` accepts, for ``sessionctl schema`` (editors check sizes with it)."""
+_WS = r"[ \t\n\r\f\v]"  # ASCII whitespace: what both Python and ECMA-262 regexes read alike
+SIZE_PATTERN = (rf"{_WS}*(?P<num>[0-9]+(?:\.[0-9]+)?){_WS}*(?P<unit>[kKmMgGtT]?)"
+                rf"(?:[iI][bB]|[bB]|[iI])?{_WS}*")
+"""One spelling of a size, for the loader and (as ``^...$``) the schema: the same text."""
+_SIZE = re.compile(SIZE_PATTERN)
 MAX_BYTES = 2**63 - 1
 """Docker keeps memory as a signed 64-bit count of bytes."""
+
+
+def size_json_schema(minimum: int = 1, maximum: int = MAX_BYTES) -> dict:
+    """What :func:`parse_size` accepts within bounds, for ``sessionctl schema``: whole bytes
+    in range, or a string of the same spelling (a string's range is the loader's to check:
+    JSON Schema cannot compare ``4g`` with a number)."""
+    return {
+        "anyOf": [
+            {"type": "string", "pattern": "^" + SIZE_PATTERN.replace("?P<num>", "")
+             .replace("?P<unit>", "") + "$"},
+            {"type": "integer", "minimum": minimum, "maximum": maximum},
+        ],
+        "description": "a size: a number with k, m, g or t (1024-based), e.g. 512m or 4g; "
+                       "or whole bytes",
+    }
+
+
+SIZE_JSON_SCHEMA = size_json_schema()
 _MAX_DIGITS = 40  # far beyond MAX_BYTES in any unit; keeps huge numbers out of the arithmetic
 
 
@@ -35,7 +46,7 @@ def parse_size(value: object, minimum: int = 1, maximum: int = MAX_BYTES) -> int
     if isinstance(value, int):
         size = value
     elif isinstance(value, str):
-        match = _SIZE.fullmatch(value.strip())
+        match = _SIZE.fullmatch(value)
         if not match:
             raise ValueError(f"{value!r} is not a size; use a number with k, m, g or t (e.g. 4g)")
         if len(match["num"]) > _MAX_DIGITS:

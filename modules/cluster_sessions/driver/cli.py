@@ -18,7 +18,7 @@ from ..core.loader import Loaded
 from ..core.placement import Free
 from ..core.plan import ClusterPlan, plan_to_dict, session_copies
 from ..core.problems import DefinitionError
-from ..core.spec import Pool, Session
+from ..core.spec import Pool, Session, json_schema
 from ..core.terminal import dumps, guarded, printable, table
 from ..core.units import format_size
 from . import verbs
@@ -102,8 +102,7 @@ def plan_table(plan: ClusterPlan) -> str:
 def definitions_schema(kind: str | None = None) -> dict:
     """The JSON Schema of one kind, or of both (``oneOf``), with every ``$ref`` resolvable:
     each kind's own ``$defs`` are lifted to the top of the combined document."""
-    schemas = {"ClusterSession": Session.model_json_schema(mode="validation"),
-               "AgentPool": Pool.model_json_schema(mode="validation")}
+    schemas = {"ClusterSession": json_schema(Session), "AgentPool": json_schema(Pool)}
     if kind:
         return schemas[kind]
     defs: dict = {}

@@ -232,6 +232,11 @@ def cmd_pool_engine(args: argparse.Namespace) -> int:
     target = stacks.Target(stack_name, label, {POOL_CONFIG: where},
                            f"sessionctl pool {verb} {where}", f"sessionctl pool up {args.pool}")
     try:
+        stacks.refuse_taken_stacks([target], prepared)
+    except CommandError as exc:
+        report("invalid", backend=prepared.settings.backend_url, error=str(exc))
+        raise
+    try:
         doc = stacks.run_stack(args, verb, target, prepared)
     except stacks.StackFailed as exc:
         report_doc = exc.doc

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..core.loader import Loaded, load_file, load_session, with_pool
 from ..core.placement import Free
-from ..core.plan import ClusterPlan, build_plans, check_usable
+from ..core.plan import ClusterPlan, build_plans, check_usable, session_copies
 from ..core.problems import DefinitionError, Problem
 from ..core.spec import Session
 from .errors import Exit
@@ -105,14 +105,42 @@ def validate_files(paths: Sequence[Path]) -> list[Problem]:
     """Every problem of every file (``sessionctl validate``); a session file is checked together
     with its pool."""
     problems: list[Problem] = []
+    sessions: list[tuple[Path, Session]] = []
     for path in paths:
         try:
             obj = load_file(path)
             if isinstance(obj, Session):
+                sessions.append((path, obj))
                 check_usable(with_pool(obj, path))
         except DefinitionError as exc:
             problems.extend(exc.problems)
-    return problems
+    return problems + same_sessions(sessions)
+
+
+def same_sessions(definitions: Sequence[tuple[Path, Session]]) -> list[Problem]:
+    """One problem per definition that makes a session (a stack) another one makes too, naming
+    both files: ``name: sweep`` with ``count: 2`` makes sweep-1 and sweep-2, so another file's
+    ``name: sweep-2`` would run on, and replace, the same stack. The same file given twice is
+    one definition."""
+    made: dict[str, tuple[Path, str]] = {}
+    found: list[Problem] = []
+    seen: set[Path] = set()
+    for path, session in definitions:
+        key = path.resolve()
+        if key in seen:
+            continue
+        seen.add(key)
+        for copy in session_copies(session):
+            first = made.get(copy.name)
+            if first is None:
+                made[copy.name] = (path, session.name)
+                continue
+            how = (f" (name: {first[1]} with count)" if first[1] != copy.name else "")
+            found.append(Problem(str(path), "name", f"makes session {copy.name}, which "
+                                 f"{first[0]}{how} makes too: each session (and its stack) "
+                                 "comes from one definition; rename one of them"))
+            break
+    return found
 
 
 def selected(args: argparse.Namespace, free: Sequence[Free] | None = None) -> Selected:

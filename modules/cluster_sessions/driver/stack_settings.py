@@ -18,7 +18,14 @@ from typing import Any
 
 import yaml
 
-from ..core.names import DEFINITION_KEY, INDEX_KEY, POOL_KEY, PROJECT, config_key
+from ..core.names import (
+    DEFINITION_KEY,
+    INDEX_KEY,
+    POOL_DEFINITION_KEY,
+    POOL_KEY,
+    PROJECT,
+    config_key,
+)
 from .errors import CommandError, Exit
 
 Print = Callable[[str], None]
@@ -28,6 +35,10 @@ PROJECT_NAME = PROJECT
 CONFIG_DEFINITION = config_key(DEFINITION_KEY)
 CONFIG_POOL = config_key(POOL_KEY)
 CONFIG_INDEX = config_key(INDEX_KEY)
+CONFIG_POOL_DEFINITION = config_key(POOL_DEFINITION_KEY)
+OWNER_KEYS = (CONFIG_DEFINITION, CONFIG_POOL_DEFINITION)
+"""The config keys that say which file a stack is made from: a session's definition, or a
+pool stack's pool file. One stack, one file."""
 STACKS_DIR = "stacks"
 STATE_DIR = ".pulumi-state"
 # Public on purpose: it lets a laptop or the lab run without setup, and protects nothing.
@@ -80,6 +91,24 @@ def stack_config(definition: Path, pool: Path | None, project: Path,
         CONFIG_POOL: config_path(pool, stacks) if pool is not None else None,
         CONFIG_INDEX: str(index) if index is not None else None,
     }
+
+
+def owner_conflict(stack: str, recorded: Mapping[str, str],
+                   wanted: Mapping[str, str | None]) -> str | None:
+    """Why a run that sets ``wanted`` must not take over ``stack``, whose config holds
+    ``recorded``; None when the stack is new or made from the same file. A different
+    definition that maps to the same stack (``name: sweep`` with ``count: 2`` and another
+    file's ``name: sweep-2``) would otherwise replace the other session's containers."""
+    mine = {k: wanted.get(k) for k in OWNER_KEYS}
+    theirs = {k: recorded.get(k) for k in OWNER_KEYS}
+    if not any(theirs.values()) or theirs == mine:
+        return None
+    other = theirs[CONFIG_DEFINITION] or f"pool file {theirs[CONFIG_POOL_DEFINITION]}"
+    this = mine[CONFIG_DEFINITION] or f"pool file {mine[CONFIG_POOL_DEFINITION]}"
+    return (f"stack {stack} was made from {other} (relative to stacks/ when inside it), not "
+            f"{this}: one stack holds one definition's session. Destroy the other first "
+            f"(sessionctl destroy {other}), or give this session another name (name:, or "
+            "--stack NAME)")
 
 
 def is_project_dir(path: Path) -> bool:

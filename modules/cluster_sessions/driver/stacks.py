@@ -78,6 +78,7 @@ from .stack_settings import (
     find_project,
     install_instructions,
     masked_outputs,
+    owner_conflict,
     project_starts,
     split_command_error,
     stack_config,
@@ -388,11 +389,17 @@ def cmd_stack(args: argparse.Namespace) -> int:
     failures: list[StackFailed] = []
     done: list[str] = []
     stacks_dir = prepared.project / STACKS_DIR
-    for index, plan in sel.chosen:
-        target = session_target(args, sel.loaded.pool, plan, stacks[plan.name],
-                                stack_config(definition, pool_file, prepared.project,
-                                             index if sel.counted else None),
-                                f"sessionctl {verb} {config_path(definition, stacks_dir)}")
+    targets = [(plan, session_target(args, sel.loaded.pool, plan, stacks[plan.name],
+                                     stack_config(definition, pool_file, prepared.project,
+                                                  index if sel.counted else None),
+                                     f"sessionctl {verb} {config_path(definition, stacks_dir)}"))
+               for index, plan in sel.chosen]
+    try:
+        refuse_taken_stacks([t for _, t in targets], prepared)
+    except CommandError as exc:
+        report_all("invalid", backend=prepared.settings.backend_url, error=str(exc))
+        raise
+    for plan, target in targets:
         try:
             docs.append(run_stack(args, verb, target, prepared))
             done.append(plan.name)
@@ -411,6 +418,29 @@ def cmd_stack(args: argparse.Namespace) -> int:
                         + (f"; not attempted: {', '.join(left)}" if left else ""))
         raise CommandError(message, failures[0].code)
     return Exit.OK
+
+
+def refuse_taken_stacks(targets: Sequence[Target], prepared: Prepared) -> None:
+    """Before any stack is created or changed: refuse (exit 2) when a stack of ``targets``
+    already exists and was made from another file (:func:`owner_conflict`). One
+    ``list_stacks``, and one config read per stack that exists."""
+    from pulumi import automation as auto
+
+    workspace = open_workspace(prepared.project, prepared.settings, prepared.pulumi)
+    try:
+        existing = {s.name for s in workspace.list_stacks()}
+        problems = []
+        for target in targets:
+            if target.stack.rsplit("/", 1)[-1] not in existing:
+                continue
+            recorded = {k: v.value for k, v in workspace.get_all_config(target.stack).items()}
+            problem = owner_conflict(target.stack, recorded, target.config)
+            if problem:
+                problems.append(problem)
+    except auto.errors.CommandError as exc:
+        raise CommandError(f"could not read the stacks' config: {exc}", Exit.ENGINE) from None
+    if problems:
+        raise CommandError("\n".join(problems), Exit.INVALID)
 
 
 def session_target(args: argparse.Namespace, pool: Pool, plan: ClusterPlan, stack: str,

@@ -97,6 +97,13 @@ class Backend:
         return {k: auto.OutputValue(v, secret)
                 for k, (v, secret) in self.stacks[name].outputs.items()}
 
+    def get_all_config(self, *args: Any, **kwargs: Any) -> dict[str, auto.ConfigValue]:
+        _bound(auto.LocalWorkspace, "get_all_config", *args, **kwargs)
+        name = inspect.signature(auto.LocalWorkspace.get_all_config).bind(
+            None, *args, **kwargs).arguments["stack_name"]
+        self.calls.append(f"get_all_config {name}")
+        return {k: auto.ConfigValue(v) for k, v in self.stacks[name].config.items()}
+
     def remove_all(self) -> list[str]:
         """Delete every stack's resources (test teardown), whatever state they are in; the
         names of what could not be deleted."""
