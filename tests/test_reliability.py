@@ -500,6 +500,7 @@ def test_a_frozen_engine_times_out_with_a_clear_message(lab, automation, tmp_pat
     doc = yaml.safe_load(Path(path).read_text())
     pool = yaml.safe_load(lab.pool_file.read_text())
     pool["agents"] = [a for a in pool["agents"] if a["name"] == "agent2"]
+    pool.pop("swarm", None)
     pool_file = factories.write(tmp_path / "agent2.yaml", pool)
     path = str(factories.write(Path(path), {**doc, "pool": str(pool_file)}))
     rec = json.loads((lab.info.state_dir / "lab.json").read_text())

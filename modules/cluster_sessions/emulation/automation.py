@@ -102,6 +102,10 @@ class Backend:
         if path is None:
             return
         engine, builder = state.engine, state.builder
+        # each resource is checkpointed with its registration (type, dependencies), as the
+        # CLI's snapshot records it with the resource: a destroy after a killed run needs them
+        state.registrations.update({r.urn: r for r in list(engine.registrations)
+                                    if r.urn in engine.state})
         doc = {"config": state.config, "outputs": state.outputs,
                "registrations": state.registrations, "last_update": state.last_update,
                "state": engine.state, "old_inputs": engine.old_inputs,
