@@ -39,12 +39,12 @@ from cluster_sessions.driver.errors import Exit
 from cluster_sessions.emulation.automation import Backend
 from cluster_sessions.emulation.docker_builder import FAULT_ENV, run_in, wait_until_ready
 from cluster_sessions.emulation.engine import Engine, run_program
+from cluster_sessions.emulation.sessionctl import install
 from cluster_sessions.lab import netns
 from cluster_sessions.lab.image import ensure_images
 from cluster_sessions.lab.netns import LabError
 from cluster_sessions.pulumi_layer import swarm as swarm_resources
 from tests.conftest import PROJECT, clear_stale_lab, require_lab
-from tests.emulated_sessionctl import install
 
 from . import factories
 
@@ -184,8 +184,8 @@ class Automation:
 @pytest.fixture
 def automation(lab, monkeypatch, tmp_path):
     """The engine verbs through the emulated Automation API, stacks kept in a file backend
-    (as ``python -m tests.emulated_sessionctl`` keeps them); every session a test names in
-    ``names`` is swept from the lab afterwards, and must be gone."""
+    (as ``python -m cluster_sessions.emulation.sessionctl`` keeps them); every session a test
+    names in ``names`` is swept from the lab afterwards, and must be gone."""
     state = tmp_path / "state"
     state.mkdir()
     backend = Backend(state)
@@ -218,8 +218,8 @@ def driver(auto: Automation, *argv: str, fault: str | None = None) -> subprocess
     env.pop(FAULT_ENV, None)
     if fault:
         env[FAULT_ENV] = fault
-    return subprocess.Popen([sys.executable, "-m", "tests.emulated_sessionctl", *argv],
-                            cwd=PROJECT, env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "cluster_sessions.emulation.sessionctl",
+                             *argv], cwd=PROJECT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 

@@ -1,9 +1,9 @@
 """``sessionctl`` with the emulated Automation API, as a process of its own (one a test can
-interrupt): ``python -m tests.emulated_sessionctl up FILE --yes``.
+interrupt): ``python -m cluster_sessions.emulation.sessionctl up FILE --yes``.
 
 The stand-in is the one the ``emulated_automation`` fixture installs, with its stacks kept in
 the file backend ``PULUMI_BACKEND_URL`` names, so that the next process sees what this one
-finished. ``CLUSTER_SESSIONS_EMULATION_FAULT`` (see ``emulation/docker_builder.py``) says
+finished. ``CLUSTER_SESSIONS_EMULATION_FAULT`` (see :mod:`.docker_builder`) says
 where to interrupt it.
 """
 
@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cluster_sessions.driver import cli, stacks
-from cluster_sessions.emulation.automation import Backend
+from ..driver import cli, stacks
+from .automation import Backend
 
 
 def install(backend: Backend, setattr_: Callable[[Any, str, Any], None] = setattr) -> None:
