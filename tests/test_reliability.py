@@ -399,7 +399,8 @@ def test_destroy_after_an_interrupted_up_removes_everything(lab, automation, tmp
     proc = driver(automation, "up", path, "--yes", fault=f"{name}-sub2:created:KILL")
     proc.communicate(timeout=300)
     assert proc.returncode == -signal.SIGKILL
-    assert len(lab.leftovers(name)) == 4  # the network, main1, sub1, and sub2 (not started)
+    left = {i.name: i.detail for i in lab.leftovers(name)}  # sub1 may not be made yet:
+    assert left[f"{name}-sub2"] == "created" and len(left) >= 3, left  # parallel creates
     code, _out, err = ctl(capsys, "destroy", path, "--yes")
     assert code == 0, err
     assert lab.leftovers(name) == []
