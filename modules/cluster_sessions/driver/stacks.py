@@ -336,8 +336,7 @@ class Target:
     # destroy could not finish (returns the message)
     after_destroy: Callable[[Callable[..., dict[str, Any]]], None] | None = None
     partly_destroyed: Callable[[str], str] | None = None
-    # given the stack and the verb, before ``up`` and ``destroy``
-    before_change: Callable[[Any, str], None] | None = None
+    before_up: Callable[[Any], None] | None = None  # given the stack, before ``up``
 
 
 def cmd_stack(args: argparse.Namespace) -> int:
@@ -460,25 +459,24 @@ def session_target(args: argparse.Namespace, pool: Pool, plan: ClusterPlan, stac
             f"the agents answer (`sessionctl pool sweep {pool.name} --session {plan.name}` "
             "removes leftovers by label)."])
 
-    def before_change(stack_: Any, verb: str) -> None:
+    def before_up(stack_: Any) -> None:
         """An ``up`` killed while creating leaves that object on the engine but not in the
-        stack (the CLI drops an interrupted create): it would clash by name with the one an
-        ``up`` makes, or be a second network, and a container of it still attached to the
-        network fails the network's delete. Remove what is labelled with the session and not
-        held by the stack, and say so."""
+        stack (the CLI drops an interrupted create): it would clash by name with the one this
+        ``up`` makes, or be a second network. Remove what is labelled with the session and
+        not held by the stack, and say so."""
         deployment = stack_.export_stack().deployment or {}
         held = {r.get("id") for r in deployment.get("resources", []) if r.get("id")}
         swept = sweep(pool, plan.name, keep=held)
         for item in swept.removed:
-            print(f"sessionctl {verb}: {plan.name}: removed {item.kind} {item.name} on agent "
+            print(f"sessionctl up: {plan.name}: removed {item.kind} {item.name} on agent "
                   f"{item.agent}, which the stack does not hold (left by an interrupted run)",
                   file=sys.stderr)
-        if swept.remaining and verb == "up":  # destroy goes on; its own sweep follows
+        if swept.remaining:
             raise StackFailed(swept.summary(), Exit.ENGINE, summary_document(
-                verb, stack, plan.name, None, "failed", error=swept.summary()))
+                "up", stack, plan.name, None, "failed", error=swept.summary()))
 
     return Target(stack, plan.name, config, message, f"sessionctl up {args.file}",
-                  after_destroy, partly_destroyed, before_change)
+                  after_destroy, partly_destroyed, before_up)
 
 
 def run_stack(args: argparse.Namespace, verb: str, target: Target,
@@ -515,8 +513,8 @@ def run_stack(args: argparse.Namespace, verb: str, target: Target,
             raise StackFailed(f"no stack {name!r} in {backend}; run `{target.up_hint}` first",
                               Exit.ENGINE, summary("failed")) from None
         apply_config(stack, target.config)
-        if verb in ("up", "destroy") and target.before_change is not None:
-            target.before_change(stack, verb)
+        if verb == "up" and target.before_up is not None:
+            target.before_up(stack)
         outputs: Mapping[str, Any] = {}
         if prepared.ask_first:
             preview = (stack.preview(**kwargs("preview")) if verb == "up"
