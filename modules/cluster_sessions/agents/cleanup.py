@@ -18,7 +18,7 @@ is seen anywhere:
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -150,16 +150,23 @@ def removal_plan(found: Iterable[Leftover], manager: str | None) -> tuple[Plan, 
 
 
 def sweep(pool: Pool, session: str, *, agents: Iterable[str] | None = None,
-          dry_run: bool = False, wait: float = 15.0) -> SweepReport:
+          dry_run: bool = False, wait: float = 15.0, keep: Collection[str] = ()) -> SweepReport:
     """Remove every container and network of ``session`` on the pool's agents; then verify.
 
     ``agents`` limits the sweep (default: every agent of the pool, since a session that was
     re-planned may have left things on agents it no longer uses). ``dry_run`` only reports.
+    ``keep``: object IDs left alone (what a stack still holds, before an ``up``).
     """
     if not session:
         raise ValueError("sweep needs a session name")
     report = SweepReport(session)
-    found, errors = find_leftovers(pool, session, agents)
+    agents = list(agents) if agents is not None else None
+
+    def scan() -> tuple[list[Leftover], list[AgentError]]:
+        found, errors = find_leftovers(pool, session, agents)
+        return [i for i in found if i.object_id not in keep], errors
+
+    found, errors = scan()
     report.errors += errors
     if dry_run:
         report.remaining = found
@@ -203,7 +210,7 @@ def sweep(pool: Pool, session: str, *, agents: Iterable[str] | None = None,
                 if kind in kinds:
                     remove_on(name, kind, kinds[kind])
 
-    remaining, scan_errors = poll_until(lambda: find_leftovers(pool, session, agents),
+    remaining, scan_errors = poll_until(scan,
                                         lambda scan: not scan[0], wait, interval=0.3,
                                         between=retry)
     report.remaining = remaining

@@ -219,6 +219,10 @@ def call_kwargs(verb: str, *, json_mode: bool, color: bool, on_output: Print | N
         kwargs["suppress_progress"] = True
     if diff:
         kwargs["diff"] = True
+    if verb == "up":
+        # read the containers back first: without it a container that died or was removed
+        # stays "running" in the state and `up` changes nothing (pulumi up does not refresh)
+        kwargs["refresh"] = True
     if verb == "destroy":
         # past what cannot be deleted now (an agent that does not answer): the rest goes, the
         # stack keeps the failed ones for the next destroy

@@ -60,6 +60,7 @@ from ..core.plan import ClusterPlan
 from ..core.spec import Agent, Pool
 from .errors import CommandError, Exit
 from .session_args import EPILOG, add_session_args, selected
+from .stack_lock import StackBusy, stack_lock
 from .stack_settings import (
     CONFIRM,
     PASSPHRASE_WARNING,
@@ -336,12 +337,12 @@ class Target:
     # destroy could not finish (returns the message)
     after_destroy: Callable[[Callable[..., dict[str, Any]]], None] | None = None
     partly_destroyed: Callable[[str], str] | None = None
+    before_up: Callable[[Any], None] | None = None  # given the stack, before ``up``
 
 
 def cmd_stack(args: argparse.Namespace) -> int:
     verb = args.verb
     definition = Path(args.file)
-    pool_file = Path(args.pool) if args.pool else None
     sel = selected(args)  # DefinitionError -> exit 2 in cli.main
     if args.stack is not None and len(sel.chosen) > 1:
         raise CommandError(f"--stack names one stack, but {definition} makes "
@@ -379,26 +380,45 @@ def cmd_stack(args: argparse.Namespace) -> int:
 
     prepared = prepare(verb, args, project_starts(definition), str(definition), report_all,
                        local_engines)
-    if verb in ("preview", "up") and pending is None:
-        # Every agent the plans use answers, and is what each plan assumes (swarm membership,
-        # encryption support) before anything is created: no half-made session.
-        mine = [p.name for p in sel.plans]
-        for agents in dict.fromkeys(p.agents for _, p in sel.chosen):
-            preflight(sel.loaded.pool, agents, exclude_session=mine)
-    started(prepared)
-    failures: list[StackFailed] = []
-    done: list[str] = []
+    with contextlib.ExitStack() as held:
+        if verb != "preview":  # one change at a time per stack, from before the preflight
+            try:
+                for stack in stacks.values():
+                    held.enter_context(stack_lock(prepared.settings.backend_url, stack, verb))
+            except StackBusy as exc:
+                report_all("busy", backend=prepared.settings.backend_url, error=str(exc))
+                raise CommandError(str(exc), Exit.ENGINE) from None
+        return run_stacks(args, verb, sel, stacks, prepared, docs, emit_docs, report_all)
+
+
+def run_stacks(args: argparse.Namespace, verb: str, sel: Any, stacks: dict[str, str],
+               prepared: Prepared, docs: list[dict[str, Any]],
+               emit_docs: Callable[[], None], report_all: Callable[..., None]) -> int:
+    """The preflight, no stack taken from another definition, then the verb on each chosen
+    stack in turn."""
+    definition = Path(args.file)
+    pool_file = Path(args.pool) if args.pool else None
     stacks_dir = prepared.project / STACKS_DIR
     targets = [(plan, session_target(args, sel.loaded.pool, plan, stacks[plan.name],
                                      stack_config(definition, pool_file, prepared.project,
                                                   index if sel.counted else None),
                                      f"sessionctl {verb} {config_path(definition, stacks_dir)}"))
                for index, plan in sel.chosen]
+    pending = sel.pending
+    if verb in ("preview", "up") and pending is None:
+        # Every agent the plans use answers, and is what each plan assumes (swarm membership,
+        # encryption support) before anything is created: no half-made session.
+        mine = [p.name for p in sel.plans]
+        for agents in dict.fromkeys(p.agents for _, p in sel.chosen):
+            preflight(sel.loaded.pool, agents, exclude_session=mine)
     try:
         refuse_taken_stacks([t for _, t in targets], prepared)
     except CommandError as exc:
         report_all("invalid", backend=prepared.settings.backend_url, error=str(exc))
         raise
+    started(prepared)
+    failures: list[StackFailed] = []
+    done: list[str] = []
     for plan, target in targets:
         try:
             docs.append(run_stack(args, verb, target, prepared))
@@ -470,8 +490,24 @@ def session_target(args: argparse.Namespace, pool: Pool, plan: ClusterPlan, stac
             f"the agents answer (`sessionctl pool sweep {pool.name} --session {plan.name}` "
             "removes leftovers by label)."])
 
+    def before_up(stack_: Any) -> None:
+        """An ``up`` killed while creating leaves that object on the engine but not in the
+        stack (the CLI drops an interrupted create): it would clash by name with the one this
+        ``up`` makes, or be a second network. Remove what is labelled with the session and
+        not held by the stack, and say so."""
+        deployment = stack_.export_stack().deployment or {}
+        held = {r.get("id") for r in deployment.get("resources", []) if r.get("id")}
+        swept = sweep(pool, plan.name, keep=held)
+        for item in swept.removed:
+            print(f"sessionctl up: {plan.name}: removed {item.kind} {item.name} on agent "
+                  f"{item.agent}, which the stack does not hold (left by an interrupted run)",
+                  file=sys.stderr)
+        if swept.remaining:
+            raise StackFailed(swept.summary(), Exit.ENGINE, summary_document(
+                "up", stack, plan.name, None, "failed", error=swept.summary()))
+
     return Target(stack, plan.name, config, message, f"sessionctl up {args.file}",
-                  after_destroy, partly_destroyed)
+                  after_destroy, partly_destroyed, before_up)
 
 
 def run_stack(args: argparse.Namespace, verb: str, target: Target,
@@ -508,6 +544,8 @@ def run_stack(args: argparse.Namespace, verb: str, target: Target,
             raise StackFailed(f"no stack {name!r} in {backend}; run `{target.up_hint}` first",
                               Exit.ENGINE, summary("failed")) from None
         apply_config(stack, target.config)
+        if verb == "up" and target.before_up is not None:
+            target.before_up(stack)
         outputs: Mapping[str, Any] = {}
         if prepared.ask_first:
             preview = (stack.preview(**kwargs("preview")) if verb == "up"

@@ -12,14 +12,31 @@ take fails here as it would there, and results are the SDK's own classes.
 engine it was created on; with ``continue_on_error`` it goes on past a failure, never deletes
 what a failed resource depends on, keeps the failed ones in the stack and ends with an error
 naming them (``error`` diagnostics on the event stream, as the CLI's).
+
+With a ``directory`` (the file backend's), stacks outlive the process, as the DIY backend's
+checkpoints do: each stack is saved before every resource step and at the end of a run, so a
+run killed half-way leaves what it finished (an object created but not yet recorded is on the
+engine only, as a pending create is dropped by the CLI's next run), and a second process sees
+it. Updates take the DIY backend's lock file
+(``.pulumi/locks/organization/<project>/<stack>/<uuid>.json``, always on since pulumi 3.20,
+#8565): another update of the stack meanwhile is refused with the CLI's own message (the SDK
+makes it ``ConcurrentUpdateError``), and a killed run leaves its lock behind, as the CLI does.
+``up(refresh=True)`` reads every container back first, as the provider's Read does: one that is
+gone leaves the state, one that is not running reads back ``must_run=false``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import getpass
 import inspect
+import json
+import os
+import pickle
+import socket
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -31,10 +48,14 @@ from pulumi.automation import events
 from pulumi.automation._cmd import CommandResult
 from pulumi.automation.errors import create_command_error
 
+from ..core.names import PROJECT as PROJECT_NAME
+from . import connhelper
 from .docker_builder import DockerBuilder
 from .engine import Engine, Registration, run_program
 
 ORDER = ("docker:index/container:Container", "docker:index/network:Network")
+LOCKED = ("error: the stack is currently locked by {n} lock(s). Either wait for the other "
+          "process(es) to end or delete the lock file with `pulumi cancel`.")
 
 
 def _bound(cls: type, name: str, *args: Any, **kwargs: Any) -> None:
@@ -60,21 +81,108 @@ class StackState:
 class Backend:
     """The state backend: stacks by name, each with the containers its ``up`` built."""
 
-    def __init__(self) -> None:
+    def __init__(self, directory: Path | None = None) -> None:
         self.stacks: dict[str, StackState] = {}
         self.calls: list[str] = []
+        self.directory = directory
+
+    # --- the file backend: checkpoints and locks --------------------------------------------
+
+    def _checkpoint(self, stack: str) -> Path | None:
+        if self.directory is None:
+            return None
+        return self.directory / ".pulumi" / "stacks" / PROJECT_NAME / f"{stack}.emulated"
+
+    def lock_dir(self, stack: str) -> Path:
+        assert self.directory is not None
+        return self.directory / ".pulumi" / "locks" / "organization" / PROJECT_NAME / stack
+
+    def save(self, state: StackState) -> None:
+        path = self._checkpoint(state.name)
+        if path is None:
+            return
+        engine, builder = state.engine, state.builder
+        # each resource is checkpointed with its registration (type, dependencies), as the
+        # CLI's snapshot records it with the resource: a destroy after a killed run needs them
+        state.registrations.update({r.urn: r for r in list(engine.registrations)
+                                    if r.urn in engine.state})
+        doc = {"config": state.config, "outputs": state.outputs,
+               "registrations": state.registrations, "last_update": state.last_update,
+               "state": engine.state, "old_inputs": engine.old_inputs,
+               "old_provider": engine.old_provider, "old_dependencies": engine.old_dependencies,
+               "made": builder.made, "provider_configs": builder.provider_configs}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(pickle.dumps(doc))
+        tmp.replace(path)  # a kill never leaves half a checkpoint
+
+    def _load(self, stack: str) -> StackState | None:
+        path = self._checkpoint(stack)
+        if path is None or not path.exists():
+            return None
+        doc = pickle.loads(path.read_bytes())
+        state = self._new_state(stack)
+        state.config, state.outputs = doc["config"], doc["outputs"]
+        state.registrations, state.last_update = doc["registrations"], doc["last_update"]
+        engine = state.engine
+        engine.state, engine.old_inputs = doc["state"], doc["old_inputs"]
+        engine.old_provider, engine.old_dependencies = doc["old_provider"], doc["old_dependencies"]
+        state.builder.made = doc["made"]
+        state.builder.provider_configs = doc["provider_configs"]
+        return state
+
+    def _new_state(self, stack: str) -> StackState:
+        builder = DockerBuilder()
+        state = StackState(stack, builder, Engine())
+
+        def saved(hook: Callable[..., Any]) -> Callable[..., Any]:
+            def run(*args: Any) -> Any:
+                self.save(state)  # what finished so far, before the next step
+                return hook(*args)
+            return run
+
+        state.engine.on_create = saved(builder)
+        state.engine.on_update = saved(builder.update)
+        state.engine.on_delete = saved(builder.remove)
+        return state
+
+    @contextlib.contextmanager
+    def locked(self, stack: str):
+        """The DIY backend's update lock: refused while another lock file exists."""
+        if self.directory is None:
+            yield
+            return
+        locks = self.lock_dir(stack)
+        locks.mkdir(parents=True, exist_ok=True)
+        held = sorted(locks.glob("*.json"))
+        if held:
+            info = []
+            for path in held:
+                with contextlib.suppress(OSError, ValueError):
+                    doc = json.loads(path.read_text())
+                    info.append(f"\n  {path}: created by {doc['username']}@{doc['hostname']} "
+                                f"(pid {doc['pid']}) at {doc['timestamp']}")
+            raise _failure(LOCKED.format(n=len(held)) + "".join(info))
+        mine = locks / f"{uuid.uuid4()}.json"
+        mine.write_text(json.dumps({"pid": os.getpid(), "username": getpass.getuser(),
+                                    "hostname": socket.gethostname(),
+                                    "timestamp": datetime.now(UTC).isoformat()}))
+        try:
+            yield
+        finally:
+            mine.unlink(missing_ok=True)
 
     # --- what driver/stacks.py's open_stack and open_workspace return -------------------------
 
     def open_stack(self, stack: str, project: Path, settings: Any, pulumi: Path | None,
                    create: bool = True) -> EmulatedStack:
         if stack not in self.stacks:
-            if not create:
+            loaded = self._load(stack)
+            if loaded is None and not create:
                 raise auto.errors.StackNotFoundError(CommandResult(
                     "", f"error: no stack named '{stack}' found", 255))
-            builder = DockerBuilder()
-            engine = Engine(on_create=builder, on_update=builder.update, on_delete=builder.remove)
-            self.stacks[stack] = StackState(stack, builder, engine)
+            self.stacks[stack] = loaded or self._new_state(stack)
+            self.save(self.stacks[stack])
         return EmulatedStack(self, self.stacks[stack])
 
     def open_workspace(self, project: Path, settings: Any, pulumi: Path | None) -> Backend:
@@ -152,10 +260,51 @@ class EmulatedStack:
     def _config(self) -> dict[str, str]:
         return {k: v for k, v in self.state.config.items() if v != ""}
 
+    def export_stack(self, *args: Any, **kwargs: Any) -> auto.Deployment:
+        """The checkpoint's resources with the IDs the provider returned."""
+        self._call("export_stack", *args, **kwargs)
+        made = self.state.builder.made
+        resources = [{"urn": urn, "type": self.state.registrations[urn].type
+                      if urn in self.state.registrations else "",
+                      "id": made[urn][2] if urn in made else id_}
+                     for urn, (id_, _outs) in self.state.engine.state.items()]
+        return auto.Deployment(version=3, deployment={"resources": resources})
+
     def up(self, *args: Any, **kwargs: Any) -> auto.UpResult:
         self._call("up", *args, **kwargs)
+        with self.backend.locked(self.name):
+            try:
+                return self._up(kwargs)
+            finally:
+                self.backend.save(self.state)
+
+    def _read_back(self) -> None:
+        """The provider's Read of every container (``up --refresh``): gone leaves the state;
+        not running reads back ``must_run=false``."""
+        import docker.errors
+
+        engine, made = self.state.engine, self.state.builder.made
+        for urn, (kind, config, object_id) in list(made.items()):
+            if kind != "container" or urn not in engine.state:
+                continue
+            conn = connhelper.connect(config, timeout=15)
+            try:
+                running = conn.client.api.inspect_container(object_id)["State"]["Running"]
+            except docker.errors.NotFound:
+                del made[urn]
+                engine.state.pop(urn)
+                continue
+            finally:
+                conn.close()
+            if not running:
+                id_, outs = engine.state[urn]
+                engine.state[urn] = (id_, {**outs, "mustRun": False})
+
+    def _up(self, kwargs: dict[str, Any]) -> auto.UpResult:
         engine = self.state.engine
         try:
+            if kwargs.get("refresh"):
+                self._read_back()
             outputs = run_program(engine, self.name, self._config())
         except Exception as exc:  # the program failed: the CLI exits non-zero with its error
             raise _failure(f"error: {exc}") from None
@@ -190,11 +339,21 @@ class EmulatedStack:
 
     def refresh(self, *args: Any, **kwargs: Any) -> auto.RefreshResult:
         self._call("refresh", *args, **kwargs)
+        with self.backend.locked(self.name):
+            self._read_back()
+            self.backend.save(self.state)
         return auto.RefreshResult("", "", self._summary(
             "refresh", {"same": len(self.state.engine.state)}))
 
     def destroy(self, *args: Any, **kwargs: Any) -> auto.DestroyResult:
         self._call("destroy", *args, **kwargs)
+        with self.backend.locked(self.name):
+            try:
+                return self._destroy(kwargs)
+            finally:
+                self.backend.save(self.state)
+
+    def _destroy(self, kwargs: dict[str, Any]) -> auto.DestroyResult:
         on_event: Callable[[Any], None] | None = kwargs.get("on_event")
         go_on = bool(kwargs.get("continue_on_error"))
         state, regs = self.state.engine.state, self.state.registrations

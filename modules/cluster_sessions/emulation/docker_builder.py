@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import signal
 import tarfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -28,6 +31,25 @@ class SessionNotReady(AssertionError):
 MIB = 1024 * 1024
 READY_TIMEOUT = 150  # seconds: the entrypoint itself waits up to readiness.timeout (120 s)
 PROVIDER_TYPE = "pulumi:providers:docker"
+# "<object name>:<before|created|delete>:<INT|KILL|PAUSE=seconds>": a fault at one point of a
+# run (before an object is created or deleted; or, for a container, created but not started),
+# for the
+# reliability tests that interrupt a driver process there
+FAULT_ENV = "CLUSTER_SESSIONS_EMULATION_FAULT"
+
+
+def fault_point(name: str, phase: str) -> None:
+    """Interrupt (SIGINT, SIGKILL) this process, or pause, where ``FAULT_ENV`` says."""
+    spec = os.environ.get(FAULT_ENV, "")
+    want, _, rest = spec.partition(":")
+    at, _, action = rest.partition(":")
+    if (want, at) != (name, phase):
+        return
+    if action.startswith("PAUSE="):
+        time.sleep(float(action.removeprefix("PAUSE=")))
+        return
+    os.kill(os.getpid(), getattr(signal, f"SIG{action}"))
+    threading.Event().wait()  # nothing more happens on this thread
 
 
 class DockerBuilder:
@@ -54,8 +76,10 @@ class DockerBuilder:
             self.provider_configs[reg.urn] = connhelper.config_of(inputs)
             return None
         if reg.type == "docker:index/network:Network":
+            fault_point(inputs["name"], "before")
             return self.network(reg, inputs)
         if reg.type == "docker:index/container:Container":
+            fault_point(inputs["name"], "before")
             return self.container(reg, inputs)
         return None
 
@@ -138,6 +162,7 @@ class DockerBuilder:
         self.containers.append((client, cid))
         self.placed[inputs["name"]] = host
         self.made[reg.urn] = ("container", self.config_for(reg), cid)
+        fault_point(inputs["name"], "created")
         for upload in inputs["uploads"]:
             api.put_archive(cid, "/", tar_upload(upload))
         api.start(cid)
@@ -196,6 +221,7 @@ class DockerBuilder:
         if urn not in self.made:
             return
         kind, config, object_id = self.made[urn]
+        fault_point(urn.rsplit("::", 1)[-1], "delete")
         conn = connhelper.connect(config, timeout=15)
         try:
             with contextlib.suppress(docker.errors.NotFound):

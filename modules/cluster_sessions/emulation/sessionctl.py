@@ -1,0 +1,39 @@
+"""``sessionctl`` with the emulated Automation API, as a process of its own (one a test can
+interrupt): ``python -m cluster_sessions.emulation.sessionctl up FILE --yes``.
+
+The stand-in is the one the ``emulated_automation`` fixture installs, with its stacks kept in
+the file backend ``PULUMI_BACKEND_URL`` names, so that the next process sees what this one
+finished. ``CLUSTER_SESSIONS_EMULATION_FAULT`` (see :mod:`.docker_builder`) says
+where to interrupt it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..driver import cli, stacks
+from .automation import Backend
+
+
+def install(backend: Backend, setattr_: Callable[[Any, str, Any], None] = setattr) -> None:
+    """What the ``emulated_automation`` fixture patches, so the engine verbs reach ``backend``."""
+    setattr_(stacks, "open_stack", backend.open_stack)
+    setattr_(stacks, "open_workspace", backend.open_workspace)
+    setattr_(stacks, "find_pulumi", lambda environ: Path("/emulated/bin/pulumi"))
+
+
+def main(argv: list[str]) -> None:
+    url = os.environ["PULUMI_BACKEND_URL"]
+    install(Backend(Path(url.removeprefix("file://"))))
+    code = cli.main(argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # an interrupted run's engine threads must not keep the process alive
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
