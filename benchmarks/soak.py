@@ -1,6 +1,6 @@
 """Load and soak on a netns lab: sessions brought up at once, then up/destroy cycles.
 
-Brings up its own 2-agent lab (prefix ``csls``, 10.251.104.0/24; root), then
+Brings up its own 2-agent lab (prefix ``cslk``, 10.251.105.0/24; root), then
 
 1. load: ``--sessions`` sessions of ``--size`` containers, each ``sessionctl up`` in a process
    of its own (the emulated Automation API, stacks in one file backend), all at once; every
@@ -38,7 +38,7 @@ import yaml  # noqa: E402
 from cluster_sessions.core.names import LABEL_PREFIX  # noqa: E402
 from cluster_sessions.lab import netns, processes  # noqa: E402
 
-PREFIX, SUBNET = "csls", "10.251.104.0/24"
+PREFIX, SUBNET = "cslk", "10.251.105.0/24"
 DEFAULTS = ("bridge", "host", "none", "docker_gwbridge", "ingress")
 
 
