@@ -415,3 +415,39 @@ def test_agents_that_cannot_be_used_are_a_missing_prerequisite_exit_4(tmp_path, 
     err = capsys.readouterr().err
     assert "1 of 1 agent(s) cannot be used to probe free capacity" in err
     assert "agent a1: unreachable: ssh root@h:22: Connection refused" in err
+
+
+@pytest.mark.parametrize("pending", [False, True])
+def test_output_cut_short_by_the_reader_is_never_a_success(tmp_path, pending):
+    """``sessionctl plan ... | head -c 100``: the reader goes away before the verb finishes.
+    That must not exit 0 (under ``pipefail`` a failing plan would pass); it exits as a program
+    SIGPIPE ended, with nothing on stderr."""
+    import subprocess
+    import sys
+
+    from tests import factories
+
+    pool = factories.pool("wide", factories.agent(cpu=1000, mem="2000g"))
+    session = factories.session("wide-plan", str(tmp_path / "pool.yaml"), size=400,
+                                cpu=5 if pending else 1)
+    factories.write(tmp_path / "pool.yaml", pool)
+    path = factories.write(tmp_path / "s.yaml", session)
+    proc = subprocess.Popen([sys.executable, "-m", "cluster_sessions.driver.cli", "plan",
+                             str(path), "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout.read(100)
+    proc.stdout.close()
+    code = proc.wait(timeout=120)
+    assert code == 141, (code, proc.stderr.read())
+    assert proc.stderr.read() == b""
+
+
+@pytest.mark.parametrize("args", [["--agents", "0"], ["--agents", "33"], ["--agents", "x"],
+                                  ["--subnet", "banana"], ["--subnet", "8.8.8.0/24"],
+                                  ["--prefix", "Bad-Prefix"]])
+def test_bad_lab_arguments_are_invalid_input(args, capsys):
+    """Invalid input is exit 2 (contract 4), refused before anything is started."""
+    with pytest.raises(SystemExit) as caught:
+        main(["lab", "up", *args])
+    assert caught.value.code == 2
+    assert "error: argument" in capsys.readouterr().err

@@ -7,6 +7,7 @@ prerequisite (such as the ``pulumi`` CLI), 5 a batch job failed, 6 a batch job w
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -190,6 +191,9 @@ def quiet_libraries() -> None:
     logger.propagate = False
 
 
+BROKEN_PIPE = 128 + 13  # what a shell reports for a program SIGPIPE ended
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one verb with the terminal guarded (:func:`~cluster_sessions.core.terminal.guarded`):
     whatever a verb prints, no control character reaches the terminal and no character the
@@ -203,7 +207,9 @@ def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # a reader that went away shows here, not after the exit code
+        return code
     except DefinitionError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
@@ -221,7 +227,11 @@ def _main(argv: list[str] | None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        return Exit.OK
+        # The reader went away (``| head``): the verb did not finish, so never report
+        # success; exit as a program killed by SIGPIPE does (128 + 13), quietly.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE
     except Exception as exc:  # a bug: say so without a traceback unless asked
         if os.environ.get("SESSIONCTL_DEBUG"):
             raise

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..core.names import DEMO_IMAGE
+from ..lab.layout import MAX_AGENTS, layout_for
+from ..lab.processes import LabError
 from .errors import CommandError, Exit
 from .pool_verbs import project_dir
 
@@ -89,6 +91,34 @@ def import_lab_image(sockets: Sequence[Path]) -> str:
         for client in clients:
             client.close()
     return tag
+
+
+def agent_count(text: str) -> int:
+    """``--agents``: checked by argparse, so a bad count is invalid input (exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 1 <= value <= MAX_AGENTS:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_AGENTS}, got {value}")
+    return value
+
+
+def lab_subnet(text: str) -> str:
+    """``--subnet``: a private /24, checked as the lab's layout checks it (exit 2 if not)."""
+    try:
+        layout_for(Path("/"), "csl", text)
+    except LabError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def lab_prefix(text: str) -> str:
+    try:
+        layout_for(Path("/"), text, "10.251.0.0/24")
+    except LabError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def cmd_lab_up(args: argparse.Namespace) -> int:
@@ -172,7 +202,8 @@ def register(subparsers) -> None:
                           description="Start the lab (idempotent) and write its pool file. "
                           "Default pool file: stacks/pools/lab.yaml of the project (pool name "
                           "'lab'); a file there not written by `lab up` is kept unless --force.")
-    p.add_argument("--agents", type=int, default=3, metavar="N", help="number of agents (3)")
+    p.add_argument("--agents", type=agent_count, default=3, metavar="N",
+                   help=f"number of agents, 1-{MAX_AGENTS} (3)")
     state_arg(p)
     p.add_argument("--pool-file", metavar="FILE", help="where to write the pool file")
     p.add_argument("--no-pool", action="store_true", help="write no pool file")
@@ -180,8 +211,10 @@ def register(subparsers) -> None:
                    help="overwrite a pool file that `lab up` did not write")
     p.add_argument("--no-image", action="store_true",
                    help="do not import the test image into the agents' engines")
-    p.add_argument("--prefix", default="csl", help="name prefix of bridge and namespaces (csl)")
-    p.add_argument("--subnet", default="10.251.0.0/24", help="the lab's /24 (10.251.0.0/24)")
+    p.add_argument("--prefix", default="csl", type=lab_prefix,
+                   help="name prefix of bridge and namespaces (csl)")
+    p.add_argument("--subnet", default="10.251.0.0/24", type=lab_subnet,
+                   help="the lab's private /24 (10.251.0.0/24)")
     p.set_defaults(func=cmd_lab_up)
 
     p = lverbs.add_parser("down", help="stop the lab and remove everything it created",
