@@ -122,11 +122,20 @@ def main(argv: list[str] | None = None) -> int:
     clients = []
     try:
         doc = yaml.safe_load(info.pool_file.read_text())
-        cpu = max(args.sessions * args.size * 0.25 / 2, 1)
+        cpu = max(args.sessions * args.size * 0.25, 1)
         for a in doc["agents"]:
             a["capacity"] = {"cpu": cpu, "mem": "64g", "gpus": []}
-        pool = work / "soak-pool.yaml"
-        pool.write_text(yaml.safe_dump(doc, sort_keys=False))
+        # Each session is its own stack, planned on the pool's declared capacity (not on what
+        # the others just took), so concurrent ups of one pool all pick its first agent:
+        # half the sessions get a pool of agent1 only, half one of agent2 only.
+        halves = []
+        for agent in doc["agents"]:
+            half = work / f"soak-pool-{agent['name']}.yaml"
+            half.write_text(yaml.safe_dump({**doc, "name": f"soak-{agent['name']}",
+                                            "agents": [agent], "swarm": None},
+                                           sort_keys=False))
+            halves.append(half)
+        pool = halves[0]
         local = [docker.DockerClient(base_url=f"unix://{a.socket}", timeout=300)
                  for a in info.agents]
         clients = local
@@ -143,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
                         "baseline": baseline}
 
         names = [f"soak{i}-{uuid.uuid4().hex[:4]}" for i in range(args.sessions)]
-        paths = [definition(work, pool, image, n, args.size) for n in names]
+        paths = [definition(work, halves[i % len(halves)], image, n, args.size)
+                 for i, n in enumerate(names)]
         failed, up_s, errors = run_all(env, "up", paths)
         not_ready = [n for n in names if not ready(clients, n)]
         down_failed, down_s, down_errors = run_all(env, "destroy", paths)
