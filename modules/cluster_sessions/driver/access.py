@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -282,7 +283,10 @@ def cmd_ssh(args: argparse.Namespace) -> int:
         raise
     command = list(args.command or [])
     argv = [ssh, "-F", str(config), *(["-t"] if not command and sys.stdin.isatty() else []),
-            "--", alias(access.session, host), *command]
+            "--", alias(access.session, host),
+            # each argument one word, as given (docker exec's way, not ssh's joining):
+            # `-- sh -c 'a | b'` for a pipeline
+            *([" ".join(shlex.quote(a) for a in command)] if command else [])]
     sys.stdout.flush()
     sys.stderr.flush()
     if not command and not args.no_exec:
@@ -339,8 +343,9 @@ def cmd_key(args: argparse.Namespace) -> int:
 def register(subparsers) -> None:
     p = verb_parser(
         subparsers, "ssh", "log into a container of a session (or run a command there)",
-        "Log into HOST (default main1) of the session as its user, or run CMD there and exit "
-        "with its exit status (255: ssh itself failed). The way in goes over the pool's SSH "
+        "Log into HOST (default main1) of the session as its user, or run CMD there (each "
+        "argument one word, as given: `-- sh -c 'a | b'` for a pipeline) and exit with its "
+        "exit status (255: ssh itself failed). The way in goes over the pool's SSH "
         "to main1's agent (skipped for a local engine), to main1's sshd on the agent's "
         "loopback, and to a sub through main1. Host keys are checked strictly against the "
         "session CA; you log in with your own key (--identity), which is certified for an "
