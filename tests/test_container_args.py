@@ -45,8 +45,19 @@ def test_memory_swap_is_the_memory_so_the_read_back_matches():
 def test_only_the_main_role_publishes_ports():
     plan = plan_of(cluster={"mode": "single-node", "size": 3}, ports=[{"container": 8888}])
     published = {c.host: container_args(plan, c).ports for c in plan.containers}
-    assert [p.internal for p in published["main1"]] == [8888]
+    assert [p.internal for p in published["main1"]] == [8888, 2200]
     assert published["sub1"] == published["sub2"] == ()
+
+
+def test_main1_always_publishes_its_sshd_on_the_agents_loopback_at_a_port_the_engine_picks():
+    for ports in ([], [{"container": 8888}]):
+        plan = plan_of(ports=ports)
+        ssh = [p for p in container_args(plan, plan.containers[0]).ports if p.internal == 2200]
+        assert [(p.external, p.ip, p.protocol) for p in ssh] == [(None, "127.0.0.1", "tcp")]
+    # a definition that publishes 2200 itself keeps its own setting
+    plan = plan_of(ports=[{"container": 2200, "host": 2222}])
+    assert [(p.internal, p.external) for p in container_args(plan, plan.containers[0]).ports
+            ] == [(2200, 2222)]
 
 
 def test_the_endpoint_rides_in_a_label_so_a_changed_one_forces_a_new_container():

@@ -76,7 +76,7 @@ def test_check_refuses_empty_duplicate_or_non_string_hosts():
 
 
 def test_private_outputs_are_declared_secret():
-    assert set(keystore.SECRET_OUTPUTS) == {"user_private", "host_private"}
+    assert set(keystore.SECRET_OUTPUTS) == {"user_private", "host_private", "ca_private"}
     outs = created()[1]
     public_only = {k: v for k, v in outs.items() if k not in keystore.SECRET_OUTPUTS}
     text = repr(public_only)

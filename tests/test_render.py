@@ -6,6 +6,7 @@ containers in tests/test_runtime.py.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import shutil
@@ -40,10 +41,11 @@ POOL = Pool.model_validate({"kind": "AgentPool", "name": "p", "agents": [
     {"name": "a1", "docker_host": "unix:///x", "capacity": {"cpu": 64, "mem": "256g"}}]})
 REQUIRED = {"entrypoint.sh", "cluster-env.sh", "static-env.sh", "user-env.sh", "exec-env.sh",
             "save-env.sh", "as-user.sh", "wait-peers.bash", "hostfile", "hostfile.hydra",
+            "cluster-hosts.sh",
             "setup.sh", "wait-peers.sh", "start.sh", "command.sh", "ssh-session.sh",
             "profile.sh", "sshd_config", "ssh/config", "ssh/known_hosts", "ssh/authorized_keys",
             "ssh/id_cluster", "ssh/id_cluster.pub", "ssh/ssh_host_ed25519_key",
-            "ssh/ssh_host_ed25519_key.pub"}
+            "ssh/ssh_host_ed25519_key.pub", "ssh/ssh_host_ed25519_key-cert.pub", "ssh/user_ca.pub"}
 SECRET = {"ssh/id_cluster", "ssh/ssh_host_ed25519_key"}
 
 
@@ -116,16 +118,23 @@ def test_a_rendered_file_never_shows_a_private_key_in_its_repr():
     assert "PRIVATE" not in repr(secret) and keys.user.private_openssh not in repr(secret)
 
 
-def test_known_hosts_pins_every_host_with_its_own_key_on_port_2200():
-    plan, keys, bundles = render(size=5)
-    for files in bundles.values():
-        lines = [line for line in by_path(files)["ssh/known_hosts"].content.splitlines()
-                 if line and not line.startswith("#")]
-        pinned = {}
-        for line in lines:
-            name, key = re.fullmatch(rf"\[(\w+)\]:{SSH_PORT} (ssh-ed25519 \S+)", line).groups()
-            pinned[name] = key
-        assert pinned == {h: keys.hosts[h].public_openssh for h in plan.hosts}
+@pytest.mark.parametrize("size", [1, 5, 512])
+def test_known_hosts_is_one_cert_authority_line_for_the_session_ca_whatever_the_size(size):
+    plan, keys, bundles = render(size=size)
+    texts = {by_path(files)["ssh/known_hosts"].content for files in bundles.values()}
+    assert len(texts) == 1, "every container has the same known_hosts"
+    lines = [line for line in texts.pop().splitlines() if line and not line.startswith("#")]
+    assert len(lines) == 1, lines
+    marker, patterns, key = lines[0].split(" ", 2)
+    assert marker == "@cert-authority" and key == keys.ca.public_openssh
+    patterns = patterns.split(",")
+    # every host of the largest session matches, on the ssh port and without it (HostKeyAlias)
+    for host in ("main1", "sub1", "sub12", "sub512", "sub2047"):
+        assert any(fnmatch.fnmatchcase(host, p) for p in patterns), host
+        assert any(fnmatch.fnmatchcase(f"[{host}]:{SSH_PORT}", p.replace("[", "[[]"))
+                   for p in patterns), host
+    for other in ("github.com", "main2", "sub12345", "[main1]:22"):
+        assert not any(fnmatch.fnmatchcase(other, p.replace("[", "[[]")) for p in patterns)
 
 
 def test_authorized_keys_holds_the_session_user_key_only():
@@ -140,7 +149,8 @@ def test_ssh_client_config_names_every_host_with_port_user_key_and_strict_checki
     config = by_path(bundles["sub1"])["ssh/config"].content
     options = [line.split(None, 1) for line in config.splitlines()
                if line.strip() and not line.lstrip().startswith("#")]
-    assert options[0] == ["Host", "main1 sub1 sub2"]
+    # every host of any session by pattern (the file does not grow with the session)
+    assert options[0] == ["Host", "main1 sub? sub?? sub??? sub???? !*.*"]
     settings = dict((k, v) for k, v in options[1:])
     assert settings["Port"] == str(SSH_PORT)
     assert settings["User"] == "alice"
@@ -171,7 +181,9 @@ def test_entrypoint_carries_user_peers_and_readiness_timeout_from_the_definition
                            readiness={"timeout": 42})
     files = by_path(bundles["sub2"])
     script = files["entrypoint.sh"].content
-    assert '/wait-peers.sh" main1 sub1 sub3\n' in script
+    # the peers are derived at start from BACKENDAI_CLUSTER_HOSTS: no host is named here
+    assert '/wait-peers.sh" $_cs_peers\n' in script and "cluster-hosts.sh" in script
+    assert "sub1" not in script and "sub3" not in script
     assert "timeout=42\n" in files["wait-peers.sh"].content
     assert "setpriv --reuid=1234 --regid=4321 --init-groups --" in files["as-user.sh"].content
     assert '. "$bundle/as-user.sh"' in files["start.sh"].content
@@ -190,6 +202,10 @@ def test_static_env_holds_the_containers_env_each_only_if_unset():
     static = by_path(bundles["sub1"])["static-env.sh"].content
     assert "FOO" not in static
     for name in plan.containers[1].env:
+        if name == "BACKENDAI_CLUSTER_HOSTS":  # built by a loop, the file the same for any N
+            assert 'if [ -z "${BACKENDAI_CLUSTER_HOSTS+x}" ]; then' in static
+            assert "main1,sub" not in static
+            continue
         assert f'[ -n "${{{name}+x}}" ] || export {name}=' in static
 
 
@@ -230,7 +246,7 @@ def test_a_malformed_public_key_is_refused():
     plan = build_plan(make_session(2), POOL)
     keys = generate_session_keys(plan.hosts)
     bad = type(keys)(type(keys.user)(new_keypair().private_openssh, "ssh-ed25519 AAA\nx"),
-                     keys.hosts)
+                     keys.hosts, keys.ca, keys.host_certs)
     with pytest.raises(ValueError, match="public key"):
         render_session(plan, bad)
 
@@ -440,6 +456,8 @@ def test_a_real_sshd_accepts_the_rendered_config(tmp_path):
     key = run_dir / "ssh_host_ed25519_key"
     key.write_text(files["ssh/ssh_host_ed25519_key"].content)
     key.chmod(0o600)
+    for name in ("ssh_host_ed25519_key-cert.pub", "user_ca.pub"):
+        (run_dir / name).write_text(files[f"ssh/{name}"].content)
     result = subprocess.run([sshd, "-t", "-f", str(run_dir / "sshd_config")],
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
@@ -462,22 +480,24 @@ def test_files_the_same_in_every_container_are_rendered_once_per_session():
     again = by_path(render_container(plan, plan.containers[0], other_keys))
     assert again["ssh/known_hosts"].content != shared["ssh/known_hosts"][0]
     assert again["ssh/authorized_keys"].content != shared["ssh/authorized_keys"][0]
-    for host, key in other_keys.hosts.items():
-        assert key.public_openssh.split()[1] in again["ssh/known_hosts"].content, host
+    assert other_keys.ca.public_openssh in again["ssh/known_hosts"].content
     bigger, _, bundles4 = render(size=4)
-    assert "sub3" in by_path(bundles4["main1"])["ssh/config"].content
+    assert "sub3" in by_path(bundles4["main1"])["hostfile"].content
     assert bigger is not plan
 
 
-def test_every_rendered_shell_file_passes_shellcheck(tmp_path):
+@pytest.mark.parametrize("directory", [True, False], ids=["render-out", "uploaded"])
+def test_every_rendered_shell_file_passes_shellcheck(tmp_path, directory):
     """Every shell file a container runs: the bundle's scripts, a pack of the bundle and the
     pack entrypoint (SC1091, "not following a sourced file", only says the sourced files are
-    checked on their own)."""
+    checked on their own); as ``render --out`` writes them and as a container is sent them
+    (without the comment lines)."""
     found = shutil.which("shellcheck")
     if found is None:
         skip_or_fail("shellcheck is not installed (apt-get install shellcheck)")
-    _, _, bundles = render(size=3, env={"X": "a\n'b'\n$(c)", "LD_PRELOAD": "/x.so",
-                                        "BASH_ENV": "`y`"})
+    plan = build_plan(make_session(3, env={"X": "a\n'b'\n$(c)", "LD_PRELOAD": "/x.so",
+                                           "BASH_ENV": "`y`"}), POOL)
+    bundles = render_session(plan, generate_session_keys(plan.hosts), directory=directory)
     files = bundles["sub1"]
     scripts = [f for f in files if f.path.endswith(".sh")]
     assert {f.path for f in scripts} >= {"entrypoint.sh", "setup.sh", "wait-peers.sh",

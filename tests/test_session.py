@@ -397,11 +397,13 @@ def test_only_main1_publishes_the_definitions_ports(run: Run):
     session = run.plan.session
     for c in run.plan.containers:
         ports = run.container(c.host).plain_inputs.get("ports")
-        if c.host != "main1" or not session.ports:
+        if c.host != "main1":
             assert ports is None, f"{c.host} publishes {ports}"
             continue
         want = [{"internal": float(p.container), "ip": p.host_ip, "protocol": p.protocol,
                  **({"external": float(p.host)} if p.host else {})} for p in session.ports]
+        if not any(p.container == 2200 for p in session.ports):  # sshd, for `sessionctl ssh`
+            want.append({"internal": 2200.0, "ip": "127.0.0.1", "protocol": "tcp"})
         assert ports == want
 
 
@@ -510,8 +512,10 @@ def test_stack_outputs_describe_hosts_agents_network_and_main1(run: Run):
     assert main1["container"] == f"{plan.name}-main1"
     assert main1["agent"] == plan.containers[0].agent
     assert f"exec -it -u {plan.session.user.name} {plan.name}-main1" in main1["exec"]
-    assert [p["container"] for p in main1["ports"]] == [p.container for p in plan.session.ports]
-    if any(p.container == 2200 for p in plan.session.ports):
+    defined = [p.container for p in plan.session.ports]
+    assert [p["container"] for p in main1["ports"]] == defined + (
+        [] if 2200 in defined else [2200])
+    if any(p["container"] == 2200 and p["host"] for p in main1["ports"]):
         published = next(p for p in main1["ports"] if p["container"] == 2200)
         assert f"-p {published['host']} -- {plan.session.user.name}@" in main1["ssh"]["command"]
         host_key = run.engine.state[run.keys.urn][1]["host_public"]["main1"]
@@ -521,6 +525,9 @@ def test_stack_outputs_describe_hosts_agents_network_and_main1(run: Run):
         assert main1["ssh"] is None
     _value, secret = run.outputs["ssh_private_key"]
     assert secret, "the private key must be a secret output"
+    assert run.outputs["ssh_ca_private_key"][1], "the CA's private key must be a secret output"
+    ca_public, secret = run.outputs["ssh_ca_public_key"]
+    assert not secret and ca_public.startswith("ssh-ed25519 ")
     assert not run.outputs["main1"][1] and not run.outputs["ssh_public_key"][1]
 
 

@@ -27,6 +27,10 @@ from .plan import (
 )
 from .provider_facts import cpus_argument, gpu_device_request
 from .render import pack_entrypoint_argv
+from .spec import SSH_PORT
+
+#: Where main1 publishes its sshd: the agent's loopback (reached through the agent's SSH).
+LOOPBACK = "127.0.0.1"
 
 MIB = 1024 * 1024
 MTU_OPTION = "com.docker.network.driver.mtu"
@@ -107,6 +111,11 @@ def container_args(plan: ClusterPlan, c: ContainerPlan, endpoint: str = "") -> C
     job = runs_job(plan, c)
     ports = tuple(PortArgs(p.container, p.host, p.host_ip, p.protocol)
                   for p in session.ports) if c.role == "main" else ()
+    if c.role == "main" and not any(p.internal == SSH_PORT and p.protocol == "tcp"
+                                    for p in ports):
+        # main1's sshd, always, on the agent's loopback only, the engine choosing the port:
+        # `sessionctl ssh` comes through the agent's SSH (issue 22)
+        ports += (PortArgs(SSH_PORT, None, LOOPBACK, "tcp"),)
     return ContainerArgs(
         name=c.container_name,
         image=session.image,

@@ -45,6 +45,7 @@ EXEC_MODE = 0o755
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 WORD = re.compile(r"[A-Za-z0-9_.,:/@+=~-]+")
 PUBLIC_KEY = re.compile(r"ssh-ed25519 [A-Za-z0-9+/]+={0,2}")
+CERTIFICATE = re.compile(r"ssh-ed25519-cert-v01@openssh\.com [A-Za-z0-9+/]+={0,2}")
 
 
 @dataclass(frozen=True)
@@ -86,11 +87,20 @@ LAYOUT: tuple[tuple[str, str, int], ...] = (
     ("ssh/config", "ssh_config.j2", PUBLIC_MODE),
     ("ssh/known_hosts", "known_hosts.j2", PUBLIC_MODE),
     ("ssh/authorized_keys", "authorized_keys.j2", PUBLIC_MODE),
+    ("cluster-hosts.sh", "cluster-hosts.sh.j2", PUBLIC_MODE),
+)
+# Files that list every host: the entrypoint derives them at start from BACKENDAI_CLUSTER_HOSTS
+# (cluster-hosts.sh), so the bundle a container is sent does not grow with the session. Only a
+# bundle written to a directory (``sessionctl render --out``, which may be mounted read-only)
+# has them rendered too (``render_container(..., directory=True)``).
+HOSTFILES: tuple[tuple[str, str, int], ...] = (
     ("hostfile", "hostfile.j2", PUBLIC_MODE),
     ("hostfile.hydra", "hostfile.hydra.j2", PUBLIC_MODE),
 )
 USER_KEY = "ssh/id_cluster"
 HOST_KEY = "ssh/ssh_host_ed25519_key"
+HOST_CERT = HOST_KEY + "-cert.pub"
+USER_CA = "ssh/user_ca.pub"
 
 
 def shquote(value: object) -> str:
@@ -129,9 +139,42 @@ def public_key(value: object) -> str:
     return text
 
 
-def _environment() -> jinja2.Environment:
+def certificate(value: object) -> str:
+    text = str(value).strip()
+    if not CERTIFICATE.fullmatch(text):
+        raise ValueError("not an ssh-ed25519 certificate in OpenSSH format")
+    return text
+
+
+def session_hosts_joined(hosts: Sequence[str]) -> str:
+    """``main1,sub1,...`` when ``hosts`` are the session's usual names in order, else ``""``:
+    static-env.sh then builds the list with a loop instead of spelling it out."""
+    usual = hosts[:1] == ["main1"] and all(h == f"sub{i}" for i, h in enumerate(hosts) if i)
+    return ",".join(hosts) if usual else ""
+
+
+# A whole line of shell or ssh-file comment, except a shellcheck directive: dropped from the
+# templates of the bundle a container is sent (it keeps each file's first line, which says what
+# made it), so the upload stays small (issue 22: at most 32 KiB, whatever the session's size).
+# Only the templates' own text is touched, never an interpolated value.
+_COMMENT_LINE = re.compile(r"^[ \t]*#(?!!| shellcheck )[^\n]*\n", re.MULTILINE)
+
+
+def without_comment_lines(source: str) -> str:
+    """A template's source without its comment lines but the first (see ``_COMMENT_LINE``)."""
+    first, newline, rest = source.partition("\n")
+    return first + newline + _COMMENT_LINE.sub("", rest)
+
+
+class _CompactLoader(jinja2.FileSystemLoader):
+    def get_source(self, environment, template):  # noqa: ANN001, ANN201 (jinja2's signature)
+        source, filename, uptodate = super().get_source(environment, template)
+        return without_comment_lines(source), filename, uptodate
+
+
+def _environment(compact: bool = False) -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES),
+        loader=(_CompactLoader if compact else jinja2.FileSystemLoader)(TEMPLATES),
         autoescape=False,
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
@@ -142,11 +185,12 @@ def _environment() -> jinja2.Environment:
         comment_end_string="##}",
     )
     env.filters.update(shquote=shquote, shwords=shwords, shname=shname, word=word,
-                       public_key=public_key)
+                       public_key=public_key, certificate=certificate)
     return env
 
 
 _ENV = _environment()
+_COMPACT_ENV = _environment(compact=True)  # the bundle a container is sent
 
 
 def entrypoint_argv() -> list[str]:
@@ -275,26 +319,39 @@ def _host_keys(plan: ClusterPlan, keys: SessionKeys) -> Mapping[str, KeyPair]:
 # per session, not once per container (render time grows linearly with the size).
 SHARED = frozenset({"ssh/config", "ssh/known_hosts", "ssh/authorized_keys", "hostfile",
                     "hostfile.hydra"})
-_last_shared: list = []  # [plan, keys, {path: text}]: the last session rendered
+_TEMPLATES = {path: template for path, template, _ in LAYOUT + HOSTFILES}
+_last_shared: list = []  # [plan, keys, env, {path: text}]: the last session rendered
 
 
-def _shared(plan: ClusterPlan, keys: SessionKeys, context: dict) -> dict[str, str]:
+def _shared(plan: ClusterPlan, keys: SessionKeys, context: dict,
+            env: jinja2.Environment) -> dict[str, str]:
     """The session-wide files, made once per (plan, keys)."""
-    if _last_shared and _last_shared[0] is plan and _last_shared[1] is keys:
-        return _last_shared[2]
-    texts = {path: _ENV.get_template(template).render(context)
-             for path, template, _ in LAYOUT if path in SHARED}
-    _last_shared[:] = [plan, keys, texts]
+    if (_last_shared and _last_shared[0] is plan and _last_shared[1] is keys
+            and _last_shared[2] is env):
+        return _last_shared[3]
+    texts = {path: env.get_template(template).render(context)
+             for path, template in _TEMPLATES.items() if path in SHARED}
+    _last_shared[:] = [plan, keys, env, texts]
     return texts
 
 
 def render_container(plan: ClusterPlan, container: ContainerPlan,
-                     keys: SessionKeys) -> list[RenderedFile]:
-    """The bundle of one container, in a fixed order that does not depend on the keys."""
+                     keys: SessionKeys, directory: bool = False) -> list[RenderedFile]:
+    """The bundle of one container, in a fixed order that does not depend on the keys.
+
+    As a container is sent it (``directory`` false): its size does not depend on the
+    session's (what lists every host is derived at start by ``cluster-hosts.sh`` and
+    ``static-env.sh``, and one ``@cert-authority`` line is every ``known_hosts``), and the
+    templates' comment lines are left out (:func:`without_comment_lines`). For a directory
+    (``sessionctl render --out``, which may be mounted read-only, so the entrypoint cannot
+    write there): the files with their comments, and the hostfiles rendered too."""
     rank = container.local_rank
     if not (0 <= rank < len(plan.containers) and plan.containers[rank] == container):
         raise ValueError(f"{container.host} is not a container of session {plan.name!r}")
     host_keys = _host_keys(plan, keys)
+    if keys.ca is None or any(h not in keys.host_certs for h in plan.hosts):
+        raise ValueError("the session keys have no CA or not every host certificate "
+                         "(keys.with_hosts adds them)")
     session = plan.session
     context = {
         "session": plan.name,
@@ -314,23 +371,46 @@ def render_container(plan: ClusterPlan, container: ContainerPlan,
         "default_command": list(DEFAULT_COMMAND),
         "default_master_port": DEFAULT_MASTER_PORT,
         "user_public_key": keys.user.public_openssh,
-        "host_public_keys": [(h, host_keys[h].public_openssh) for h in plan.hosts],
+        "ca_public_key": keys.ca.public_openssh,
     }
-    shared = _shared(plan, keys, context)
-    context["peers"] = [h for h in plan.hosts if h != container.host]
+    context["hosts_joined"] = _hosts_joined(plan)
+    env = _ENV if directory else _COMPACT_ENV
+    shared = _shared(plan, keys, context, env)
+    layout = LAYOUT + HOSTFILES if directory else LAYOUT
     files = [RenderedFile(path, shared[path] if path in shared
-                          else _ENV.get_template(template).render(context), mode)
-             for path, template, mode in LAYOUT]
+                          else env.get_template(template).render(context), mode)
+             for path, template, mode in layout]
     own = host_keys[container.host]
     files += [
         RenderedFile(USER_KEY + ".pub", public_key(keys.user.public_openssh) + "\n", PUBLIC_MODE),
         RenderedFile(USER_KEY, _private(keys.user), SECRET_MODE, secret=True),
         RenderedFile(HOST_KEY + ".pub", public_key(own.public_openssh) + "\n", PUBLIC_MODE),
         RenderedFile(HOST_KEY, _private(own), SECRET_MODE, secret=True),
+        RenderedFile(HOST_CERT, certificate(keys.host_certs[container.host]) + "\n",
+                     PUBLIC_MODE),
+        RenderedFile(USER_CA, public_key(keys.ca.public_openssh) + "\n", PUBLIC_MODE),
     ]
     return files
 
 
-def render_session(plan: ClusterPlan, keys: SessionKeys) -> dict[str, list[RenderedFile]]:
-    """Every container's bundle, by host, in host order."""
-    return {c.host: render_container(plan, c, keys) for c in plan.containers}
+_last_joined: list = []  # [plan, text]
+
+
+def _hosts_joined(plan: ClusterPlan) -> str:
+    if not (_last_joined and _last_joined[0] is plan):
+        _last_joined[:] = [plan, session_hosts_joined(list(plan.hosts))]
+    return _last_joined[1]
+
+
+def known_hosts(session: str, ca_public_key: str) -> str:
+    """The ``known_hosts`` every container of ``session`` has: one ``@cert-authority`` line for
+    the session CA (``sessionctl ssh`` checks the containers' host keys with it too)."""
+    return _COMPACT_ENV.get_template("known_hosts.j2").render(
+        session=session, ssh_port=SSH_PORT, ca_public_key=ca_public_key)
+
+
+def render_session(plan: ClusterPlan, keys: SessionKeys,
+                   directory: bool = True) -> dict[str, list[RenderedFile]]:
+    """Every container's bundle, by host, in host order: for directories, unless ``directory``
+    is false (then exactly what the Pulumi program sends each container)."""
+    return {c.host: render_container(plan, c, keys, directory) for c in plan.containers}

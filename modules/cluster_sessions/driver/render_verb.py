@@ -194,7 +194,8 @@ def render_session(plan: ClusterPlan, out: Path) -> None:
         check_free(out / host for host in plan.hosts)
         out.mkdir(parents=True, exist_ok=True)
         for container in plan.containers:  # one container's files in memory at a time
-            files = [*render_container(plan, container, keys), _mark(plan.name, container.host)]
+            files = [*render_container(plan, container, keys, directory=True),
+                     _mark(plan.name, container.host)]
             counts[container.host] = write_bundle(files, out / container.host)
         stale = sorted(p.name for p in out.iterdir()
                        if HOST_DIR.fullmatch(p.name) and p.name not in hosts and is_ours(p))

@@ -17,6 +17,7 @@ MODULES: list[str] = [
     "cluster_sessions.driver.diff_verb",
     "cluster_sessions.driver.pool_verbs",
     "cluster_sessions.driver.lab_verbs",
+    "cluster_sessions.driver.access",
 ]
 
 

@@ -136,4 +136,8 @@ def run(project_dir: Path) -> Session:
     pulumi.export("ssh_public_key", session.ssh_public_key)
     # For ssh into main1 from outside; shown only with ``--show-secrets``.
     pulumi.export("ssh_private_key", pulumi.Output.secret(session.keys.user_private))
+    # The session CA (issue 22): known_hosts trusts its public half; `sessionctl ssh` signs the
+    # user's own key with the private half, which never leaves the stack (a secret).
+    pulumi.export("ssh_ca_public_key", session.ssh_ca_public_key)
+    pulumi.export("ssh_ca_private_key", pulumi.Output.secret(session.keys.ca_private))
     return session

@@ -108,12 +108,16 @@ BUNDLE_PACK_PERMISSIONS = "0600"
 def check_rendered(files: Sequence[RenderedFile], material: keys.SessionKeys,
                    host: str) -> list[RenderedFile]:
     """``host``'s rendered bundle, checked: a file rendered as not secret must not hold a
-    private key (the user key or this host's key: the only private keys a container receives).
+    private key (the user key or this host's key: the only private keys a container receives),
+    and no file at all the session CA's private key (it stays in the stack).
     """
-    private = [material.user.private_openssh, material.hosts[host].private_openssh]
+    private = [material.user.private_openssh, material.hosts[host].private_openssh,
+               material.ca.private_openssh if material.ca is not None else ""]
     for f in files:
         if not f.secret and any(p.strip() and p.strip() in f.content for p in private):
             raise RuntimeError(f"{f.path} holds a private key but is not marked secret")
+        if private[2].strip() and private[2].strip() in f.content:
+            raise RuntimeError(f"{f.path} holds the session CA's private key")
     return list(files)
 
 
@@ -139,6 +143,7 @@ class Session(pulumi.ComponentResource):
     network: ``name``, ``driver`` (bridge | overlay), ``agent`` it was created through, ``id``.
     main1: container name, agent, published ports, and commands to reach it.
     ssh_public_key: the session's user public key.
+    ssh_ca_public_key: the session CA's public key (``@cert-authority`` in known_hosts).
     """
 
     hosts: pulumi.Output[list[str]]
@@ -146,6 +151,7 @@ class Session(pulumi.ComponentResource):
     network: pulumi.Output[dict]
     main1: pulumi.Output[dict]
     ssh_public_key: pulumi.Output[str]
+    ssh_ca_public_key: pulumi.Output[str]
 
     def __init__(self, name: str, args: SessionArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:
@@ -158,8 +164,12 @@ class Session(pulumi.ComponentResource):
         self.pool = args.pool
 
         self.providers = self._build_providers(name)
+        # host certificates name the container's host name and container name (both resolve
+        # on the session network)
         self.keys = SessionKeyStore(f"{name}-keys", plan.hosts,
-                                opts=pulumi.ResourceOptions(parent=self))
+                                opts=pulumi.ResourceOptions(parent=self),
+                                principals={c.host: [c.host, c.container_name]
+                                            for c in plan.containers})
         self.docker_network = self._build_network()
         material = self.keys.material()
         self.containers: dict[str, docker.Container] = {
@@ -176,7 +186,9 @@ class Session(pulumi.ComponentResource):
         })
         self.main1 = self._main1_info()
         self.ssh_public_key = self.keys.user_public
+        self.ssh_ca_public_key = self.keys.ca_public
         self.register_outputs({
+            "ssh_ca_public_key": self.ssh_ca_public_key,
             "hosts": self.hosts,
             "agents": self.agents,
             "network": self.network,
@@ -313,8 +325,6 @@ class Session(pulumi.ComponentResource):
             "docker_host": agent.docker_host,
             "exec": f"{docker_cli(agent)} exec -it -u {user} {main.container_name} bash -l",
         }
-        if not self.plan.session.ports:
-            return pulumi.Output.from_input({**base, "ports": [], "ssh": None})
         host_key = self.keys.host_public.apply(lambda k: k.get(main.host))
 
         def describe(ports: Sequence, main1_key: str | None) -> dict:
