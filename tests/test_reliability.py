@@ -93,12 +93,22 @@ class Lab:
                                 mem="256m", shmem="64m", **extra)
         return factories.write(directory / f"{name}.yaml", doc)
 
+    def listed(self, agent: str, **filters) -> list:
+        """``containers.list`` on ``agent``; a pooled connection the agent closed while idle
+        (``Connection reset``) is retried once on a fresh client."""
+        import requests
+
+        try:
+            return self.client(agent).containers.list(all=True, filters=filters)
+        except requests.exceptions.ConnectionError:
+            self.forget(agent)
+            return self.client(agent).containers.list(all=True, filters=filters)
+
     def containers(self, name: str) -> dict:
         """host -> container, of session ``name`` on every agent."""
         found = {}
         for agent in self.pool.agents:
-            for c in self.client(agent.name).containers.list(
-                    all=True, filters={"label": f"{LABEL_PREFIX}.session={name}"}):
+            for c in self.listed(agent.name, label=f"{LABEL_PREFIX}.session={name}"):
                 host = c.labels[f"{LABEL_PREFIX}.host"]
                 assert host not in found, f"{host} twice: {found[host].name}, {c.name}"
                 found[host] = c
@@ -127,6 +137,8 @@ def lab(tmp_path_factory):
         doc["name"] = "rlab"
         for a in doc["agents"]:
             a["capacity"] = {"cpu": 2, "mem": "4g", "gpus": []}
+        # the scenarios mount a folder of their own tmp_path (data in mounts must survive)
+        doc["mount_sources"] = [str(tmp_path_factory.getbasetemp())]
         pool_file = state / "rlab.yaml"
         pool_file.write_text(yaml.safe_dump(doc, sort_keys=False))
         local = [docker.DockerClient(base_url=f"unix://{a.socket}", timeout=600)
