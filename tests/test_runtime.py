@@ -478,6 +478,19 @@ def test_the_readiness_probe_leaves_no_error_in_sshd_s_log(session_factory):
     assert "readiness probe" in running.logs("main1").decode(errors="replace")
 
 
+def test_the_job_example_asks_every_host_its_name_and_succeeds(session_factory):
+    from cluster_sessions.core.loader import load_file
+
+    from .conftest import STACKS
+
+    job = load_file(STACKS / "sessions" / "job.yaml")
+    running = session_factory(job.model_copy(update={"name": unique("job")}))
+    main1 = running.containers["main1"]
+    assert main1.wait(timeout=60)["StatusCode"] == 0, running.logs("main1")
+    out = main1.logs(stdout=True, stderr=False).decode().split()
+    assert out == ["main1", "sub1"], running.logs("main1")
+
+
 # --- other shapes -----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
