@@ -83,7 +83,24 @@ def test_plan_of_an_invalid_file_exits_2(tmp_path, capsys):
     bad.write_text("kind: ClusterSession\n")
     code, out, err = run(capsys, "plan", str(bad))
     assert code == 2 and out == ""
-    assert f"{bad}: name: required" in err.splitlines()
+    assert f"{bad}: pool: required" in err.splitlines()
+
+
+def test_plan_says_a_name_came_from_the_file_name(tmp_path, capsys):
+    text = (STACKS / "sessions" / "train-demo.yaml").read_text()
+    doc = tmp_path / "night-run.yaml"
+    doc.write_text(re.sub(r"(?m)^name: .*\n", "", text).replace("pool: local",
+                   f"pool: {STACKS / 'pools' / 'local.yaml'}"))
+    code, out, _ = run(capsys, "plan", str(doc))
+    assert code == 0
+    assert out.splitlines()[0].startswith("session  night-run (from the file name)  (id ")
+    code, out, _ = run(capsys, "plan", str(STACKS / "sessions" / "train-demo.yaml"))
+    assert "from the file name" not in out
+
+
+def test_the_schema_lets_a_session_omit_its_name(capsys):
+    code, out, _ = run(capsys, "schema", "ClusterSession")
+    assert code == 0 and "name" not in json.loads(out)["required"]
 
 
 def test_schema_describes_both_kinds(capsys):

@@ -974,3 +974,28 @@ def test_a_count_is_bounded_by_the_containers_it_plans_in_all(tree):
     assert problems_of(tree(counted(3, 683))) == [
         "count: 3 sessions of 683 containers are 2049 containers, more than the 2048 one "
         "definition may plan: lower the count or the size"]
+
+
+def test_an_unknown_pool_name_lists_the_pools_that_exist_with_a_hint(tree):
+    path = tree(SESSION.replace("pool: lab", "pool: lob"))
+    [problem] = problems_of(path)
+    assert "did you mean 'lab'?" in problem
+    assert "pools that exist: " in problem and "lab" in problem.split("pools that exist: ")[1]
+
+
+def test_a_session_without_a_name_is_named_after_its_file(tree):
+    path = tree(SESSION.replace("name: train-demo\n", ""), name="night-run.yaml")
+    loaded = load_session(path)
+    assert loaded.session.name == "night-run"
+    assert loaded.name_from_file
+
+
+def test_a_name_from_the_file_is_checked_like_a_written_one_and_says_so(tree):
+    path = tree(SESSION.replace("name: train-demo\n", ""), name="x.yaml")
+    [problem] = problems_of(path)
+    assert problem.startswith("name: must be 4-64 characters")
+    assert "from the file name" in problem
+
+
+def test_a_written_name_is_not_from_the_file(tree):
+    assert not load_session(tree(SESSION)).name_from_file

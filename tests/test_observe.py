@@ -536,3 +536,60 @@ def test_logs_of_a_real_container_reach_the_terminal_escaped(docker_client, tiny
         assert not acts_on_a_terminal(out)
     finally:
         remove_session(docker_client, plan.name)
+
+
+class StampedContainer(FakeContainer):
+    """A container whose engine gives each line a timestamp (``timestamps=True``), stored in
+    the order given, which need not be the order of the stamps."""
+
+    def __init__(self, plan, host: str, lines: list[tuple[str, str]]):
+        super().__init__(plan, host)
+        self._lines = lines
+
+    def logs(self, **options):
+        return iter([(f"{stamp} " if options.get("timestamps") else "").encode()
+                     + f"{text}\n".encode() for stamp, text in self._lines])
+
+
+def test_logs_show_a_container_s_lines_in_the_order_the_engine_stamped_them(
+        tmp_path, monkeypatch, capsys):
+    file, plan = make_session(tmp_path, "busybox", size=1)
+    stored = [("2026-01-02T03:04:05.1Z", "first"),
+              ("2026-01-02T03:04:05.4Z", "cluster-session[main1]: job exited with code 0"),
+              ("2026-01-02T03:04:05.25Z", "last stdout line")]
+    fake_connect(monkeypatch, "logs", FakeClient([StampedContainer(plan, "main1", stored)]))
+    assert main(["logs", str(file)]) == Exit.OK
+    assert capsys.readouterr().out.splitlines() == [
+        "main1 | first", "main1 | last stdout line",
+        "main1 | cluster-session[main1]: job exited with code 0"]
+
+
+def test_logs_with_timestamps_interleave_the_containers_by_time(tmp_path, monkeypatch, capsys):
+    file, plan = make_session(tmp_path, "busybox", size=2)
+    fake_connect(monkeypatch, "logs", FakeClient([
+        StampedContainer(plan, "main1", [("2026-01-02T03:04:05.1Z", "a"),
+                                         ("2026-01-02T03:04:06Z", "c")]),
+        StampedContainer(plan, "sub1", [("2026-01-02T03:04:05.5Z", "b")])]))
+    assert main(["logs", str(file), "--timestamps"]) == Exit.OK
+    assert capsys.readouterr().out.splitlines() == [
+        "main1 | 2026-01-02T03:04:05.1Z a", "sub1  | 2026-01-02T03:04:05.5Z b",
+        "main1 | 2026-01-02T03:04:06Z c"]
+
+
+@pytest.mark.docker
+def test_logs_with_timestamps_interleave_real_containers_by_time(docker_client, tiny_image,
+                                                                 tmp_path, capsys):
+    file, plan = make_session(tmp_path, tiny_image, size=2)
+    try:
+        made = [run_container(docker_client, plan, "main1",
+                              "echo one; sleep 1; echo three >&2; exec sleep 600"),
+                run_container(docker_client, plan, "sub1",
+                              "sleep 0.5; echo two; exec sleep 600")]
+        for c, last in zip(made, (b"three", b"two"), strict=True):
+            wait_for_logs(c, last)
+        assert main(["logs", str(file), "--timestamps"]) == Exit.OK
+        lines = capsys.readouterr().out.splitlines()
+        assert [(line.split()[0], line.split()[-1]) for line in lines] == [
+            ("main1", "one"), ("sub1", "two"), ("main1", "three")]
+    finally:
+        remove_session(docker_client, plan.name)

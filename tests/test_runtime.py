@@ -459,6 +459,36 @@ def test_images_without_bash_wait_for_their_peers_with_nc_or_ssh_keyscan(
     assert running.ok("sub2", "ssh -o BatchMode=yes main1 'echo $0 $MASTER_ADDR'"
                       ).split() == ["/bin/sh", "main1"]
     assert running.timings["last_start_to_all_ready_s"] < 10, running.timings
+    if probe == "busybox nc":
+        assert_no_probe_noise(running)
+
+
+def assert_no_probe_noise(running: Running) -> None:
+    """sshd logs nothing that reads as an error for the readiness probes."""
+    for host in running.hosts:
+        logs = running.logs(host).decode(errors="replace")
+        assert "kex_exchange_identification" not in logs, f"{host}:\n{logs}"
+        assert "Connection closed by" not in logs, f"{host}:\n{logs}"
+
+
+def test_the_readiness_probe_leaves_no_error_in_sshd_s_log(session_factory):
+    running = session_factory(session_def(unique("quiet"), 2))
+    time.sleep(0.5)  # sshd logs a connection's end after the probe has gone
+    assert_no_probe_noise(running)
+    assert "readiness probe" in running.logs("main1").decode(errors="replace")
+
+
+def test_the_job_example_asks_every_host_its_name_and_succeeds(session_factory):
+    from cluster_sessions.core.loader import load_file
+
+    from .conftest import STACKS
+
+    job = load_file(STACKS / "sessions" / "job.yaml")
+    running = session_factory(job.model_copy(update={"name": unique("job")}))
+    main1 = running.containers["main1"]
+    assert main1.wait(timeout=60)["StatusCode"] == 0, running.logs("main1")
+    out = main1.logs(stdout=True, stderr=False).decode().split()
+    assert out == ["main1", "sub1"], running.logs("main1")
 
 
 # --- other shapes -----------------------------------------------------------------------------

@@ -23,9 +23,11 @@ from cluster_sessions.core.loader import load_session
 from cluster_sessions.core.names import BUNDLE_DIGEST_LABEL, ENDPOINT_LABEL
 from cluster_sessions.core.plan import (
     ClusterPlan,
-    build_plan,
+    build_plans,
+    container_command,
     container_labels,
     network_labels,
+    runs_job,
 )
 from cluster_sessions.core.provider_facts import cpus_read_back, parse_cpus
 from cluster_sessions.core.render import BUNDLE_DIR, pack, pack_entrypoint_argv, render_container
@@ -78,9 +80,11 @@ def definition_and_pool(config: dict[str, str]) -> tuple[Path, Path | None]:
 
 
 def expected_plan(config: dict[str, str]) -> ClusterPlan:
-    """The plan the program should build, made here from the same files independently."""
+    """The plan the program should build, made here from the same files independently (with
+    ``count``, the session ``cluster-sessions:index`` names, default the first)."""
     loaded = load_session(*definition_and_pool(config))
-    return build_plan(loaded.session, loaded.pool)
+    plans = build_plans(loaded.session, loaded.pool)
+    return plans[int(config.get("cluster-sessions:index", "1")) - 1]
 
 
 class Run:
@@ -132,10 +136,14 @@ def test_every_example_session_has_a_stack_file_named_after_it():
     sessions = sorted((STACKS / "sessions").glob("*.yaml"))
     assert sessions, "no example sessions in stacks/sessions"
     for path in sessions:
-        plan = expected_plan({"cluster-sessions:definition": str(path)})
-        assert plan.name in EXAMPLES, f"no stacks/Pulumi.{plan.name}.yaml for {path.name}"
-        configured = STACKS / stack_file_config(plan.name)["cluster-sessions:definition"]
-        assert configured.resolve() == path.resolve(), f"Pulumi.{plan.name}.yaml names {configured}"
+        loaded = load_session(path)
+        for i, plan in enumerate(build_plans(loaded.session, loaded.pool), 1):
+            assert plan.name in EXAMPLES, f"no stacks/Pulumi.{plan.name}.yaml for {path.name}"
+            config = stack_file_config(plan.name)
+            configured = STACKS / config["cluster-sessions:definition"]
+            assert configured.resolve() == path.resolve(), \
+                f"Pulumi.{plan.name}.yaml names {configured}"
+            assert int(config.get("cluster-sessions:index", "1")) == i, plan.name
 
 
 def test_stack_files_only_use_config_keys_the_project_declares():
@@ -346,9 +354,10 @@ def test_container_identity_env_and_command_come_from_the_plan(run: Run):
                                                "aliases": [c.host]}], reg.urn
         assert inputs["envs"] == [f"{k}={v}" for k, v in c.env.items()], reg.urn
         assert inputs["entrypoints"] == pack_entrypoint_argv(), reg.urn
-        assert inputs["command"] == list(session.command), reg.urn
-        assert inputs["restart"] == session.restart, reg.urn
-        assert inputs["mustRun"] is True, reg.urn
+        assert inputs["command"] == list(container_command(plan, c)), reg.urn
+        job = runs_job(plan, c)  # a batch session's main1: it ends, and stays ended
+        assert inputs["restart"] == ("no" if job else session.restart), reg.urn
+        assert inputs["mustRun"] is not job, reg.urn
         assert inputs["init"] is True, reg.urn  # docker-init reaps sshd's leftovers
 
 

@@ -274,18 +274,37 @@ def to_model(data: object, file: str, expect: str | None = None) -> Session | Po
     if expect and kind != expect:
         raise DefinitionError([Problem(file, "kind", f"expected {expect}, got {kind}")])
     model = KINDS[kind]
+    from_file = named_by_file(data)
+    if from_file:
+        data = {**data, "name": Path(file).stem}
     try:
         obj = model.model_validate(as_json_numbers(data))
     except ValidationError as exc:
-        raise DefinitionError([
+        problems = [
             Problem(file, dotted(tuple(p for p in e["loc"] if p != "[key]")), _message(e, model))
             for e in exc.errors(include_url=False)
-        ]) from None
+        ]
+        raise DefinitionError(_noting_file_name(problems, from_file)) from None
     check = session_problems if isinstance(obj, Session) else pool_problems
     problems = [Problem(file, path, msg) for path, msg in check(obj)]  # type: ignore[arg-type]
     if problems:
-        raise DefinitionError(problems)
+        raise DefinitionError(_noting_file_name(problems, from_file))
     return obj
+
+
+def named_by_file(data: object) -> bool:
+    """A ClusterSession that omits ``name`` is named after its file's stem
+    (``stacks/sessions/train-demo.yaml`` is ``train-demo``): one name fewer to keep in step."""
+    return isinstance(data, dict) and data.get("kind") == "ClusterSession" and "name" not in data
+
+
+def _noting_file_name(problems: list[Problem], from_file: bool) -> list[Problem]:
+    """A problem with a name the file gave says so: the fix is a ``name:`` or a new file name."""
+    if not from_file:
+        return problems
+    note = " (the name comes from the file name: add a `name:` or rename the file)"
+    return [Problem(p.file, p.path, p.message + note) if p.path == "name" else p
+            for p in problems]
 
 
 def load_file(path: Path, expect: str | None = None) -> Session | Pool:
@@ -299,6 +318,7 @@ class Loaded:
     session_file: Path
     pool: Pool
     pool_file: Path
+    name_from_file: bool = False  # the definition has no `name:`; its file's stem is the name
 
 
 def _cwd() -> Path | None:
@@ -374,8 +394,29 @@ def find_pool(ref: str, session_file: Path | None = None, *, given: bool = False
         notes = "".join(f"; cannot look at {u}" for u in dict.fromkeys(unusable))
         if _cwd() is None:
             notes += "; the working directory no longer exists"
-        raise PoolNotFound(f"no pool {ref!r} found (looked for {looked}){notes}")
+        raise PoolNotFound(f"no pool {ref!r} found (looked for {looked}){notes}"
+                           f"{_pool_hint(ref, candidates)}")
     return found
+
+
+def _pool_hint(ref: str, candidates: list[Path]) -> str:
+    """For a pool *name*, the pools that do exist where it was looked up, and the closest
+    (a typo is the usual cause, as with unknown keys)."""
+    if "/" in ref or ref.endswith((".yaml", ".yml")):
+        return ""
+    names: list[str] = []
+    for folder in dict.fromkeys(c.parent for c in candidates):
+        try:
+            names += sorted(f.stem for f in folder.iterdir()
+                            if f.suffix in (".yaml", ".yml") and f.is_file())
+        except OSError:
+            continue
+    names = list(dict.fromkeys(names))
+    if not names:
+        return ""
+    close = difflib.get_close_matches(ref, names, n=1)
+    guess = f"; did you mean {close[0]!r}?" if close else ""
+    return f"{guess} (pools that exist: {', '.join(names)})"
 
 
 def _is_file(path: Path, unusable: list[str]) -> bool:
@@ -389,12 +430,15 @@ def _is_file(path: Path, unusable: list[str]) -> bool:
 
 def load_session(session_file: Path, pool_file: Path | None = None) -> Loaded:
     """A session and its pool, both valid and consistent, or DefinitionError with them all."""
-    session = load_file(session_file, expect="ClusterSession")
+    file = str(session_file)
+    data = parse_yaml(read_text(session_file), file)
+    session = to_model(data, file, expect="ClusterSession")
     assert isinstance(session, Session)
-    return with_pool(session, session_file, pool_file)
+    return with_pool(session, session_file, pool_file, name_from_file=named_by_file(data))
 
 
-def with_pool(session: Session, session_file: Path, pool_file: Path | None = None) -> Loaded:
+def with_pool(session: Session, session_file: Path, pool_file: Path | None = None, *,
+              name_from_file: bool = False) -> Loaded:
     """``pool_file``: a pool given on the command line (``--pool``, a file or a name) that
     replaces the definition's own ``pool:``; both are found by :func:`find_pool`."""
     file = str(session_file)
@@ -407,4 +451,4 @@ def with_pool(session: Session, session_file: Path, pool_file: Path | None = Non
         raise DefinitionError([Problem(file, "pool", str(exc))]) from None
     pool = load_file(pool_file, expect="AgentPool")
     assert isinstance(pool, Pool)
-    return Loaded(session, session_file, pool, pool_file)
+    return Loaded(session, session_file, pool, pool_file, name_from_file)

@@ -311,7 +311,10 @@ def json_schema(model: type[_Model]) -> dict:
     schema, with a length on an array written as its item count (``minItems``, not the
     ``minLength`` pydantic writes for a tuple behind a validator) and every integer held to
     int64, as the loader holds it."""
-    return _agreeing(model.model_json_schema(mode="validation"))
+    schema = _agreeing(model.model_json_schema(mode="validation"))
+    if model is Session:  # the loader names a session without one after its file
+        schema["required"] = [k for k in schema["required"] if k != "name"]
+    return schema
 
 
 def _agreeing(node: object) -> object:

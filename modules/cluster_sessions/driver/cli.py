@@ -68,7 +68,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         whole = {"count": len(sel.plans), "sessions": docs}
         print(dumps(whole if sel.counted and args.index is None else docs[0], indent=2))
     else:
-        print("\n\n".join(plan_table(p) for p in plans))
+        print("\n\n".join(plan_table(p, loaded.name_from_file) for p in plans))
     if sel.pending is not None:
         print(f"{printable(args.file)}: pending: {printable(sel.pending.reason)}",
               file=sys.stderr)
@@ -76,12 +76,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return Exit.OK
 
 
-def plan_table(plan: ClusterPlan) -> str:
-    """A table for ops review: one row per container, host order."""
+def plan_table(plan: ClusterPlan, name_from_file: bool = False) -> str:
+    """A table for ops review: one row per container, host order. A name the definition did
+    not write says where it came from, so a renamed file is not a surprise."""
     res = plan.resources
     net = plan.network
+    origin = " (from the file name)" if name_from_file else ""
     lines = [
-        f"session  {plan.name}  (id {plan.session_id})",
+        f"session  {plan.name}{origin}  (id {plan.session_id})",
         f"image    {plan.session.image}",
         f"mode     {plan.mode}, {len(plan.containers)} container(s), status {plan.status}",
     ]

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import heapq
+import re
 import sys
 import threading
 import time
@@ -491,13 +493,42 @@ def log_sources(args: argparse.Namespace, plan: ClusterPlan, found: Survey
     return sources
 
 
+_STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z ", re.ASCII)
+
+Stamped = tuple[tuple[str, str], str, str]  # (sort key, the engine's timestamp, the line)
+
+
+def stamped_lines(host: str, chunks: Iterable[bytes]) -> list[Stamped]:
+    """A container's log read with the engine's timestamps, in the order it was written: the
+    engine copies stdout and stderr separately and may store a line after one written later,
+    but it stamps each line as it reads it. A line without a stamp (a continuation) keeps its
+    place after the one before it. Sorted stably by stamp."""
+    splitter = LineSplitter()
+    lines = [*(line for chunk in chunks for line in splitter.feed(chunk)), *splitter.flush()]
+    found: list[Stamped] = []
+    key = ("", "")
+    for line in lines:
+        match = _STAMP.match(line)
+        if match:
+            key = (match[1], (match[2] or "").ljust(9, "0"))  # RFC 3339 trims trailing zeros
+            found.append((key, line[:match.end() - 1], line[match.end():]))
+        else:
+            found.append((key, "", line))
+    return sorted(found, key=lambda item: item[0])
+
+
 def show_logs(args: argparse.Namespace, sources: Sequence[tuple[str, Any]]) -> int:
     printer = Printer(max(len(h) for h, _ in sources))
     options = {"stdout": True, "stderr": True, "stream": True, "tail": args.tail,
                "timestamps": args.timestamps, "follow": args.follow}
     if not args.follow:
-        for host, container in sources:  # one container after the other, in host order
-            pump(host, container.logs(**options), printer)
+        logs = [[(item, host) for item in stamped_lines(host, container.logs(
+            **{**options, "timestamps": True}))] for host, container in sources]
+        if args.timestamps:  # all containers by time (hosts in host order on a tie)
+            logs = [list(heapq.merge(*logs, key=lambda entry: entry[0][0]))]
+        for entries in logs:
+            for (_, stamp, line), host in entries:
+                printer.lines(host, [f"{stamp} {line}" if args.timestamps and stamp else line])
         return Exit.OK
     threads = [threading.Thread(target=pump, args=(host, container.logs(**options), printer),
                                 daemon=True, name=f"logs-{host}")
@@ -636,8 +667,9 @@ def register(subparsers) -> None:
     p = verb_parser(
         subparsers, "logs", "the containers' logs, each line prefixed with its host",
         "Print each container's logs (Docker API), in host order, every line "
-        "prefixed with its host (`sub1 | ...`). With --follow, lines from all containers are "
-        "printed as they come until Ctrl-C.")
+        "prefixed with its host (`sub1 | ...`); a container's stdout and stderr lines in the "
+        "order the engine stamped them. With --timestamps, all containers' lines by time. "
+        "With --follow, lines from all containers are printed as they come until Ctrl-C.")
     add_session_args(p)
     p.add_argument("--host", action="append", metavar="HOST",
                    help="only this host (main1, sub1, ...); may be repeated")
