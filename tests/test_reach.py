@@ -110,3 +110,27 @@ def test_an_engine_verb_runs_pulumi_without_the_callers_docker_settings(
     monkeypatch.setattr(stacks, "find_pulumi", lambda environ: tmp_path / "pulumi")
     stacks.prepare("preview", args, [PROJECT], "here", report=lambda *a, **k: None)
     assert name not in os.environ
+
+
+def test_a_dropped_ssh_handshake_is_tried_again_and_a_refusal_is_not(monkeypatch):
+    """sshd drops handshakes beyond MaxStartups at random: one more connection for channels
+    beyond MaxSessions is tried again; a refused key is final."""
+    from cluster_sessions.agents import connectors
+
+    conn = connector_for(agent(ssh=SSH_BLOCK))
+    monkeypatch.setattr(connectors.time, "sleep", lambda _s: None)
+    outcomes = [connectors.AgentError("a1", connectors.UNREACHABLE, "banner"),
+                connectors.AgentError("a1", connectors.UNREACHABLE, "reset"), "client"]
+
+    def opened():
+        result = outcomes.pop(0)
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    monkeypatch.setattr(conn, "_open", opened)
+    assert conn._open_again() == "client"
+    monkeypatch.setattr(conn, "_open", lambda: (_ for _ in ()).throw(
+        connectors.AgentError("a1", connectors.AUTH_FAILED, "refused")))
+    with pytest.raises(connectors.AgentError, match="auth failed"):
+        conn._open_again()

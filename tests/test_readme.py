@@ -38,7 +38,14 @@ def sessionctl_lines() -> list[str]:
     for block in code_blocks():
         for line in block.splitlines():
             for part in line.split("&&"):
-                words = shlex.split(part, comments=True)
+                lexer = shlex.shlex(part, posix=True, punctuation_chars=True)
+                lexer.commenters = "#"
+                lexer.whitespace_split = True
+                words = []
+                for word in lexer:  # the command ends at the shell's > | ; &
+                    if word and set(word) <= set("<>|;&()"):
+                        break
+                    words.append(word)
                 if words and words[0] == "sessionctl":
                     found.append(shlex.join(words))
     return found

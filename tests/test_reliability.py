@@ -546,6 +546,7 @@ def engine_objects(lab: Lab) -> dict[str, int]:
 
     counts = {"containers": 0, "networks": 0, "volumes": 0, "netns": 0, "processes": 0}
     for a in lab.info.agents:
+        lab.listed(a.name)  # a connection the agent closed while idle: a fresh client
         client = lab.client(a.name)
         counts["containers"] += len(client.containers.list(all=True))
         counts["networks"] += len([n for n in client.networks.list()

@@ -480,12 +480,26 @@ class SSHConnector(Connector):
             with self._grow:
                 chan = self._session_on(lambda: list(reversed(self._more)))
                 if chan is None:
-                    client = self._open()
+                    client = self._open_again()
                     with self._lock:
                         self._more.append(client)
                     chan = client.get_transport().open_session(timeout=self.connect_timeout)
         chan.exec_command(f"/bin/sh -c {shlex.quote(command)}")
         return chan
+
+    def _open_again(self, attempts: int = 3) -> Any:
+        """One more connection to the agent. sshd drops connections that are still
+        authenticating beyond ``MaxStartups`` (10 by default) at random, and many channels
+        at once (a Docker client in threads, several ``up``s) open connections in a burst: a
+        dropped handshake is tried again after a short pause."""
+        for attempt in range(1, attempts):
+            try:
+                return self._open()
+            except AgentError as exc:
+                if exc.cause not in (UNREACHABLE, TIMEOUT):
+                    raise
+                time.sleep(0.3 * attempt)
+        return self._open()
 
     def _session_on(self, clients: Any) -> Any:
         """A session channel on the first of ``clients()`` that has room for one, or None."""
