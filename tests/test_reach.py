@@ -134,3 +134,30 @@ def test_a_dropped_ssh_handshake_is_tried_again_and_a_refusal_is_not(monkeypatch
         connectors.AgentError("a1", connectors.AUTH_FAILED, "refused")))
     with pytest.raises(connectors.AgentError, match="auth failed"):
         conn._open_again()
+
+
+def test_waiting_on_an_agent_works_past_descriptor_1024():
+    """A process that talks to many agents holds many sockets: select() cannot watch a
+    descriptor past 1024 ("filedescriptor out of range"), which reset relayed connections."""
+    import resource
+    import socket
+
+    from cluster_sessions.agents.connectors import wait_readable
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), max(hard, 2048)))
+    held = []
+    try:
+        while not held or held[-1] < 1100:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        a, b = socket.socketpair()
+        assert a.fileno() > 1024
+        b.send(b"x")
+        wait_readable(a, 1)
+        assert a.recv(1) == b"x"
+        a.close()
+        b.close()
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

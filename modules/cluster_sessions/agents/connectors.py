@@ -36,7 +36,7 @@ import getpass
 import hashlib
 import os
 import re
-import select
+import selectors
 import shlex
 import stat
 import struct
@@ -557,7 +557,7 @@ class SSHConnector(Connector):
                 if not got:
                     # wake on stdout, end of file or close (the channel's pipe); stderr alone
                     # does not wake it, so look again at least every 0.2 s
-                    select.select([chan], [], [], min(0.2, max(0.0, deadline - time.monotonic())))
+                    wait_readable(chan, min(0.2, max(0.0, deadline - time.monotonic())))
             rc = chan.recv_exit_status()
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self.close()
@@ -601,17 +601,21 @@ class DialStdioRelay:
         except Exception:  # the agent went away: the client sees the connection close
             conn.close()
             return
-        sources = [conn, chan]
+        # a selector, not select(): a process with many connections has descriptors past
+        # 1024, which select() cannot watch ("filedescriptor out of range")
+        watch = selectors.DefaultSelector()
         try:
+            watch.register(conn, selectors.EVENT_READ)
+            watch.register(chan, selectors.EVENT_READ)
             while True:
-                readable, _, _ = select.select(sources, [], [], 5)
+                readable = {key.fileobj for key, _ in watch.select(5)}
                 if conn in readable:
                     data = conn.recv(65536)
                     if data:
                         chan.sendall(data)
                     else:  # the client is done sending: say so, keep reading the answer
                         chan.shutdown_write()
-                        sources = [chan]
+                        watch.unregister(conn)
                 if chan in readable:
                     data = chan.recv(65536)  # b"" at the agent's end of file
                     if not data:
@@ -622,6 +626,7 @@ class DialStdioRelay:
         except Exception:  # either end went away: this connection is over
             pass
         finally:
+            watch.close()
             chan.close()
             conn.close()
 
@@ -689,6 +694,14 @@ class ApiConnector(Connector):
         if self._client is not None:
             self._client.close()
             self._client = None
+
+
+def wait_readable(obj: Any, timeout: float) -> None:
+    """Until ``obj`` (a socket, a paramiko channel) is readable or ``timeout`` passes; with a
+    selector, which watches descriptors past 1024 as well."""
+    with selectors.DefaultSelector() as watch:
+        watch.register(obj, selectors.EVENT_READ)
+        watch.select(timeout)
 
 
 def short_error(exc: BaseException) -> str:
