@@ -108,6 +108,13 @@ class Connector:
         it opened, not the connector."""
         raise NotImplementedError
 
+    def open_tcp(self, host: str, port: int) -> Any:
+        """A byte stream to ``host:port`` as seen *from the agent* (a socket or an SSH
+        ``direct-tcpip`` channel): how ``sessionctl open`` reaches a service bound to the
+        agent's loopback."""
+        raise AgentError(self.agent, MISCONFIGURED, f"{self.description} has no way to reach "
+                         "the agent's own ports (only an SSH or a local agent has)")
+
     def __enter__(self) -> Connector:
         return self
 
@@ -148,6 +155,14 @@ class LocalConnector(Connector):
 
         host = self.env.get("DOCKER_HOST", DEFAULT_DOCKER_HOST)
         return docker.DockerClient(base_url=host, timeout=int(self.timeout))
+
+    def open_tcp(self, host: str, port: int) -> Any:
+        import socket
+
+        try:
+            return socket.create_connection((host, port), timeout=self.timeout)
+        except OSError as exc:
+            raise AgentError(self.agent, UNREACHABLE, f"{host}:{port}: {exc}") from None
 
 
 def fingerprint(key: Any) -> str:
@@ -487,6 +502,19 @@ class SSHConnector(Connector):
         chan.exec_command(f"/bin/sh -c {shlex.quote(command)}")
         return chan
 
+    def open_tcp(self, host: str, port: int) -> Any:
+        """A ``direct-tcpip`` channel: the agent's sshd connects to ``host:port`` (as ``ssh
+        -L`` does), with this connector's user, key and known_hosts."""
+        import paramiko
+
+        self.connect()
+        try:
+            return self._client.get_transport().open_channel(
+                "direct-tcpip", (host, port), ("127.0.0.1", 0), timeout=self.connect_timeout)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise self._fail(UNREACHABLE, f"the agent's sshd did not connect to {host}:{port} "
+                             f"({exc}); its AllowTcpForwarding must allow it") from None
+
     def _open_again(self, attempts: int = 3) -> Any:
         """One more connection to the agent. sshd drops connections that are still
         authenticating beyond ``MaxStartups`` (10 by default) at random, and many channels
@@ -594,41 +622,12 @@ class DialStdioRelay:
             threading.Thread(target=self._pipe, args=(conn,), daemon=True).start()
 
     def _pipe(self, conn: Any) -> None:
-        import socket
-
         try:
             chan = self.connector.open_channel(self.command)
         except Exception:  # the agent went away: the client sees the connection close
             conn.close()
             return
-        # a selector, not select(): a process with many connections has descriptors past
-        # 1024, which select() cannot watch ("filedescriptor out of range")
-        watch = selectors.DefaultSelector()
-        try:
-            watch.register(conn, selectors.EVENT_READ)
-            watch.register(chan, selectors.EVENT_READ)
-            while True:
-                readable = {key.fileobj for key, _ in watch.select(5)}
-                if conn in readable:
-                    data = conn.recv(65536)
-                    if data:
-                        chan.sendall(data)
-                    else:  # the client is done sending: say so, keep reading the answer
-                        chan.shutdown_write()
-                        watch.unregister(conn)
-                if chan in readable:
-                    data = chan.recv(65536)  # b"" at the agent's end of file
-                    if not data:
-                        with contextlib.suppress(OSError):
-                            conn.shutdown(socket.SHUT_WR)
-                        return
-                    conn.sendall(data)
-        except Exception:  # either end went away: this connection is over
-            pass
-        finally:
-            watch.close()
-            chan.close()
-            conn.close()
+        pipe(conn, chan)
 
     def close(self) -> None:
         self._closed = True
@@ -639,6 +638,51 @@ class DialStdioRelay:
             self.dir.rmdir()
 
     # --- commands ------------------------------------------------------------------------------
+
+
+def _shut_write(end: Any) -> None:
+    """Say end of file to ``end`` (a paramiko channel or a socket), keep reading from it."""
+    import socket
+
+    with contextlib.suppress(OSError, EOFError):
+        if hasattr(end, "shutdown_write"):
+            end.shutdown_write()
+        else:
+            end.shutdown(socket.SHUT_WR)
+
+
+def pipe(conn: Any, chan: Any) -> None:
+    """Copy bytes both ways between a local connection and a channel to the agent (sockets or
+    paramiko channels) until the agent's side ends; both are closed after. The local side's
+    end of file is passed on and the answer still read. A selector, not select(): a process
+    with many connections has descriptors past 1024, which select() cannot watch
+    ("filedescriptor out of range")."""
+    watch = selectors.DefaultSelector()
+    try:
+        watch.register(conn, selectors.EVENT_READ)
+        watch.register(chan, selectors.EVENT_READ)
+        while True:
+            readable = {key.fileobj for key, _ in watch.select(5)}
+            if conn in readable:
+                data = conn.recv(65536)
+                if data:
+                    chan.sendall(data)
+                else:  # the client is done sending: say so, keep reading the answer
+                    _shut_write(chan)
+                    watch.unregister(conn)
+            if chan in readable:
+                data = chan.recv(65536)  # b"" at the agent's end of file
+                if not data:
+                    _shut_write(conn)
+                    return
+                conn.sendall(data)
+    except Exception:  # noqa: BLE001 - either end went away: this connection is over
+        pass
+    finally:
+        watch.close()
+        for end in (chan, conn):
+            with contextlib.suppress(Exception):
+                end.close()
 
 
 class ApiConnector(Connector):

@@ -432,6 +432,71 @@ class SessionContainers(_DockerFact[tuple[HeldContainer, ...]]):
         return tuple(sorted(out, key=lambda h: (h.session, h.name)))
 
 
+@dataclass(frozen=True)
+class PublishedPort:
+    """A host port an agent's engine publishes (or will again, for a stopped container)."""
+
+    container: str  # its name
+    session: str  # its session label, "" for a container not ours
+    internal: int
+    host_ip: str
+    host_port: int
+
+
+def published_ports(data: Mapping[str, Any]) -> list[PublishedPort]:
+    """The host ports of one ``docker inspect`` document: what its HostConfig asks for (a
+    stopped container takes it again when started) and what NetworkSettings says it holds (a
+    port the engine picked)."""
+    labels = (data.get("Config") or {}).get("Labels") or {}
+    name = str(data.get("Name", "")).lstrip("/")
+    session = str(labels.get(SESSION_LABEL, ""))
+    found: dict[tuple[int, str, int], PublishedPort] = {}
+    sources = ((data.get("HostConfig") or {}).get("PortBindings") or {},
+               (data.get("NetworkSettings") or {}).get("Ports") or {})
+    for bindings in sources:
+        for key, binds in bindings.items():
+            port, _, proto = str(key).partition("/")
+            if proto not in ("tcp", "") or not port.isdigit():
+                continue
+            for bind in binds or ():
+                host_port = _int((bind or {}).get("HostPort"), 0)
+                if host_port:
+                    ip = str((bind or {}).get("HostIp") or "0.0.0.0")
+                    found[(int(port), ip, host_port)] = PublishedPort(name, session, int(port),
+                                                                      ip, host_port)
+    return list(found.values())
+
+
+class PublishedPorts(_DockerFact[tuple[PublishedPort, ...]]):
+    """Every TCP host port the engine publishes, for any container (ours or not, any state):
+    what a service port must not take."""
+
+    what = "published ports"
+
+    def cmd(self) -> str:
+        return ("ids=$(docker ps -aq --no-trunc) || exit $?; "
+                "if [ -z \"$ids\" ]; then echo '[]'; else docker inspect $ids 2>/dev/null; fi; "
+                "exit 0")
+
+    def process(self, output: str) -> tuple[PublishedPort, ...]:
+        data = _json(output.strip() or "[]", "docker inspect")
+        if not isinstance(data, list):
+            raise FactError(COMMAND_FAILED, "docker inspect did not print a list")
+        return tuple(p for d in data if isinstance(d, Mapping) for p in published_ports(d))
+
+    def from_api(self, client: Any) -> tuple[PublishedPort, ...]:
+        import docker.errors
+
+        found = _api_errors_call(lambda: client.api.containers(all=True))
+        out: list[PublishedPort] = []
+        for c in found:
+            try:
+                out += published_ports(client.api.inspect_container(c["Id"]))
+            except docker.errors.NotFound:
+                continue
+        return tuple(out)
+
+
 def _api_errors_call(fn):
     import docker.errors
     import requests.exceptions

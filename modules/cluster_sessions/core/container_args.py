@@ -27,10 +27,10 @@ from .plan import (
 )
 from .provider_facts import cpus_argument, gpu_device_request
 from .render import pack_entrypoint_argv
-from .spec import SSH_PORT
 
 #: Where main1 publishes its sshd: the agent's loopback (reached through the agent's SSH).
-LOOPBACK = "127.0.0.1"
+from .services import LOOPBACK  # noqa: E402 - main1's sshd and private services bind here
+from .spec import SSH_PORT
 
 MIB = 1024 * 1024
 MTU_OPTION = "com.docker.network.driver.mtu"
@@ -116,6 +116,11 @@ def container_args(plan: ClusterPlan, c: ContainerPlan, endpoint: str = "") -> C
         # main1's sshd, always, on the agent's loopback only, the engine choosing the port:
         # `sessionctl ssh` comes through the agent's SSH (issue 22)
         ports += (PortArgs(SSH_PORT, None, LOOPBACK, "tcp"),)
+    if c.role == "main":
+        # each service on the host port chosen at `up` (core.services), on the agent's
+        # loopback unless public; before `up` chose one (offline), the port is left to decide
+        ports += tuple(PortArgs(svc.port, svc.host_port, svc.bind, "tcp")
+                       for svc in plan.services)
     return ContainerArgs(
         name=c.container_name,
         image=session.image,

@@ -74,6 +74,12 @@ def _check_events(text: str) -> None:
             depth -= 1
 
 
+BOOL_TAG = "tag:yaml.org,2002:bool"
+# YAML 1.2's booleans; PyYAML also reads yes/no/on/off/y/n (YAML 1.1), which other readers
+# (and people) take as text
+YAML12_BOOLS = ("true", "True", "TRUE", "false", "False", "FALSE")
+
+
 def _int_spelling(text: str) -> str:
     body = text.lstrip("+-")
     if ":" in body:
@@ -110,6 +116,10 @@ def _number_problem(node: yaml.ScalarNode) -> str | None:
         return (f"{text!r} is {_int_spelling(text)}{meaning}; write integers in plain decimal "
                 "without leading zeros, signs or separators (e.g. 1750), or quote the value if "
                 "you mean text")
+    if node.tag == BOOL_TAG and text not in YAML12_BOOLS:
+        value = "true" if text.lower() in ("yes", "y", "on") else "false"
+        return (f"{text!r} is a boolean ({value}) only in YAML 1.1; write true or false, or "
+                "quote the value if you mean text")
     if node.tag == FLOAT_TAG:
         if _FLOAT.fullmatch(text):
             return None

@@ -28,6 +28,9 @@ DEFINITION_KEY = "definition"  # a session stack's ClusterSession file
 POOL_KEY = "pool"  # a pool file that replaces the definition's own
 INDEX_KEY = "index"  # which of a count's sessions the stack runs
 POOL_DEFINITION_KEY = "pool-definition"  # a pool stack's AgentPool file
+# the host port of each service of main1, JSON {"name": port}: chosen by `sessionctl up` from
+# what main1's agent publishes (core.services), read by the program
+SERVICE_PORTS_KEY = "service-ports"
 
 
 def config_key(name: str) -> str:

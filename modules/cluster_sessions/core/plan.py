@@ -8,7 +8,7 @@ plan; none of them decides a cluster fact again.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .clusterenv import kernel_id, members, split_user_env, static_envs
 from .loader import Loaded
@@ -21,13 +21,16 @@ from .names import (
 )
 from .placement import Free, Placement, Request, place, take
 from .problems import DefinitionError, Problem
+from .services import ALL_ADDRESSES, LOOPBACK, bind_address, service_url
 from .spec import (
     DEFAULT_COMMAND,
     SSH_PORT,
     Mount,
     Pool,
+    PortRange,
     Resources,
     Session,
+    agent_address,
     mount_source_problems,
     slots_per_container,
 )
@@ -71,6 +74,36 @@ class NetworkPlan:
 
 
 @dataclass(frozen=True)
+class ServicePlan:
+    """A service of main1: where its agent binds it, and the host port chosen at ``up``
+    (``host_port`` None until then: core.services decides it from what the engine holds)."""
+
+    name: str
+    port: int  # in main1
+    protocol: str
+    public: bool
+    preferred_port: int | None
+    agent: str | None
+    bind: str  # the address the agent's engine binds it to
+    reach: str  # the address a person (or `sessionctl open`, from the agent) reaches it at
+    port_range: PortRange
+    host_port: int | None = None
+
+    @property
+    def url(self) -> str | None:
+        if self.host_port is None:
+            return None
+        return service_url(self.protocol, self.reach, self.host_port)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "port": self.port, "protocol": self.protocol,
+                "public": self.public, "preferred_port": self.preferred_port,
+                "agent": self.agent, "bind": self.bind,
+                "port_range": [self.port_range.first, self.port_range.last],
+                "host_port": self.host_port, "url": self.url}
+
+
+@dataclass(frozen=True)
 class ClusterPlan:
     session: Session
     session_id: str
@@ -78,6 +111,7 @@ class ClusterPlan:
     reason: str | None
     network: NetworkPlan
     containers: tuple[ContainerPlan, ...]
+    services: tuple[ServicePlan, ...] = ()
 
     @property
     def name(self) -> str:
@@ -108,6 +142,23 @@ class ClusterPlan:
         return self.status == "pending"
 
 
+
+
+def with_service_ports(plan: ClusterPlan, ports: Mapping[str, int]) -> ClusterPlan:
+    """``plan`` with the host ports chosen for its services (by name; others stay None)."""
+    return replace(plan, services=tuple(replace(s, host_port=ports.get(s.name, s.host_port))
+                                        for s in plan.services))
+
+
+def _services(session: Session, pool: Pool, agent: str | None) -> tuple[ServicePlan, ...]:
+    address = agent_address(pool.agent(agent)) if agent else None
+    span = pool.service_ports_of(agent) if agent else pool.service_ports
+    out = []
+    for svc in session.services:
+        bind = bind_address(svc, address)
+        out.append(ServicePlan(svc.name, svc.port, svc.protocol, svc.public, svc.preferred_port,
+                               agent, bind, LOOPBACK if bind == ALL_ADDRESSES else bind, span))
+    return tuple(out)
 
 
 def runs_job(plan: ClusterPlan, container: ContainerPlan) -> bool:
@@ -270,6 +321,7 @@ def _plan(session: Session, pool: Pool, placement: Placement) -> ClusterPlan:
         reason=placement.reason,
         network=network,
         containers=containers,
+        services=_services(session, pool, containers[0].agent),
     )
 
 
@@ -293,6 +345,7 @@ def plan_to_dict(plan: ClusterPlan) -> dict:
         },
         "agents": list(plan.agents),
         "ssh_port": SSH_PORT,
+        "services": [s.to_dict() for s in plan.services],
         "containers": [
             {
                 "host": c.host,

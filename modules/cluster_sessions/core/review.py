@@ -33,6 +33,7 @@ from .container_args import container_args
 from .names import CLUSTER_ENV_PREFIX, ENDPOINT_LABEL
 from .plan import ClusterPlan, ContainerPlan
 from .provider_facts import CONTAINER_FORCE_NEW
+from .services import public_warnings
 from .terminal import printable
 from .units import format_size
 
@@ -135,6 +136,10 @@ def definition_fields(plan: ClusterPlan) -> dict[str, str]:
         "mounts": mounts or "(none)",
         "command": " ".join(s.command),
         "ports": ports or "(none)",
+        "services": ", ".join(
+            f"{v.name}={v.port}/{v.protocol}"
+            + (f" preferred {v.preferred_port}" if v.preferred_port else "")
+            + (" PUBLIC" if v.public else "") for v in s.services) or "(none)",
         "user": f"{s.user.name} ({s.user.uid}:{s.user.gid})",
         "readiness.timeout": f"{s.readiness.timeout}s",
         "restart": s.restart,
@@ -223,6 +228,8 @@ def diff_plans(old: ClusterPlan | None, new: ClusterPlan | None,
         warnings.append(f"the session is renamed {old.name} -> {new.name}: that is another "
                         f"stack. `up` creates {new.name} from scratch and leaves {old.name} "
                         f"running until `sessionctl destroy` on the old definition.")
+    if new is not None:
+        warnings += public_warnings(new.services)
     # A deployed state exists only for a scheduled old plan of the same stack.
     base = old if old is not None and not old.pending and (new is None
                                                            or old.name == new.name) else None

@@ -56,6 +56,9 @@ MAX_COUNT = 100
 DEFAULT_COMMAND = ("sleep", "infinity")
 RESERVED_ENV_PREFIX = CLUSTER_ENV_PREFIX
 SSH_PORT = 2200
+SERVICE_NAME = re.compile(r"[a-z][a-z0-9-]{0,30}[a-z0-9]|[a-z]")
+SERVICE_PROTOCOLS = ("http", "https", "tcp")  # what the URL of a service starts with
+MAX_SERVICES = 64
 BUNDLE_DIR = "/opt/cluster-session"
 """Where one container's rendered files are mounted or uploaded (possibly read-only)."""
 RUN_DIR = "/run/cluster-session"
@@ -196,6 +199,20 @@ class PublishedPort(_Model):
     protocol: Literal["tcp", "udp"] = "tcp"
 
 
+class Service(_Model):
+    """An app main1 serves (Backend.AI's "service port"): declaring it publishes and names the
+    port; the user's command or image starts it. Its host port comes from the pool's
+    ``service_ports`` range on main1's agent, chosen at ``up`` (core.services)."""
+
+    name: NonEmpty
+    port: Port  # inside main1
+    protocol: Literal[SERVICE_PROTOCOLS] = "http"  # type: ignore[valid-type]
+    # below 1024 only root may bind; the pool's range decides whether it can be had
+    preferred_port: Annotated[int, Field(strict=True, ge=1024, le=65535)] | None = None
+    # true: bound to the agent's address, reachable by anyone who reaches the agent
+    public: StrictBool = False
+
+
 class Readiness(_Model):
     timeout: Annotated[int, Field(ge=1, le=3600)] = 120
 
@@ -221,6 +238,8 @@ class Session(_Model):
         tuple[NonEmpty, ...], BeforeValidator(_listed), Field(min_length=1)
     ] = DEFAULT_COMMAND
     ports: Annotated[tuple[PublishedPort, ...], BeforeValidator(_listed)] = ()
+    services: Annotated[tuple[Service, ...], BeforeValidator(_listed),
+                        Field(max_length=MAX_SERVICES)] = ()
     readiness: Readiness = Readiness()
     restart: Literal["no", "on-failure", "always", "unless-stopped"] = "unless-stopped"
 
@@ -250,6 +269,20 @@ class AgentTLS(_Model):
     cert_path: NonEmpty
 
 
+class PortRange(_Model):
+    """Host ports ``first``..``last`` (inclusive) an agent publishes services on (Backend.AI's
+    agent ``port-range``, 30000-31000 by default)."""
+
+    first: Annotated[int, Field(strict=True, ge=1024, le=65535)]
+    last: Annotated[int, Field(strict=True, ge=1024, le=65535)]
+
+    def __contains__(self, port: object) -> bool:
+        return isinstance(port, int) and self.first <= port <= self.last
+
+
+DEFAULT_SERVICE_PORTS = PortRange(first=30000, last=31000)
+
+
 class Agent(_Model):
     name: NonEmpty
     # With an ssh block: the engine's socket ON the agent (agents.reach); else how it is
@@ -259,6 +292,7 @@ class Agent(_Model):
     tls: AgentTLS | None = None
     address: NonEmpty | None = None  # swarm advertise address
     capacity: Capacity
+    service_ports: PortRange | None = None  # this agent's port pool; else the pool's
 
 
 class Swarm(_Model):
@@ -280,9 +314,14 @@ class Pool(_Model):
     network: PoolNetwork = PoolNetwork()
     # Host directories whose contents a session may mount (at or below each); none by default.
     mount_sources: Annotated[tuple[NonEmpty, ...], BeforeValidator(_listed)] = ()
+    # Every agent's port pool for services, unless the agent names its own.
+    service_ports: PortRange = DEFAULT_SERVICE_PORTS
 
     def agent(self, name: str) -> Agent:
         return next(a for a in self.agents if a.name == name)
+
+    def service_ports_of(self, agent: str) -> PortRange:
+        return self.agent(agent).service_ports or self.service_ports
 
 
 def agent_address(agent: Agent) -> str | None:
@@ -421,6 +460,7 @@ def session_problems(session: Session) -> list[tuple[str, str]]:
         found.append(("user.name", "must be a lower-case user name other than root"))
     elif user_name_problem(name):
         found.append(("user.name", user_name_problem(name)))
+    found += _service_problems(session)
     seen_ports: set[tuple[int, str]] = set()
     seen_host: set[tuple[str, int, str]] = set()
     for i, port in enumerate(session.ports):
@@ -594,6 +634,58 @@ def slots_per_container(session: Session) -> int:
     return session.resources.gpu or 1
 
 
+def _derived_ports(session: Session) -> list[tuple[str, int, int]]:
+    """(dotted path, first, last) of the ports cluster-env.sh derives (MASTER_PORT, TF_CONFIG's
+    base + rank): the base is env MASTER_PORT when it is a port, else
+    distributed.master_port; nothing for one container."""
+    size = session.cluster.size
+    if size <= 1:
+        return []
+    bases = []
+    user_port = session.env.get("MASTER_PORT")
+    if user_port is not None and re.fullmatch(r"[1-9][0-9]{0,4}", user_port, re.ASCII) \
+            and int(user_port) <= 65535:
+        bases.append(("env.MASTER_PORT", int(user_port)))
+    if session.distributed is not None:
+        bases.append(("distributed.master_port", session.distributed.master_port))
+    elif user_port is None:
+        bases.append(("distributed.master_port", DEFAULT_MASTER_PORT))
+    return [(path, base, base + size - 1) for path, base in bases]
+
+
+def _service_problems(session: Session) -> list[tuple[str, str]]:
+    """Names on the allowlist and unique; a container port that is not sshd's, not one the
+    distributed variables derive, and published once (by ``services`` or ``ports``)."""
+    found: list[tuple[str, str]] = []
+    names: dict[str, int] = {}
+    ports: dict[int, str] = {p.container: f"ports.{i}" for i, p in enumerate(session.ports)
+                             if p.protocol == "tcp"}
+    derived = _derived_ports(session)
+    for i, svc in enumerate(session.services):
+        if not SERVICE_NAME.fullmatch(svc.name):
+            found.append((f"services.{i}.name", f"{svc.name!r} must be 1-32 lower-case letters, "
+                          "digits or '-', starting with a letter and not ending with '-'"))
+        elif svc.name in names:
+            found.append((f"services.{i}.name", f"duplicate service name {svc.name!r} (also "
+                          f"services.{names[svc.name]})"))
+        names.setdefault(svc.name, i)
+        if svc.port == SSH_PORT:
+            found.append((f"services.{i}.port", f"{SSH_PORT} is sshd's port in every container "
+                          "(`sessionctl ssh` reaches it); serve the app on another port"))
+        elif svc.port in ports:
+            found.append((f"services.{i}.port", f"container port {svc.port} is already "
+                          f"published by {ports[svc.port]}"))
+        else:
+            for path, first, last in derived:
+                if first <= svc.port <= last:
+                    found.append((f"services.{i}.port", f"{svc.port} is one of the ports the "
+                                  f"distributed variables use ({first}-{last}, from {path}): "
+                                  "serve the app on another port"))
+                    break
+        ports.setdefault(svc.port, f"services.{i}")
+    return found
+
+
 def _port_problems(session: Session) -> list[tuple[str, str]]:
     """Ports cluster-env.sh derives must not be sshd's: MASTER_PORT (and PET_MASTER_PORT) is
     the base, TF_CONFIG gives rank r the port base + r. The base is env MASTER_PORT when it is
@@ -646,6 +738,13 @@ def pool_problems(pool: Pool) -> list[tuple[str, str]]:
             if gpu in seen:
                 found.append((f"agents.{i}.capacity.gpus", f"GPU id {gpu} is listed twice"))
             seen.add(gpu)
+    ranges = [("service_ports", pool.service_ports)] + [
+        (f"agents.{i}.service_ports", a.service_ports) for i, a in enumerate(pool.agents)
+        if a.service_ports is not None]
+    for path, span in ranges:
+        if span.first > span.last:
+            found.append((f"{path}.first", f"{span.first} is above last ({span.last}): the "
+                          "range is first..last, inclusive"))
     if _hidden(pool.name):
         found.append(("name", NO_CONTROLS))
     for i, root in enumerate(pool.mount_sources):

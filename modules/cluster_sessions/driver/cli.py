@@ -19,6 +19,7 @@ from ..core.loader import Loaded
 from ..core.placement import Free
 from ..core.plan import ClusterPlan, plan_to_dict, session_copies
 from ..core.problems import DefinitionError
+from ..core.services import public_warnings
 from ..core.spec import Pool, Session, json_schema
 from ..core.terminal import dumps, guarded, printable, table
 from ..core.units import format_size
@@ -69,6 +70,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(dumps(whole if sel.counted and args.index is None else docs[0], indent=2))
     else:
         print("\n\n".join(plan_table(p, loaded.name_from_file) for p in plans))
+    for p in plans:
+        for warning in public_warnings(p.services):
+            print(f"{printable(args.file)}: warning: {printable(warning)}", file=sys.stderr)
     if sel.pending is not None:
         print(f"{printable(args.file)}: pending: {printable(sel.pending.reason)}",
               file=sys.stderr)
@@ -99,6 +103,13 @@ def plan_table(plan: ClusterPlan, name_from_file: bool = False) -> str:
         (c.host, c.role, c.agent or "-", f"{res.cpu:g}", format_size(res.mem),
          format_size(res.shmem), ",".join(map(str, c.gpus)) or "-")
         for c in plan.containers))
+    if plan.services:
+        lines += ["", *table(("SERVICE", "PORT", "PROTOCOL", "BIND", "HOST PORT"), (
+            (v.name, str(v.port), v.protocol, v.bind + (" (public)" if v.public else ""),
+             str(v.host_port) if v.host_port else
+             "at up: " + (str(v.preferred_port) if v.preferred_port in v.port_range
+                          else "first free") + f" of {v.port_range.first}-{v.port_range.last}")
+            for v in plan.services))]
     return "\n".join(lines)
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from ..core.loader import load_file
 from ..core.names import SESSION_LABEL
+from ..core.services import ALL_ADDRESSES, LOOPBACK, service_url
 from ..core.spec import Agent, Pool
 from ..core.terminal import table
 from . import stacks
@@ -55,6 +56,9 @@ class Listed:
     state: str  # running | finished | degraded | unreachable | down | empty
     detail: str = ""
     exit_code: int | None = None
+    # per service of main1: name, agent, bind, host_port (as main1's engine publishes it when
+    # it answered, else as the stack recorded it) and url
+    services: tuple[dict[str, Any], ...] = ()
 
 
 def session_state(kind: str, hosts: Sequence[str], found: Sequence[Found],
@@ -119,7 +123,28 @@ def listed(stack: str, outputs: Mapping[str, Any], project: Path, connect: Conne
     state, detail, code = session_state(session.get("type", "interactive"), hosts, found,
                                         unreachable)
     return Listed(stack, session["name"], session.get("type", "interactive"),
-                  session.get("mode", "-"), len(hosts), tuple(agents), state, detail, code)
+                  session.get("mode", "-"), len(hosts), tuple(agents), state, detail, code,
+                  listed_services(value("services") or {}, found, hosts[0] if hosts else ""))
+
+
+def listed_services(recorded: Mapping[str, Any], found: Sequence[Found],
+                    main_host: str) -> tuple[dict[str, Any], ...]:
+    """The stack's ``services`` output, each host port as main1's engine publishes it now."""
+    main = next((f for f in found if f.host == main_host), None)
+    out = []
+    for name, info in sorted(recorded.items()):
+        info = dict(getattr(info, "value", info))
+        bind = str(info.get("bind") or LOOPBACK)
+        port = info.get("host_port")
+        if main is not None:
+            port = next((h for p, ip, h in main.ports if p == info.get("port") and ip == bind),
+                        None)
+        reach = LOOPBACK if bind == ALL_ADDRESSES else bind
+        out.append({"name": name, "agent": info.get("agent"), "port": info.get("port"),
+                    "public": bool(info.get("public")), "bind": bind, "host_port": port,
+                    "url": service_url(str(info.get("protocol") or "tcp"), reach, int(port))
+                    if port else None})
+    return tuple(out)
 
 
 def listing_table(rows: Sequence[Listed]) -> str:

@@ -26,12 +26,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from ..agents.facts import published_ports
 from ..core.loader import Loaded
 from ..core.names import HOST_LABEL, ROLE_LABEL, SESSION_LABEL
-from ..core.plan import ClusterPlan
+from ..core.plan import ClusterPlan, ServicePlan
 from ..core.spec import Agent
 from ..core.terminal import dumps, printable, table
 from .errors import CommandError, Exit
@@ -65,6 +66,8 @@ class Found:
     exit_code: int | None
     image: str
     finished_at: str | None = None
+    # (container port, host address, host port) the engine publishes
+    ports: tuple[tuple[int, str, int], ...] = ()
 
 
 def found_from_attrs(agent: str, attrs: Mapping[str, Any]) -> Found:
@@ -88,6 +91,7 @@ def found_from_attrs(agent: str, attrs: Mapping[str, Any]) -> Found:
         exit_code=state.get("ExitCode") if status in ("exited", "dead") else None,
         image=str(config.get("Image", "")),
         finished_at=(state.get("FinishedAt") or None) if status in ("exited", "dead") else None,
+        ports=tuple((p.internal, p.host_ip, p.host_port) for p in published_ports(attrs)),
     )
 
 
@@ -126,6 +130,7 @@ class Report:
     rows: tuple[Row, ...]
     network: NetworkState
     unreachable: Mapping[str, str]
+    services: tuple[ServicePlan, ...] = ()  # host_port as main1's engine publishes it
 
     @property
     def faults(self) -> list[str]:
@@ -186,7 +191,16 @@ def status_report(plan: ClusterPlan, found: Iterable[Found], network: NetworkSta
                             f.image, f.name, f.id, planned=False,
                             note="not in the plan (left over; `sessionctl up` removes what "
                             "its stack created)"))
-    return Report(plan, tuple(rows), network, dict(unreachable))
+    return Report(plan, tuple(rows), network, dict(unreachable),
+                  services_found(plan, [f for f in found if f.name == plan.containers[0]
+                                        .container_name]))
+
+
+def services_found(plan: ClusterPlan, main1: Sequence[Found]) -> tuple[ServicePlan, ...]:
+    """The plan's services with the host port main1's engine publishes each at (None: not
+    published, main1 missing or its agent not answering)."""
+    bound = {(port, ip): host for f in main1 for port, ip, host in f.ports}
+    return tuple(replace(s, host_port=bound.get((s.port, s.bind))) for s in plan.services)
 
 
 def report_to_dict(report: Report) -> dict[str, Any]:
@@ -199,6 +213,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         "containers": [asdict(r) for r in report.rows],
         "unreachable": dict(report.unreachable),
         "faults": report.faults,
+        "services": [s.to_dict() for s in report.services],
     }
 
 
@@ -240,6 +255,11 @@ def report_table(report: Report) -> str:
         (r.host, r.role, r.agent or "-", r.state, r.health or "-", short_time(r.started_at),
          r.image or "-", r.note or "")
         for r in report.rows))
+    if report.services:
+        lines += ["", *table(("SERVICE", "PORT", "AGENT", "AGENT PORT", "URL"), (
+            (s.name, str(s.port), s.agent or "-", str(s.host_port or "-"),
+             (s.url or "not published") + (" (public)" if s.public else ""))
+            for s in report.services))]
     return "\n".join(lines)  # why an agent did not answer: one line each on stderr
 
 

@@ -101,3 +101,50 @@ def clear_stale_pulumi_locks(base: Path, stack: str) -> list[Path]:
             print(f"sessionctl: removed a stale Pulumi lock of stack {stack} (pid {pid} on "
                   f"{host} is gone): {path}", file=sys.stderr)
     return removed
+
+
+def service_ports_lock_path(backend_url: str, pool: str) -> Path:
+    """Where the pool-wide lock of service-port choices lives: beside a file backend's state
+    (every ``sessionctl`` using the backend shares it), else in the user's cache."""
+    base = backend_dir(backend_url)
+    if base is None:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / PROJECT_NAME
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in pool)
+    return base / LOCK_DIR / f"pool-{safe}.service-ports.lock"
+
+
+@contextlib.contextmanager
+def service_ports_lock(backend_url: str, pool: str, timeout: float = 600) -> Iterator[None]:
+    """Hold pool ``pool``'s service ports from choosing them until the ``up`` that chose them
+    has created main1 (the engine then shows them to the next chooser): another ``up`` with
+    services on the same pool waits here, saying for whom, instead of choosing the same free
+    port. Raises :class:`StackBusy` after ``timeout`` seconds."""
+    path = service_ports_lock_path(backend_url, pool)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        deadline = time.monotonic() + timeout
+        said = False
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not said:
+                    handle.seek(0)
+                    holder = handle.read().strip() or "another run"
+                    print(f"sessionctl: waiting for {holder} to finish choosing service ports "
+                          f"on pool {pool}", file=sys.stderr)
+                    said = True
+                if time.monotonic() > deadline:
+                    raise StackBusy(f"pool {pool}'s service ports stayed locked for "
+                                    f"{timeout:g}s ({path}); nothing was done") from None
+                time.sleep(0.2)
+        try:
+            handle.truncate(0)
+            handle.write(f"sessionctl up (pid {os.getpid()}, since "
+                         f"{time.strftime('%Y-%m-%d %H:%M:%S')})")
+            handle.flush()
+            yield
+        finally:
+            handle.truncate(0)
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -55,12 +56,13 @@ from ..agents.capacity import preflight
 from ..agents.cleanup import sweep
 from ..agents.reach import LOCAL, reach_of
 from ..core.loader import Loaded
-from ..core.names import DEFAULT_DOCKER_HOST, DOCKER_CLIENT_ENV
+from ..core.names import DEFAULT_DOCKER_HOST, DOCKER_CLIENT_ENV, SERVICE_PORTS_KEY, config_key
 from ..core.plan import ClusterPlan
 from ..core.spec import Agent, Pool
+from . import service_ports
 from .errors import CommandError, Exit
 from .session_args import EPILOG, add_session_args, selected
-from .stack_lock import StackBusy, stack_lock
+from .stack_lock import StackBusy, service_ports_lock, stack_lock
 from .stack_settings import (
     CONFIRM,
     PASSPHRASE_WARNING,
@@ -416,6 +418,40 @@ def run_stacks(args: argparse.Namespace, verb: str, sel: Any, stacks: dict[str, 
     except CommandError as exc:
         report_all("invalid", backend=prepared.settings.backend_url, error=str(exc))
         raise
+    with contextlib.ExitStack() as held:
+        if verb in ("preview", "up") and pending is None \
+                and any(p.services for _, p in sel.chosen):
+            targets = with_service_ports(verb, sel, targets, prepared, held, report_all)
+        return run_targets(args, verb, sel, targets, prepared, docs, emit_docs)
+
+
+def with_service_ports(verb: str, sel: Any, targets: list, prepared: Prepared,
+                       held: contextlib.ExitStack, report_all: Callable[..., None]) -> list:
+    """``targets`` with the host ports of their services in their config, chosen from what the
+    agents publish (driver.service_ports) while ``held`` keeps the pool's service ports
+    locked (released when the caller's ``up``s are done)."""
+    backend = prepared.settings.backend_url
+    try:
+        if verb == "up":
+            held.enter_context(service_ports_lock(backend, sel.loaded.pool.name))
+        chosen = service_ports.choose(list(sel.plans), sel.loaded.pool)
+    except StackBusy as exc:
+        report_all("busy", backend=backend, error=str(exc))
+        raise CommandError(str(exc), Exit.ENGINE) from None
+    except CommandError as exc:
+        report_all("pending" if exc.code == Exit.PENDING else "failed", backend=backend,
+                   error=str(exc))
+        raise
+    return [(plan, dataclasses.replace(target, config={
+        **target.config,
+        config_key(SERVICE_PORTS_KEY): service_ports.config_value(chosen[plan.name])}))
+        if plan.name in chosen else (plan, target) for plan, target in targets]
+
+
+def run_targets(args: argparse.Namespace, verb: str, sel: Any, targets: list,
+                prepared: Prepared, docs: list[dict[str, Any]],
+                emit_docs: Callable[[], None]) -> int:
+    """The verb on each chosen stack in turn; the first failure stops an ``up``."""
     started(prepared)
     failures: list[StackFailed] = []
     done: list[str] = []

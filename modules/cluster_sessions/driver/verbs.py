@@ -18,6 +18,7 @@ MODULES: list[str] = [
     "cluster_sessions.driver.pool_verbs",
     "cluster_sessions.driver.lab_verbs",
     "cluster_sessions.driver.access",
+    "cluster_sessions.driver.open_verb",
 ]
 
 

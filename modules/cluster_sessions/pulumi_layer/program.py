@@ -6,6 +6,11 @@ Stack configuration (``stacks/Pulumi.<stack>.yaml``):
     The session definition, relative to ``stacks/`` (``sessions/train-demo.yaml``) or absolute.
 ``cluster-sessions:pool`` (optional)
     A pool file that replaces the one the definition names; relative to ``stacks/`` or absolute.
+``cluster-sessions:service-ports`` (with ``services``)
+    The host port of each service, JSON ``{"jupyter": 30000}``: ``sessionctl up`` chooses them
+    from what main1's agent publishes, under a pool-wide lock. Without it (a bare ``pulumi up``)
+    each service takes its preferred port, else the first of the range, unchecked: the engine
+    refuses a port that is taken, and the update fails naming it.
 ``cluster-sessions:index`` (with ``count: K``)
     Which of the K sessions ``<name>-1`` .. ``<name>-K`` this stack runs; without it, the one
     the stack is named after. All K are planned together, so each lands where the joint plan
@@ -17,6 +22,7 @@ with the same messages ``sessionctl validate`` and ``sessionctl plan`` print.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,9 +36,11 @@ from ..core.names import (
     INDEX_KEY,
     POOL_KEY,
     PROVIDER_STEERING_ENV,
+    SERVICE_PORTS_KEY,
 )
-from ..core.plan import ClusterPlan, build_plans, check_usable
+from ..core.plan import ClusterPlan, build_plans, check_usable, with_service_ports
 from ..core.problems import DefinitionError
+from ..core.services import allocate
 from .session import Session, SessionArgs, SessionPending
 
 STACKS_DIR = "stacks"
@@ -107,16 +115,44 @@ def check_environment(environ: Mapping[str, str]) -> None:
             f"{'it' if len(steering) == 1 else 'them'} (`sessionctl up` ignores them for you)")
 
 
+def service_ports(plan: ClusterPlan, recorded: str | None) -> ClusterPlan:
+    """``plan`` with its services' host ports: those ``sessionctl up`` recorded, else a choice
+    made without looking at the engine (said as a warning)."""
+    if not plan.services:
+        return plan
+    if recorded:
+        try:
+            ports = json.loads(recorded)
+            if not isinstance(ports, dict) or not all(
+                    isinstance(v, int) and 1 <= v <= 65535 for v in ports.values()):
+                raise ValueError(recorded)
+        except ValueError:
+            raise InvalidDefinition(f"stack config {CONFIG_NAMESPACE}:{SERVICE_PORTS_KEY} is "
+                                    f"{recorded!r}, not a JSON object of service name to port; "
+                                    "remove it and run `sessionctl up`") from None
+        missing = [s.name for s in plan.services if s.name not in ports]
+        if not missing:
+            return with_service_ports(plan, ports)
+    span = plan.services[0].port_range
+    chosen_ = allocate(plan.session.services, span, (), agent=plan.services[0].agent or "")
+    pulumi.log.warn(f"session {plan.name}: service host ports chosen without looking at the "
+                    f"engine ({', '.join(f'{k} {v}' for k, v in chosen_.ports.items())}); "
+                    "`sessionctl up` checks what the agent publishes first")
+    return with_service_ports(plan, chosen_.ports)
+
+
 def run(project_dir: Path) -> Session:
     """Build this stack's Session and export its outputs."""
     check_environment(os.environ)
     loaded = load(project_dir)
     stack = pulumi.get_stack()
     plans = build_plans(loaded.session, loaded.pool)
-    plan = chosen(plans, pulumi.Config(CONFIG_NAMESPACE).get(INDEX_KEY) or None, stack)
+    config = pulumi.Config(CONFIG_NAMESPACE)
+    plan = chosen(plans, config.get(INDEX_KEY) or None, stack)
     if plan.pending:  # before any resource, so nothing is created (Session checks it too)
         raise SessionPending(f"session {plan.name!r} is pending, nothing was created: "
                              f"{plan.reason}")
+    plan = service_ports(plan, config.get(SERVICE_PORTS_KEY))
     if stack != plan.name:
         pulumi.log.warn(f"stack {stack!r} runs session {plan.name!r}; sessionctl names the "
                         "stack after the session, so it will not find this one")
@@ -133,6 +169,7 @@ def run(project_dir: Path) -> Session:
     pulumi.export("agents", session.agents)
     pulumi.export("network", session.network)
     pulumi.export("main1", session.main1)
+    pulumi.export("services", session.services)
     pulumi.export("ssh_public_key", session.ssh_public_key)
     # For ssh into main1 from outside; shown only with ``--show-secrets``.
     pulumi.export("ssh_private_key", pulumi.Output.secret(session.keys.user_private))

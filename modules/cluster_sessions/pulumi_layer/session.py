@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import posixpath
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pulumi
 import pulumi_docker as docker
@@ -142,6 +142,8 @@ class Session(pulumi.ComponentResource):
     agents: per agent used, its ``docker_host`` and its hosts.
     network: ``name``, ``driver`` (bridge | overlay), ``agent`` it was created through, ``id``.
     main1: container name, agent, published ports, and commands to reach it.
+    services: per service of main1, its agent, container and host port, bind address and URL
+    (the host port as the engine reports it).
     ssh_public_key: the session's user public key.
     ssh_ca_public_key: the session CA's public key (``@cert-authority`` in known_hosts).
     """
@@ -150,6 +152,7 @@ class Session(pulumi.ComponentResource):
     agents: pulumi.Output[dict]
     network: pulumi.Output[dict]
     main1: pulumi.Output[dict]
+    services: pulumi.Output[dict]
     ssh_public_key: pulumi.Output[str]
     ssh_ca_public_key: pulumi.Output[str]
 
@@ -185,6 +188,7 @@ class Session(pulumi.ComponentResource):
             "id": self.docker_network.id,
         })
         self.main1 = self._main1_info()
+        self.services = self._services_info()
         self.ssh_public_key = self.keys.user_public
         self.ssh_ca_public_key = self.keys.ca_public
         self.register_outputs({
@@ -193,6 +197,7 @@ class Session(pulumi.ComponentResource):
             "agents": self.agents,
             "network": self.network,
             "main1": self.main1,
+            "services": self.services,
             "ssh_public_key": self.ssh_public_key,
         })
 
@@ -333,6 +338,26 @@ class Session(pulumi.ComponentResource):
             return {**base, "ports": published, "ssh": _ssh_hint(ssh, user, main1_key)}
 
         return pulumi.Output.all(container.ports, host_key).apply(lambda a: describe(*a))
+
+
+    def _services_info(self) -> pulumi.Output[dict]:
+        main = self.plan.containers[0]
+        services = self.plan.services
+
+        def describe(ports: Sequence) -> dict:
+            bound = {}
+            for p in ports or []:
+                get = p.get if isinstance(p, Mapping) else lambda k, p=p: getattr(p, k, None)
+                if get("external"):
+                    bound[(int(get("internal")), get("ip") or "0.0.0.0")] = int(get("external"))
+            out = {}
+            for svc in services:
+                host_port = bound.get((svc.port, svc.bind), svc.host_port)
+                out[svc.name] = {**replace(svc, host_port=host_port).to_dict(),
+                                 "container": main.container_name}
+            return out
+
+        return self.containers[main.host].ports.apply(describe)
 
 
 def _published(port, agent: Agent) -> dict:
