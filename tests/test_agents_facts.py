@@ -426,3 +426,31 @@ def test_preflight_error_lists_every_failing_agent():
         "pool p: 1 of 2 agent(s) cannot be used; nothing was created:",
         "  agent a2: unreachable: ssh root@h:22: Connection refused"]
     assert not hasattr(err, "code")  # the exit code is the driver's (tests/test_cli.py)
+
+
+def test_published_ports_reads_bindings_asked_for_and_held_of_every_container():
+    inspected = [
+        {"Name": "/s1-main1", "Config": {"Labels": {"cluster-sessions.session": "s1"}},
+         "HostConfig": {"PortBindings": {"8888/tcp": [{"HostIp": "127.0.0.1",
+                                                       "HostPort": "30000"}],
+                                         "2200/tcp": [{"HostIp": "127.0.0.1", "HostPort": ""}],
+                                         "53/udp": [{"HostIp": "", "HostPort": "30001"}]}},
+         "NetworkSettings": {"Ports": {"2200/tcp": [{"HostIp": "127.0.0.1",
+                                                     "HostPort": "41234"}],
+                                       "8888/tcp": [{"HostIp": "127.0.0.1",
+                                                     "HostPort": "30000"}]}}},
+        # not ours, stopped: what it asks for is taken all the same
+        {"Name": "/nginx", "Config": {"Labels": None},
+         "HostConfig": {"PortBindings": {"80/tcp": [{"HostIp": "", "HostPort": "30002"}]}},
+         "NetworkSettings": {"Ports": {}}},
+    ]
+    found = facts.PublishedPorts().parse(0, json.dumps(inspected), "")
+    assert sorted((p.container, p.session, p.internal, p.host_ip, p.host_port)
+                  for p in found) == [
+        ("nginx", "", 80, "0.0.0.0", 30002),
+        ("s1-main1", "s1", 2200, "127.0.0.1", 41234),
+        ("s1-main1", "s1", 8888, "127.0.0.1", 30000),
+    ]
+    assert facts.PublishedPorts().parse(0, "[]", "") == ()
+    with pytest.raises(facts.FactError):
+        facts.PublishedPorts().parse(0, "{}", "")

@@ -101,7 +101,7 @@ def open_session(path: str, service: str, pool: str | None = None) -> subprocess
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
-def closes_on_sigint(proc: subprocess.Popen, url: str) -> None:
+def closes_on_sigint(proc: subprocess.Popen, url: str) -> str:
     """Ctrl-C ends `open` with exit 0 and frees its local port."""
     import signal
     import socket
@@ -113,6 +113,7 @@ def closes_on_sigint(proc: subprocess.Popen, url: str) -> None:
     assert f"closed {url}" in err
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", urlsplit(url).port), timeout=2).close()
+    return err
 
 
 SERVER = ["python3", "-c", "import http.server as h, os\n"
@@ -137,7 +138,68 @@ def test_open_forwards_a_local_port_to_the_service_on_a_local_agent(
         assert url.startswith("http://127.0.0.1:") and url.endswith("/"), url
         assert fetch(url) == "hello from main1"
         assert fetch(url) == "hello from main1"  # a second connection through the same port
-        closes_on_sigint(proc, url)
+        assert "via local" in closes_on_sigint(proc, url)
     finally:
         proc.kill()
         proc.wait()
+
+
+# --- choosing at up, offline (what the engine publishes given) ---------------------------------
+
+def _pool_and_session(count: int = 1, last: int = 31009):
+    from cluster_sessions.core.spec import Pool, Session
+
+    pool = Pool.model_validate(factories.pool("p", factories.agent("a1"),
+                                              service_ports={"first": 31000, "last": last}))
+    session = Session.model_validate(factories.session("svc-up", count=count, services=[
+        {"name": "web", "port": 8080, "preferred_port": 31005}]))
+    return pool, session
+
+
+def test_up_keeps_what_main1_holds_and_skips_what_others_publish():
+    from cluster_sessions.agents.facts import PublishedPort
+    from cluster_sessions.core.plan import build_plans
+    from cluster_sessions.driver.service_ports import choose
+
+    pool, session = _pool_and_session()
+    plans = build_plans(session, pool)
+    assert choose(plans, pool, read=lambda a: ()) == {"svc-up": {"web": 31005}}
+    others = [PublishedPort("x", "", 80, "0.0.0.0", 31005)]
+    assert choose(plans, pool, read=lambda a: others) == {"svc-up": {"web": 31000}}
+    held = [*others, PublishedPort("svc-up-main1", "svc-up", 8080, "127.0.0.1", 31007)]
+    assert choose(plans, pool, read=lambda a: held) == {"svc-up": {"web": 31007}}
+    # a container of the same name but another session's label is not ours
+    forged = [PublishedPort("svc-up-main1", "other", 8080, "127.0.0.1", 31007)]
+    assert choose(plans, pool, read=lambda a: forged) == {"svc-up": {"web": 31005}}
+
+
+def test_the_sessions_of_a_count_get_different_ports_and_the_agent_is_read_once():
+    from cluster_sessions.core.plan import build_plans
+    from cluster_sessions.driver.service_ports import choose
+
+    pool, session = _pool_and_session(count=3)
+    reads = []
+    got = choose(build_plans(session, pool), pool, read=lambda a: reads.append(a.name) or ())
+    assert got == {"svc-up-1": {"web": 31005}, "svc-up-2": {"web": 31000},
+                   "svc-up-3": {"web": 31001}}
+    assert reads == ["a1"]
+
+
+def test_a_full_range_is_pending_and_an_unreadable_agent_an_engine_failure():
+    from cluster_sessions.agents.connectors import UNREACHABLE, AgentError
+    from cluster_sessions.core.plan import build_plans
+    from cluster_sessions.driver.errors import CommandError, Exit
+    from cluster_sessions.driver.service_ports import choose
+
+    pool, session = _pool_and_session(count=2, last=31000)
+    with pytest.raises(CommandError) as exc:
+        choose(build_plans(session, pool), pool, read=lambda a: ())
+    assert exc.value.code == Exit.PENDING and "31000-31000 of agent a1" in str(exc.value)
+
+    def unreachable(agent):
+        raise AgentError(agent.name, UNREACHABLE, "no route")
+
+    pool, session = _pool_and_session()
+    with pytest.raises(CommandError) as exc:
+        choose(build_plans(session, pool), pool, read=unreachable)
+    assert exc.value.code == Exit.ENGINE and "nothing was created" in str(exc.value)

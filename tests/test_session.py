@@ -665,3 +665,48 @@ def test_a_stack_that_is_none_of_a_counts_sessions_creates_nothing(tmp_path, sta
     with pytest.raises(Exception, match=re.escape(words)):
         run_program(engine, stack, config)
     assert engine.of_type(CONTAINER) == []
+
+
+# --- services (issue 23) ----------------------------------------------------------------------
+
+SERVICES = str(FIXTURES / "sessions" / "services.yaml")
+
+
+def services_run(tmp_path_name: str, recorded: str | None) -> Run:
+    config = {"cluster-sessions:definition": SERVICES,
+              **({"cluster-sessions:service-ports": recorded} if recorded else {})}
+    FIXTURE_STACKS[tmp_path_name] = config
+    try:
+        return Run(tmp_path_name)
+    finally:
+        del FIXTURE_STACKS[tmp_path_name]
+
+
+def test_services_are_published_on_main1_at_the_ports_up_chose_and_shown_in_the_outputs():
+    run = services_run("svc-pair", '{"jupyter":30005,"tensorboard":30006}')
+    ports = run.container("main1").plain_inputs["ports"]
+    assert {"internal": 8888.0, "external": 30005.0, "ip": "127.0.0.1",
+            "protocol": "tcp"} in ports
+    # public: the agent's own address, not every address of it
+    assert {"internal": 6006.0, "external": 30006.0, "ip": "10.0.0.11",
+            "protocol": "tcp"} in ports
+    assert run.container("sub1").plain_inputs.get("ports") is None
+    services = run.output("services")
+    assert services["jupyter"]["host_port"] == 30005
+    assert services["jupyter"]["url"] == "http://127.0.0.1:30005/"
+    assert services["jupyter"]["agent"] == "node-a"
+    assert services["tensorboard"]["url"] == "http://10.0.0.11:30006/"
+    assert services["tensorboard"]["public"] is True
+
+
+def test_without_recorded_ports_a_bare_pulumi_up_takes_preferred_then_first_of_the_range():
+    run = services_run("svc-pair", None)
+    services = run.output("services")
+    assert (services["jupyter"]["host_port"], services["tensorboard"]["host_port"]) == (
+        30005, 30000)
+
+
+def test_recorded_ports_that_are_not_a_json_object_of_ports_are_refused():
+    for bad in ('[30000]', '{"jupyter": "x"}', '{"jupyter": 70000}', 'nope'):
+        with pytest.raises(Exception, match="service-ports"):
+            services_run("svc-pair", bad)
