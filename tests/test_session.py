@@ -31,6 +31,7 @@ from cluster_sessions.core.plan import (
 )
 from cluster_sessions.core.provider_facts import cpus_read_back, parse_cpus
 from cluster_sessions.core.render import BUNDLE_DIR, pack, pack_entrypoint_argv, render_container
+from cluster_sessions.core.services import allocate
 from cluster_sessions.emulation.engine import (
     STACKS,
     Engine,
@@ -413,6 +414,11 @@ def test_only_main1_publishes_the_definitions_ports(run: Run):
                  **({"external": float(p.host)} if p.host else {})} for p in session.ports]
         if not any(p.container == 2200 for p in session.ports):  # sshd, for `sessionctl ssh`
             want.append({"internal": 2200.0, "ip": "127.0.0.1", "protocol": "tcp"})
+        # services (no ports recorded by `sessionctl up`: preferred, else first of the range)
+        chosen = allocate(session.services, run.plan.services[0].port_range, ()).ports \
+            if session.services else {}
+        want += [{"internal": float(v.port), "external": float(chosen[v.name]), "ip": v.bind,
+                  "protocol": "tcp"} for v in run.plan.services]
         assert ports == want
 
 
@@ -523,7 +529,8 @@ def test_stack_outputs_describe_hosts_agents_network_and_main1(run: Run):
     assert f"exec -it -u {plan.session.user.name} {plan.name}-main1" in main1["exec"]
     defined = [p.container for p in plan.session.ports]
     assert [p["container"] for p in main1["ports"]] == defined + (
-        [] if 2200 in defined else [2200])
+        [] if 2200 in defined else [2200]) + [v.port for v in plan.services]
+    assert sorted(run.output("services")) == sorted(v.name for v in plan.services)
     if any(p["container"] == 2200 and p["host"] for p in main1["ports"]):
         published = next(p for p in main1["ports"] if p["container"] == 2200)
         assert f"-p {published['host']} -- {plan.session.user.name}@" in main1["ssh"]["command"]
