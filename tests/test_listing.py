@@ -61,7 +61,8 @@ def test_ls_lists_each_session_with_what_its_engine_says(
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["sessions"]}
     assert rows[f"{name}-i"] == {
         "stack": f"{name}-i", "name": f"{name}-i", "type": "interactive", "mode": "single-node",
-        "size": 2, "agents": ["local"], "state": "running", "detail": "", "exit_code": None}
+        "size": 2, "agents": ["local"], "state": "running", "detail": "", "exit_code": None,
+        "services": []}
     assert (rows[f"{name}-b"]["state"], rows[f"{name}-b"]["exit_code"]) == ("finished", 7)
     assert "stack_outputs " + f"{name}-b" in emulated_automation.calls
 
