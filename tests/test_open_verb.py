@@ -54,6 +54,14 @@ def test_the_port_is_main1s_own_for_that_container_port_and_all_addresses_mean_l
     assert exc.value.code == Exit.ENGINE
 
 
+def test_a_local_port_outside_0_to_65535_is_invalid_input(capsys):
+    for bad in ("70000", "-1", "x"):
+        with pytest.raises(SystemExit) as exc:
+            cli.main(["open", "s.yaml", "web", f"--local-port={bad}"])
+        assert exc.value.code == Exit.INVALID
+        assert "--local-port: must be a port" in capsys.readouterr().err
+
+
 def test_open_has_help(capsys):
     with pytest.raises(SystemExit):
         cli.main(["open", "--help"])

@@ -27,9 +27,7 @@ from .plan import (
 )
 from .provider_facts import cpus_argument, gpu_device_request
 from .render import pack_entrypoint_argv
-
-#: Where main1 publishes its sshd: the agent's loopback (reached through the agent's SSH).
-from .services import LOOPBACK  # noqa: E402 - main1's sshd and private services bind here
+from .services import LOOPBACK  # main1's sshd and private services: the agent's loopback
 from .spec import SSH_PORT
 
 MIB = 1024 * 1024

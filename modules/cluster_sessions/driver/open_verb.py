@@ -138,6 +138,13 @@ def forward(plan: ClusterPlan, pool: Pool, service: ServicePlan, local_port: int
         conn.close()
 
 
+def local_port(value: str) -> int:
+    """An argparse type: 0 (any free port) to 65535."""
+    if not value.isdigit() or int(value) > 65535:
+        raise argparse.ArgumentTypeError("must be a port, 1-65535 (0: any free one)")
+    return int(value)
+
+
 def register(subparsers) -> None:
     p = verb_parser(
         subparsers, "open", "forward a local port to a service of main1 and print its URL",
@@ -152,6 +159,6 @@ def register(subparsers) -> None:
         "publishes no such port, 2 invalid input (no such service), 3 pending")
     add_session_args(p)
     p.add_argument("service", metavar="SERVICE", help="a service name from the definition")
-    p.add_argument("--local-port", type=int, default=0, metavar="PORT",
+    p.add_argument("--local-port", type=local_port, default=0, metavar="PORT",
                    help="the local port to listen on (default: any free one)")
     p.set_defaults(func=cmd_open)
