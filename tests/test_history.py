@@ -38,6 +38,8 @@ def test_an_unreadable_or_foreign_record_is_no_record(tmp_path):
     assert history.read_record(tmp_path, "a") is None
     assert history.read_record(tmp_path, "b") is None
     assert history.read_record(tmp_path, "c") is None
+    history.write_record(tmp_path, record(stack="d", state="sleeping"))
+    assert history.read_record(tmp_path, "d") is None  # ls would have no phase for it
 
 
 def test_records_live_beside_a_file_backend_or_per_backend_in_the_project(tmp_path):

@@ -239,3 +239,23 @@ def test_a_job_lost_to_a_dying_sub_is_an_error_before_and_after_destroy(
     assert (gone["state"], gone["recorded"], gone["exit_code"]) == ("lost", True, None)
     assert gone["faults"] == ["sub1 is exited (exit code 137) before the job ended"]
     assert gone["started"] and gone["finished"] and gone["duration_s"] >= 0
+
+
+@pytest.mark.docker
+def test_a_batch_session_run_destroyed_is_listed_finished_as_run_saw_it_end(
+        emulated_automation, docker_client, image, tmp_path, capsys):  # noqa: F811
+    name = unique("lsrun")
+    batch = factories.write(tmp_path / "b.yaml", factories.session(
+        name, image=image, size=2, cpu=0.25, mem="256m", type="batch",
+        command=["sh", "-c", "sleep 1"]))
+    assert cli.main(["run", str(batch), "--json"]) == 0
+    out = capsys.readouterr().out  # main1's log lines, then the summary
+    summary = json.loads(out[out.index("\n{\n") + 1:])
+    assert summary["destroyed"]
+    main1 = next(c for c in summary["containers"] if c["host"] == "main1")
+    (row,) = ls_json(capsys, "--state", "finished")["sessions"]
+    assert (row["name"], row["exit_code"], row["recorded"]) == (name, 0, True)
+    assert (row["started"], row["finished"]) == (main1["started"], main1["finished"])
+    assert 1 <= row["duration_s"] < 30
+    assert not docker_client.containers.list(all=True, filters={
+        "label": f"cluster-sessions.session={name}"})

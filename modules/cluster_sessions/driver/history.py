@@ -27,6 +27,7 @@ from urllib.parse import quote
 from .stack_settings import STATE_DIR, EngineSettings
 
 HISTORY_DIR = "sessionctl-history"
+STATES = ("finished", "lost")
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,8 @@ def read_record(directory: Path, stack: str) -> JobRecord | None:
     try:
         data: Any = json.loads(_path(directory, stack).read_text(encoding="utf-8"))
         wanted = {f.name for f in fields(JobRecord)}
-        if not isinstance(data, dict) or set(data) != wanted:
+        if (not isinstance(data, dict) or set(data) != wanted or data["state"] not in STATES
+                or not isinstance(data["agents"], list)):
             return None
         data["agents"] = tuple(str(a) for a in data["agents"])
         return JobRecord(**data)
