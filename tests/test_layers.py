@@ -8,6 +8,7 @@ function counts too."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,22 @@ def test_the_rules_see_a_violation():
         "pulumi_layer.swarm")
     assert package_module(PACKAGE / "__init__.py", 1, "compat_pickle") == "compat_pickle"
     assert (0, "subprocess") in imports(PACKAGE / "lab" / "image.py")
+
+
+def test_the_design_notes_map_names_modules_and_functions_that_exist():
+    """The one-screen map at the top of docs/design-notes.md stays true as modules move."""
+    notes = (PACKAGE.parents[1] / "docs" / "design-notes.md").read_text()
+    map_ = notes[notes.index("## Map"):notes.index("## Where things are")]
+    layer = r"(?:core|agents|pulumi_layer|driver|emulation|lab)"
+    paths = set(re.findall(rf"\b({layer}/[a-z_]+\.py)", map_))
+    assert len(paths) >= 12, paths
+    for path in paths:
+        assert (PACKAGE / path).exists(), f"the map names {path}"
+    named = re.findall(rf"\b({layer}/[a-z_]+\.py) ([A-Za-z_]+)", map_)
+    named = [(path, name) for path, name in named if name not in ("runs", "diffs")]  # words
+    assert len(named) >= 6, named
+    for path, name in named:
+        tree = ast.parse((PACKAGE / path).read_text())
+        defined = {node.name for node in tree.body
+                   if isinstance(node, ast.FunctionDef | ast.ClassDef)}
+        assert name in defined, f"the map says {path} has {name}"
