@@ -61,9 +61,11 @@ PER_AGENT = 4  # containers per agent in every case
 
 
 def pool_yaml(agents: int) -> str:
+    """A pool of ``agents`` agents reached over SSH (validation refuses a plain tcp:// engine);
+    nothing connects to them: plan, render and the mock engine never dial an agent."""
     lines = ["kind: AgentPool", "name: bench", "agents:"]
     for i in range(agents):
-        lines.append(f"  - {{name: agent{i}, docker_host: 'ssh://ops@10.0.{i // 250}.{i % 250}',"
+        lines.append(f"  - {{name: agent{i}, ssh: {{host: 10.0.{i // 250}.{i % 250}, user: ops}},"
                      f" capacity: {{cpu: 16, mem: 64g, gpus: [0, 1, 2, 3]}}}}")
     lines.append("swarm: {manager: agent0}")
     return "\n".join(lines) + "\n"

@@ -308,10 +308,21 @@ def _private(key: KeyPair) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
+_last_checked: list = []  # [plan, keys]: the last (plan, keys) found complete
+
+
 def _host_keys(plan: ClusterPlan, keys: SessionKeys) -> Mapping[str, KeyPair]:
+    """``keys.hosts``, checked once per (plan, keys): every host has a key and a certificate,
+    and there is a CA (checking per container would make rendering a session O(N^2))."""
+    if _last_checked and _last_checked[0] is plan and _last_checked[1] is keys:
+        return keys.hosts
     missing = [h for h in plan.hosts if h not in keys.hosts]
     if missing:
         raise ValueError(f"the session keys have no host key for {', '.join(missing)}")
+    if keys.ca is None or any(h not in keys.host_certs for h in plan.hosts):
+        raise ValueError("the session keys have no CA or not every host certificate "
+                         "(keys.with_hosts adds them)")
+    _last_checked[:] = [plan, keys]
     return keys.hosts
 
 
@@ -349,14 +360,11 @@ def render_container(plan: ClusterPlan, container: ContainerPlan,
     if not (0 <= rank < len(plan.containers) and plan.containers[rank] == container):
         raise ValueError(f"{container.host} is not a container of session {plan.name!r}")
     host_keys = _host_keys(plan, keys)
-    if keys.ca is None or any(h not in keys.host_certs for h in plan.hosts):
-        raise ValueError("the session keys have no CA or not every host certificate "
-                         "(keys.with_hosts adds them)")
     session = plan.session
     context = {
         "session": plan.name,
         "host": container.host,
-        "hosts": list(plan.hosts),
+        "hosts": plan.hosts,
         "size": len(plan.containers),
         "env": list(container.env.items()),
         "user_env": list(split_user_env(container.user_env)[0].items()),
