@@ -575,8 +575,9 @@ def programs_run(client, directory: Path, image: str, size: int, tag: str, cpu: 
             builder(*resource)
         mounts = strace_mounts()
         for _, inputs in containers:
-            inputs["entrypoints"] = [STRACE, "-f", "-qq", "-e", "trace=execve", "-e",
-                                     "signal=none", "-o", STRACE_OUT, *inputs["entrypoints"]]
+            inputs["entrypoints"] = [STRACE, "-f", "-qq", "-e", "trace=execve,clone,fork,vfork",
+                                     "-e", "signal=none", "-o", STRACE_OUT,
+                                     *inputs["entrypoints"]]
             inputs["mounts"] = [*(inputs.get("mounts") or []), *mounts]
         with ThreadPoolExecutor(max_workers=size) as pool:
             list(pool.map(lambda c: builder(*c), containers))
@@ -591,10 +592,38 @@ def programs_run(client, directory: Path, image: str, size: int, tag: str, cpu: 
         builder.remove_all()
         builder.close()
         sweep_session(client, tag)
-    started = [m.group(1) for m in re.finditer(r'execve\("([^"]+)".*= 0$', trace, re.MULTILINE)]
-    # the first is strace starting the declared entrypoint: counted, as the container's own
-    sshd = next(i for i, p in enumerate(started) if p.endswith("/sshd"))
-    return started[:sshd + 1]
+    return before_sshd(trace)
+
+
+def before_sshd(trace: str) -> list[str]:
+    """The programs ``strace -f`` saw started before the process that becomes sshd was forked
+    (sshd runs as a background job: what its parent starts meanwhile runs beside it), sshd
+    last. The first is the declared entrypoint itself (strace's own exec of it)."""
+    events: list[tuple[str, str]] = []  # ("exec", path) | ("fork", child pid), in order
+    pending: dict[str, tuple[str, str]] = {}  # pid -> the call that has not returned yet
+    lines = [line.split(None, 1) for line in trace.splitlines() if " " in line.strip()]
+    for pid, rest in lines:
+        call = re.match(r'(execve|clone3?|v?fork)\("?([^",]*)', rest)
+        if call and "<unfinished" in rest:
+            pending[pid] = (call.group(1), call.group(2))
+            continue
+        if rest.startswith("<... "):
+            call_name, arg = pending.pop(pid, ("", ""))
+        elif call:
+            call_name, arg = call.group(1), call.group(2)
+        else:
+            continue
+        result = re.search(r"= (-?\d+)", rest)
+        if not result or int(result.group(1)) < 0:
+            continue
+        if call_name == "execve":  # a path strace cannot read (after a uid change): "?"
+            events.append(("exec", arg if arg.startswith("/") else "?"))
+        elif call_name:
+            events.append(("fork", result.group(1)))
+    sshd_pid = next(pid for pid, rest in lines if re.match(r'execve\("[^"]*/sshd"', rest))
+    forked = next(i for i, (kind, value) in enumerate(events)
+                  if kind == "fork" and value == sshd_pid)
+    return [path for kind, path in events[:forked] if kind == "exec"] + ["sshd"]
 
 
 # --- clean-up ---------------------------------------------------------------------------------

@@ -203,8 +203,9 @@ def pack(files: Sequence[RenderedFile]) -> str:
 
     Each file gets its exact text (``printf '%s'`` of a single-quoted word: quotes, ``$(...)``,
     backticks, newlines and a missing final newline survive byte for byte; the text holds no
-    NUL) and its mode. The old files are removed first (one ``rm``), so every file is created
-    afresh, never written through a link, with its mode from the umask it is created under: a
+    NUL) and its mode. The old files are removed first (one ``rm``, none when there are none),
+    so every file is created afresh, never written through a link, with its mode from the
+    umask it is created under: a
     private key is never readable by others, not even for a moment. Only modes with execute
     bits need a ``chmod`` (one per mode). A directory created for a file is 0755, one holding a
     secret file 0700 (as ``sessionctl render`` makes them). Few processes on purpose: a pack
@@ -241,7 +242,8 @@ def pack(files: Sequence[RenderedFile]) -> str:
             made.add(parent)
             where = '"$1"/' + shlex.quote(parent)
             if parent in private_dirs:  # an earlier pack may have made it 0755
-                lines.append(f"[ -d {where} ] || mkdir -m 700 -- {where}; chmod 700 -- {where}")
+                lines.append(f"if [ -d {where} ]; then chmod 700 -- {where}; "
+                             f"else mkdir -m 700 -- {where}; fi")
             else:
                 lines.append(f"[ -d {where} ] || mkdir -m 755 -- {where}")
         target = '"$1"/' + shlex.quote(path)
@@ -254,8 +256,10 @@ def pack(files: Sequence[RenderedFile]) -> str:
         writes.append(f"printf '%s' {shlex.quote(f.content)} > {target}")
         if mode & 0o7111:
             by_mode.setdefault(mode, []).append(target)
-    if targets:
-        lines.append("rm -f -- " + " ".join(targets))
+    if targets:  # one rm, and none at the first start (no program when nothing is there)
+        listed = " ".join(targets)
+        lines.append(f'for f in {listed}; do if [ -e "$f" ] || [ -L "$f" ]; then '
+                     f"rm -f -- {listed}; break; fi; done")
     lines += writes
     lines += [f"chmod {mode:o} -- " + " ".join(paths) for mode, paths in sorted(by_mode.items())]
     return "\n".join(lines) + "\n"
