@@ -257,9 +257,9 @@ def pack(files: Sequence[RenderedFile]) -> str:
         if mode & 0o7111:
             by_mode.setdefault(mode, []).append(target)
     if targets:  # one rm, and none at the first start (no program when nothing is there)
-        listed = " ".join(targets)
-        lines.append(f'for f in {listed}; do if [ -e "$f" ] || [ -L "$f" ]; then '
-                     f"rm -f -- {listed}; break; fi; done")
+        lines += ['set -- "$1" ' + " ".join(targets), 'd=$1', "shift",
+                  'for f do if [ -e "$f" ] || [ -L "$f" ]; then rm -f -- "$@"; break; fi; done',
+                  'set -- "$d"']
     lines += writes
     lines += [f"chmod {mode:o} -- " + " ".join(paths) for mode, paths in sorted(by_mode.items())]
     return "\n".join(lines) + "\n"
