@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from .clusterenv import kernel_id, members, split_user_env, static_envs
 from .loader import Loaded
@@ -129,8 +130,9 @@ class ClusterPlan:
     def mounts(self) -> tuple[Mount, ...]:
         return self.session.mounts
 
-    @property
+    @cached_property
     def hosts(self) -> tuple[str, ...]:
+        # Cached: rendering asks for it once per container, and it is O(N) to build.
         return tuple(c.host for c in self.containers)
 
     @property

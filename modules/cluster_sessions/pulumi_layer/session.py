@@ -248,12 +248,14 @@ class Session(pulumi.ComponentResource):
                       ) -> tuple[list[docker.ContainerUploadArgs], pulumi.Output[str]]:
         """(the one upload of the bundle, a secret; the digest of its public files, not)."""
         plan = self.plan
+        # ``material`` is a secret, and so is all that is derived from it: the pack is secret
+        # without being marked again (few Outputs per container: each one is SDK work).
         packed = material.apply(
             lambda k: bundle_pack(check_rendered(render_container(plan, c, k), k, c.host)))
-        content = pulumi.Output.secret(packed.apply(lambda p: p[0]))
+        content = packed.apply(_first)
         # The keys resource is secret as a whole; the digest of the public files is not, so a
         # preview shows changes to the entrypoint and the public files.
-        digest = pulumi.Output.unsecret(packed.apply(lambda p: p[1]))
+        digest = pulumi.Output.unsecret(packed.apply(_second))
         # 0600 from the first byte on: it holds the private keys
         return [docker.ContainerUploadArgs(file=BUNDLE_PACK, content=content, executable=False,
                                            permissions=BUNDLE_PACK_PERMISSIONS)], digest
@@ -339,7 +341,6 @@ class Session(pulumi.ComponentResource):
 
         return pulumi.Output.all(container.ports, host_key).apply(lambda a: describe(*a))
 
-
     def _services_info(self) -> pulumi.Output[dict]:
         main = self.plan.containers[0]
         services = self.plan.services
@@ -358,6 +359,14 @@ class Session(pulumi.ComponentResource):
             return out
 
         return self.containers[main.host].ports.apply(describe)
+
+
+def _first(pair: tuple[str, str]) -> str:
+    return pair[0]
+
+
+def _second(pair: tuple[str, str]) -> str:
+    return pair[1]
 
 
 def _published(port, agent: Agent) -> dict:
