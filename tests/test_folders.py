@@ -160,7 +160,7 @@ def test_a_folder_mount_needs_no_mount_sources_and_host_paths_still_do(tmp_path)
     found = problems(write(tmp_path, [{"folder": "d", "target": "/data/d"},
                                       {"source": "/srv/vfolders/d", "target": "/data/e"}],
                            {"data": "/srv/vfolders"}))
-    assert found == [f"mounts.1.source: /srv/vfolders/d: pool 'lab' lets sessions mount no "
+    assert found == ["mounts.1.source: /srv/vfolders/d: pool 'lab' lets sessions mount no "
                      "host path (it has no mount_sources): use a named volume, or ask the "
                      "pool's operator to add the directory to mount_sources"]
 
