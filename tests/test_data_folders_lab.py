@@ -84,18 +84,29 @@ def definition(tmp_path: Path, pool_file: Path, image: str, folder: str) -> Path
     return factories.write(tmp_path / f"{name}.yaml", doc)
 
 
-def session_containers(pool_file: Path, name: str) -> dict:
-    """The session's containers on every agent, found over the agents' SSH."""
+@pytest.fixture(scope="module")
+def clients(lab):
+    """Each agent's engine reached as the pool says: over SSH as the non-root user."""
+    held, out = [], {}
+    try:
+        for agent in load_file(lab[0], expect="AgentPool").agents:
+            conn = connector_for(agent, timeout=120)
+            held.append(conn)
+            out[agent.name] = conn.docker_client()
+            held.append(out[agent.name])
+        yield out
+    finally:
+        for h in reversed(held):
+            with contextlib.suppress(Exception):
+                h.close()
+
+
+def session_containers(clients: dict, name: str) -> dict:
+    """The session's containers on every agent, by host: (agent, container)."""
     found = {}
-    for agent in load_file(pool_file, expect="AgentPool").agents:
-        with connector_for(agent) as conn:
-            client = conn.docker_client()
-            try:
-                for c in client.containers.list(all=True,
-                                                filters={"label": f"{SESSION_LABEL}={name}"}):
-                    found[c.labels[HOST_LABEL]] = (agent.name, c)
-            finally:
-                client.close()
+    for agent, client in clients.items():
+        for c in client.containers.list(all=True, filters={"label": f"{SESSION_LABEL}={name}"}):
+            found[c.labels[HOST_LABEL]] = (agent, c)
     return found
 
 
@@ -111,7 +122,7 @@ def as_user(container, command: str, timeout: float = 120) -> str:
     raise AssertionError(f"{command!r} in {container.name}: {last}")
 
 
-def test_a_folder_is_shared_across_agents_and_outlives_destroy(lab, emulated_automation,
+def test_a_folder_is_shared_across_agents_and_outlives_destroy(lab, clients, emulated_automation,
                                                               tmp_path, capfd):
     pool_file, image, root = lab
     path = definition(tmp_path, pool_file, image, "mydata")
@@ -121,7 +132,7 @@ def test_a_folder_is_shared_across_agents_and_outlives_destroy(lab, emulated_aut
     folder = root / "mydata"
     try:
         assert cli.main(["up", str(path), "--yes"]) == 0, capfd.readouterr().err
-        found = session_containers(pool_file, plan.name)
+        found = session_containers(clients, plan.name)
         assert {h: a for h, (a, _) in found.items()} == {"main1": "agent1", "sub1": "agent2"}
         st = os.lstat(folder)
         assert (st.st_uid, st.st_gid) == (9001, 9001)  # the session user's, made by the engine
@@ -129,11 +140,11 @@ def test_a_folder_is_shared_across_agents_and_outlives_destroy(lab, emulated_aut
         assert as_user(found["sub1"][1], f"cat {TARGET}/note.txt") == "written-in-main1\n"
 
         assert cli.main(["destroy", str(path), "--yes"]) == 0, capfd.readouterr().err
-        assert session_containers(pool_file, plan.name) == {}
+        assert session_containers(clients, plan.name) == {}
         assert (folder / "note.txt").read_text() == "written-in-main1\n"  # kept
 
         assert cli.main(["up", str(path), "--yes"]) == 0, capfd.readouterr().err
-        found = session_containers(pool_file, plan.name)
+        found = session_containers(clients, plan.name)
         assert as_user(found["sub1"][1], f"cat {TARGET}/note.txt") == "written-in-main1\n"
         assert as_user(found["main1"][1], f"stat -c %u:%g {TARGET}/note.txt") == "9001:9001\n"
     finally:
@@ -144,7 +155,7 @@ def test_a_folder_is_shared_across_agents_and_outlives_destroy(lab, emulated_aut
 
 
 def test_a_planted_link_is_refused_with_exit_2_and_nothing_is_created(
-        lab, emulated_automation, tmp_path, capfd):
+        lab, clients, emulated_automation, tmp_path, capfd):
     pool_file, image, root = lab
     (root / "planted").symlink_to("/etc")
     path = definition(tmp_path, pool_file, image, "planted")
@@ -155,7 +166,7 @@ def test_a_planted_link_is_refused_with_exit_2_and_nothing_is_created(
         assert f"{path}: mounts.0.folder: on agent agent1: {root}/planted is a symbolic link" \
             in err, err
         assert "nothing was created" in err
-        assert session_containers(pool_file, name) == {}
+        assert session_containers(clients, name) == {}
         assert os.readlink(root / "planted") == "/etc"
         assert f"up {name}" not in emulated_automation.calls  # the engine was never asked
     finally:

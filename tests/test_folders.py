@@ -156,6 +156,16 @@ def test_plan_json_container_bind_and_review_show_the_folder(tmp_path):
         "vol:/data/v:ro")
 
 
+def test_the_plan_table_shows_the_folder_and_that_it_is_kept(tmp_path, capsys):
+    from cluster_sessions.driver import cli
+
+    path = write(tmp_path, [{"folder": "mydata", "target": "/home/work/mydata"}],
+                 {"data": "/srv/vfolders"})
+    assert cli.main(["plan", str(path)]) == 0
+    assert ("mount    folder mydata (/srv/vfolders/mydata: made if missing, kept after destroy)"
+            " -> /home/work/mydata") in capsys.readouterr().out.splitlines()
+
+
 def test_a_folder_mount_needs_no_mount_sources_and_host_paths_still_do(tmp_path):
     found = problems(write(tmp_path, [{"folder": "d", "target": "/data/d"},
                                       {"source": "/srv/vfolders/d", "target": "/data/e"}],
