@@ -81,3 +81,45 @@ def test_a_check_without_create_makes_nothing(docker_client, empty_image, root):
     assert ensure_folder(docker_client, empty_image, str(root), name, 2000, 2000,
                          create=False) == "missing"
     assert not (root / name).exists()
+
+
+def test_a_storage_root_missing_on_the_agent_is_named(docker_client, empty_image, tmp_path):
+    with pytest.raises(FolderRefused, match="storage root .* does not exist on this agent"):
+        ensure_folder(docker_client, empty_image, str(tmp_path / "absent"), "d", 2000, 2000)
+    assert not (tmp_path / "absent").exists()
+
+
+def _plan(tmp_path, root, image: str, folder: str):
+    from cluster_sessions.core.loader import load_session
+    from cluster_sessions.core.plan import build_plan
+
+    from . import factories
+
+    pool = factories.pool("local-df", factories.agent("agent1"), storage={"data": str(root)})
+    doc = factories.session("df-check", image=image, size=2,
+                            mounts=[{"source": "vol", "target": "/data/v"},
+                                    {"folder": folder, "target": "/home/work/d"}])
+    loaded = load_session(factories.write_pair(tmp_path, doc, pool))
+    return loaded.pool, build_plan(loaded.session, loaded.pool)
+
+
+def test_the_check_before_up_names_the_mount_and_agent_of_a_refused_folder(
+        empty_image, root, tmp_path):
+    from cluster_sessions.agents.folders import folder_refusals
+
+    (root / "planted").symlink_to("/etc")
+    pool, plan = _plan(tmp_path, root, empty_image, "planted")
+    assert folder_refusals(pool, plan) == [
+        ("mounts.1.folder", f"on agent agent1: {root}/planted is a symbolic link (to '/etc'), "
+         "which the engine would follow: a folder must be a plain directory; remove the link")]
+    pool, plan = _plan(tmp_path, root, empty_image, "fresh")
+    assert folder_refusals(pool, plan) == [] and not (root / "fresh").exists()
+
+
+def test_an_image_missing_on_the_agent_is_an_unusable_agent_not_a_traceback(root, tmp_path):
+    from cluster_sessions.agents.errors import AgentsUnusable
+    from cluster_sessions.agents.folders import folder_refusals
+
+    pool, plan = _plan(tmp_path, root, "cluster-sessions/absent:none", "d")
+    with pytest.raises(AgentsUnusable, match="agent agent1: could not check the session's data"):
+        folder_refusals(pool, plan)

@@ -89,15 +89,22 @@ def ensure_folder(client: Any, image: str, root: str, folder: str, uid: int, gid
     """``made``, ``kept`` (already this user's directory) or, with ``create`` False and nothing
     there, ``missing``; :class:`FolderRefused` when something else is there (nothing is made).
     ``client``: a Docker SDK client of the agent's engine (Connector.docker_client)."""
+    import docker
     from docker.types import Mount
 
     api = client.api
-    helper = api.create_container(
-        image, command=["/nonexistent-never-started"], entrypoint=[],
-        network_disabled=True, labels={HELPER_LABEL: folder},
-        host_config=api.create_host_config(
-            mounts=[Mount(HELPER_ROOT, root, type="bind", read_only=not create)],
-            network_mode="none"))["Id"]
+    try:
+        helper = api.create_container(
+            image, command=["/nonexistent-never-started"], entrypoint=[],
+            network_disabled=True, labels={HELPER_LABEL: folder},
+            host_config=api.create_host_config(
+                mounts=[Mount(HELPER_ROOT, root, type="bind", read_only=not create)],
+                network_mode="none"))["Id"]
+    except docker.errors.APIError as exc:
+        if "bind source path does not exist" in str(exc):
+            raise FolderRefused(f"the storage root {root} does not exist on this agent: the "
+                                "pool's storage must be present on every agent") from None
+        raise
     try:
         path = f"{HELPER_ROOT}/{folder}"
         found = _stat(api, helper, path)
@@ -123,7 +130,10 @@ def folder_refusals(pool: Any, plan: Any) -> list[tuple[str, str]]:
     refuses (a link, not a directory, another user's); read-only: nothing is made. The driver
     asks this before ``up`` so that a refused folder is invalid input (exit 2) and nothing of
     the session is created."""
-    from .connectors import connector_for
+    import docker
+
+    from .connectors import AgentError, connector_for, short_error
+    from .errors import AgentsUnusable
 
     found: list[tuple[str, str]] = []
     if not plan.folders:
@@ -131,16 +141,21 @@ def folder_refusals(pool: Any, plan: Any) -> list[tuple[str, str]]:
     index = {m.source: i for i, m in reversed(list(enumerate(plan.mounts)))}
     user = plan.session.user
     for name in plan.agents:
-        with connector_for(pool.agent(name)) as conn:
-            client = conn.docker_client()
-            try:
-                for m in plan.folders:
-                    try:
-                        ensure_folder(client, plan.session.image, m.root, m.folder, user.uid,
-                                      user.gid, create=False)
-                    except FolderRefused as exc:
-                        found.append((f"mounts.{index[m.source]}.folder",
-                                      f"on agent {name}: {exc}"))
-            finally:
-                client.close()
+        try:
+            with connector_for(pool.agent(name)) as conn:
+                client = conn.docker_client()
+                try:
+                    for m in plan.folders:
+                        try:
+                            ensure_folder(client, plan.session.image, m.root, m.folder,
+                                          user.uid, user.gid, create=False)
+                        except FolderRefused as exc:
+                            found.append((f"mounts.{index[m.source]}.folder",
+                                          f"on agent {name}: {exc}"))
+                finally:
+                    client.close()
+        except (AgentError, docker.errors.DockerException) as exc:
+            # the image missing there, the engine gone since the preflight: nothing is made
+            raise AgentsUnusable(f"agent {name}: could not check the session's data folders: "
+                                 f"{short_error(exc)}; nothing was created") from None
     return found
