@@ -582,12 +582,15 @@ def test_logs_with_timestamps_interleave_real_containers_by_time(docker_client, 
                                                                  tmp_path, capsys):
     file, plan = make_session(tmp_path, tiny_image, size=2)
     try:
-        made = [run_container(docker_client, plan, "main1",
-                              "echo one; sleep 1; echo three >&2; exec sleep 600"),
-                run_container(docker_client, plan, "sub1",
-                              "sleep 0.5; echo two; exec sleep 600")]
-        for c, last in zip(made, (b"three", b"two"), strict=True):
-            wait_for_logs(c, last)
+        # the order is forced, not timed: main1 says "three" only once sub1 has said "two"
+        main1 = run_container(docker_client, plan, "main1",
+                              "echo one; until [ -e /tmp/go ]; do sleep 0.05; done; "
+                              "echo three >&2; exec sleep 600")
+        wait_for_logs(main1, b"one")
+        sub1 = run_container(docker_client, plan, "sub1", "echo two; exec sleep 600")
+        wait_for_logs(sub1, b"two")
+        main1.exec_run(["touch", "/tmp/go"])
+        wait_for_logs(main1, b"three")
         assert main(["logs", str(file), "--timestamps"]) == Exit.OK
         lines = capsys.readouterr().out.splitlines()
         assert [(line.split()[0], line.split()[-1]) for line in lines] == [
