@@ -97,6 +97,10 @@ def plan_table(plan: ClusterPlan, name_from_file: bool = False) -> str:
         lines.append(f"network  {net.driver} {net.name} on {net.agent}"
                      + (f", mtu {net.mtu}" if net.mtu else "")
                      + (", encrypted" if net.encrypted else ""))
+    for m in plan.mounts:
+        what = (f"folder {m.folder} ({m.source}: made if missing, kept after destroy)"
+                if m.folder else m.source)
+        lines.append(f"mount    {what} -> {m.target}{' (read-only)' if m.read_only else ''}")
     lines = [printable(line) for line in lines]
     lines.append("")
     lines += table(("HOST", "ROLE", "AGENT", "CPU", "MEM", "SHMEM", "GPUS"), (

@@ -53,6 +53,7 @@ from typing import Any
 
 from ..agents.capacity import preflight
 from ..agents.cleanup import sweep
+from ..agents.folders import folder_refusals
 from ..agents.reach import LOCAL, reach_of
 from ..core.loader import Loaded
 from ..core.names import DEFAULT_DOCKER_HOST, DOCKER_CLIENT_ENV
@@ -411,6 +412,7 @@ def run_stacks(args: argparse.Namespace, verb: str, sel: Any, stacks: dict[str, 
         mine = [p.name for p in sel.plans]
         for agents in dict.fromkeys(p.agents for _, p in sel.chosen):
             preflight(sel.loaded.pool, agents, exclude_session=mine)
+        refuse_unusable_folders(definition, sel)
     try:
         refuse_taken_stacks([t for _, t in targets], prepared)
     except CommandError as exc:
@@ -438,6 +440,19 @@ def run_stacks(args: argparse.Namespace, verb: str, sel: Any, stacks: dict[str, 
                         + (f"; not attempted: {', '.join(left)}" if left else ""))
         raise CommandError(message, failures[0].code)
     return Exit.OK
+
+
+def refuse_unusable_folders(definition: Path, sel: Any) -> None:
+    """Before anything is created: a data folder that some agent's storage holds as a link,
+    a file or another user's directory is invalid input (exit 2), named by file and field;
+    nothing is made (agents.folders.folder_refusals)."""
+    found: list[str] = []
+    for _, plan in sel.chosen:
+        found += [f"{definition}: {path}: {message}"
+                  for path, message in folder_refusals(sel.loaded.pool, plan)]
+    if found:
+        raise CommandError("\n".join(dict.fromkeys(found)) + "\nnothing was created",
+                           Exit.INVALID)
 
 
 def refuse_taken_stacks(targets: Sequence[Target], prepared: Prepared) -> None:
