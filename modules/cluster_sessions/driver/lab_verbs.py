@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..core.names import DEMO_IMAGE
+from ..core.names import DEMO_IMAGE, POOLS_DIR, STACKS_DIR
 from ..lab.layout import MAX_AGENTS, layout_for
 from ..lab.processes import LabError
 from .errors import CommandError, Exit
@@ -51,7 +51,7 @@ def _lab_prerequisites() -> None:
 def default_lab_pool_file() -> Path:
     project = project_dir()
     base = project if project is not None else Path.cwd()
-    return base / "stacks" / "pools" / f"{LAB_POOL_NAME}.yaml"
+    return base / STACKS_DIR / POOLS_DIR / f"{LAB_POOL_NAME}.yaml"
 
 
 def check_pool_file_is_ours(path: Path, force: bool) -> None:

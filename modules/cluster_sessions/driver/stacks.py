@@ -55,7 +55,7 @@ from ..agents.capacity import preflight
 from ..agents.cleanup import sweep
 from ..agents.reach import LOCAL, reach_of
 from ..core.loader import Loaded
-from ..core.names import DEFAULT_DOCKER_HOST, DOCKER_CLIENT_ENV
+from ..core.names import DEFAULT_DOCKER_HOSTS, DOCKER_CLIENT_ENV, STACKS_DIR
 from ..core.plan import ClusterPlan
 from ..core.spec import Agent, Pool
 from .errors import CommandError, Exit
@@ -65,7 +65,6 @@ from .stack_settings import (
     CONFIRM,
     PASSPHRASE_WARNING,
     PROJECT_NAME,
-    STACKS_DIR,
     STATE_DIR,
     VERBS,
     EngineSettings,
@@ -135,7 +134,7 @@ def docker_answers(agent: Agent, timeout: float = 5) -> str | None:
 
 
 def start_hint(docker_host: str) -> str:
-    if docker_host in (DEFAULT_DOCKER_HOST, "unix:///run/docker.sock"):
+    if docker_host in DEFAULT_DOCKER_HOSTS:
         return "start it (as root: scripts/ensure-docker.sh, or `systemctl start docker`)"
     return ("start the engine serving that socket (the lab pool's agents: `sessionctl lab up`)")
 

@@ -30,12 +30,11 @@ from ..core.names import (
     INDEX_KEY,
     POOL_KEY,
     PROVIDER_STEERING_ENV,
+    STACKS_DIR,
 )
 from ..core.plan import ClusterPlan, build_plans, check_usable
 from ..core.problems import DefinitionError
 from .session import Session, SessionArgs, SessionPending
-
-STACKS_DIR = "stacks"
 
 
 class InvalidDefinition(pulumi.RunError):
