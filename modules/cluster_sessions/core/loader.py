@@ -24,6 +24,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from .errors import InvalidInput
 from .names import POOLS_DIR, STACKS_DIR
 from .problems import WHOLE_FILE, DefinitionError, Problem, dotted
 from .spec import KINDS, Pool, Session, pool_problems, session_problems
@@ -354,7 +355,7 @@ def pool_dirs(near: Path | None = None) -> list[Path]:
     return list(dict.fromkeys(dirs))
 
 
-class PoolNotFound(LookupError):
+class PoolNotFound(InvalidInput, LookupError):
     """A pool reference that leads to no file; the message says where it looked, or why not."""
 
 

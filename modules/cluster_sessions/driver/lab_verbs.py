@@ -128,11 +128,8 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
     pool_file = None if args.no_pool else Path(args.pool_file or default_lab_pool_file())
     if pool_file is not None:
         check_pool_file_is_ours(pool_file, args.force)
-    try:
-        info = netns.lab_up(args.agents, Path(args.state_dir), pool_file, _progress,
-                            prefix=args.prefix, subnet=args.subnet)
-    except netns.LabError as exc:
-        raise CommandError(str(exc), Exit.ENGINE) from None
+    info = netns.lab_up(args.agents, Path(args.state_dir), pool_file, _progress,
+                        prefix=args.prefix, subnet=args.subnet)  # LabError: an engine failure
     for a in info.agents:
         print(f"{a.name}  ssh {info.user}@{a.address}  {a.docker_host} (on the agent)")
     if info.pool_file:
@@ -156,10 +153,7 @@ def cmd_lab_down(args: argparse.Namespace) -> int:
     from ..lab import netns
 
     _lab_prerequisites()
-    try:
-        netns.lab_down(Path(args.state_dir), _progress, keep_keys=args.keep_keys)
-    except netns.LabError as exc:
-        raise CommandError(str(exc), Exit.ENGINE) from None
+    netns.lab_down(Path(args.state_dir), _progress, keep_keys=args.keep_keys)
     return Exit.OK
 
 

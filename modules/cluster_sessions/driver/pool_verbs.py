@@ -37,12 +37,9 @@ POOL_CONFIG = config_key(POOL_DEFINITION_KEY)
 def pool_path(ref: str) -> Path:
     """A pool file: a file as written, or found as a definition's ``pool:`` is
     (:func:`cluster_sessions.core.loader.find_pool`, the one lookup rule)."""
-    from ..core.loader import PoolNotFound, find_pool
+    from ..core.loader import find_pool
 
-    try:
-        return find_pool(ref, given=True)
-    except PoolNotFound as exc:
-        raise CommandError(str(exc), Exit.INVALID) from None
+    return find_pool(ref, given=True)  # PoolNotFound: invalid input
 
 
 def project_dir() -> Path | None:

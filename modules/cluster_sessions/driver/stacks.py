@@ -386,7 +386,7 @@ def cmd_stack(args: argparse.Namespace) -> int:
                     held.enter_context(stack_lock(prepared.settings.backend_url, stack, verb))
             except StackBusy as exc:
                 report_all("busy", backend=prepared.settings.backend_url, error=str(exc))
-                raise CommandError(str(exc), Exit.ENGINE) from None
+                raise
         return run_stacks(args, verb, sel, stacks, prepared, docs, emit_docs, report_all)
 
 

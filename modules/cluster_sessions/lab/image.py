@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.errors import EngineFailure
 from ..core.names import DEMO_IMAGE_REPOSITORY
 
 Progress = Callable[[str], None]
@@ -76,7 +77,7 @@ RECIPE_VERSION = 1
 LABEL = "org.cluster-sessions.recipe"
 
 
-class ImageBuildError(RuntimeError):
+class ImageBuildError(EngineFailure, RuntimeError):
     """The image could not be built or imported; the message says why and what to do."""
 
 

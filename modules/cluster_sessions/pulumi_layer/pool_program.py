@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pulumi
 
+from ..core.errors import InvalidInput
 from ..core.loader import load_file
 from ..core.names import CONFIG_NAMESPACE, POOL_DEFINITION_KEY, STACKS_DIR
 from ..core.problems import DefinitionError
@@ -25,7 +26,7 @@ from .program import resolve
 from .swarm import PoolSwarm
 
 
-class InvalidPool(pulumi.RunError):
+class InvalidPool(pulumi.RunError, InvalidInput):
     """The pool definition is invalid or has no swarm; one ``FILE: path: message`` per line."""
 
 
