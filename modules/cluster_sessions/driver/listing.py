@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..agents.engine import session_containers
 from ..core.loader import load_file
-from ..core.names import SESSION_LABEL
 from ..core.spec import Agent, Pool
 from ..core.terminal import table
 from . import stacks
@@ -109,9 +109,8 @@ def listed(stack: str, outputs: Mapping[str, Any], project: Path, connect: Conne
             unreachable[name] = unreachable_cause(agent, exc)
             continue
         try:
-            for c in client.containers.list(all=True, ignore_removed=True, filters={
-                    "label": f"{SESSION_LABEL}={session['name']}"}):
-                found.append(found_from_attrs(name, c.attrs))
+            found += [found_from_attrs(name, c.attrs)
+                      for c in session_containers(client, session["name"])]
         except Exception as exc:
             unreachable[name] = unreachable_cause(agent, exc)
         finally:
