@@ -64,7 +64,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         docs = [plan_to_dict(p) for p in plans]
         whole = {"count": len(sel.plans), "sessions": docs}
-        print(dumps(whole if sel.counted and args.index is None else docs[0], indent=2))
+        print(dumps(whole if sel.all_of_count else docs[0], indent=2))
     else:
         print("\n\n".join(plan_table(p, loaded.name_from_file) for p in plans))
     if sel.pending is not None:

@@ -10,6 +10,7 @@ engine and tagged ``cluster-sessions/debian-sshd:latest`` (``--no-image`` skips 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..core.names import DEMO_IMAGE, POOLS_DIR, STACKS_DIR
+from ..core.terminal import progress
 from ..lab.layout import MAX_AGENTS, layout_for
 from ..lab.processes import LabError
 from .errors import CommandError, Exit
@@ -70,8 +72,7 @@ def check_pool_file_is_ours(path: Path, force: bool) -> None:
                            Exit.INVALID)
 
 
-def _progress(message: str) -> None:
-    print(f"lab: {message}", file=sys.stderr, flush=True)
+_progress = functools.partial(progress, prefix="lab: ")
 
 
 def import_lab_image(sockets: Sequence[Path]) -> str:

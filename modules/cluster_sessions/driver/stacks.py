@@ -343,9 +343,8 @@ def cmd_stack(args: argparse.Namespace) -> int:
     verb = args.verb
     definition = Path(args.file)
     sel = selected(args)  # DefinitionError -> exit 2 in cli.main
-    if args.stack is not None and len(sel.chosen) > 1:
-        raise CommandError(f"--stack names one stack, but {definition} makes "
-                           f"{len(sel.plans)} sessions (count): add --index I", Exit.INVALID)
+    if args.stack is not None:
+        sel.one("--stack names one stack")
     stacks = {plan.name: stack_name_for(plan.name, args.stack) for _, plan in sel.chosen}
     docs: list[dict[str, Any]] = []
 
