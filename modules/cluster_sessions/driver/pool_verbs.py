@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.loader import load_file
-from ..core.names import POOL_DEFINITION_KEY, config_key
+from ..core.names import POOL_DEFINITION_KEY, config_key, session_label_filter
 from ..core.spec import Pool
 from ..core.terminal import printable, table
 from .errors import CommandError, Exit
@@ -291,7 +291,7 @@ def register(subparsers) -> None:
 
     p = verbs.add_parser("sweep", help="remove every container and network a session left",
                          description="Remove every container and network labelled "
-                         "cluster-sessions.session=NAME on every agent of the pool (overlays "
+                         f"{session_label_filter('NAME')} on every agent of the pool (overlays "
                          "through the swarm manager), then verify that none is left. Exit 0 "
                          "when clean, 1 otherwise.", formatter_class=fmt)
     p.add_argument("pool", metavar="POOL")
