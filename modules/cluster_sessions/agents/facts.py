@@ -341,7 +341,8 @@ class HeldContainer:
     gpus: tuple[int, ...]
 
 
-def _held(data: Mapping[str, Any]) -> HeldContainer:
+def held_from_inspect(data: Mapping[str, Any]) -> HeldContainer:
+    """What one container (its `docker inspect` document) holds on its agent."""
     c = engine.container_facts(data)
     return HeldContainer(container_id=c.container_id, name=c.name, session=c.session,
                          session_id=c.session_id, host=c.host or "", state=c.state,
@@ -368,14 +369,15 @@ class SessionContainers(_DockerFact[tuple[HeldContainer, ...]]):
         data = _json(text, "docker inspect")
         if not isinstance(data, list):
             raise FactError(COMMAND_FAILED, "docker inspect did not print a list")
-        held = [_held(d) for d in data if isinstance(d, Mapping)]
+        held = [held_from_inspect(d) for d in data if isinstance(d, Mapping)]
         if self.session:
             held = [h for h in held if h.session == self.session]
         return tuple(sorted(held, key=lambda h: (h.session, h.name)))
 
     def from_api(self, client: Any) -> tuple[HeldContainer, ...]:
         found = _api_errors_call(lambda: engine.session_containers(client, self.session))
-        return tuple(sorted((_held(c.attrs) for c in found), key=lambda h: (h.session, h.name)))
+        held = (held_from_inspect(c.attrs) for c in found)
+        return tuple(sorted(held, key=lambda h: (h.session, h.name)))
 
 
 def _api_errors_call(fn):

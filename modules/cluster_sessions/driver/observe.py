@@ -21,12 +21,15 @@ from __future__ import annotations
 import argparse
 import codecs
 import heapq
+import os
 import re
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from ..agents.engine import (
@@ -119,22 +122,39 @@ class Report:
 
     @property
     def faults(self) -> list[str]:
-        """One line per planned host that is not as it should be, with the cause: missing,
-        exited (not a batch job that finished), restarting or dead. (A host whose agent did not
-        answer is ``unknown``, reported with the agent's cause in ``unreachable``.)"""
-        found = []
-        for r in self.rows:
-            if not r.planned or r.state in ("running", "unknown"):
-                continue
-            if r.state == "exited" and r.role == "main" and self.plan.session.type == "batch":
-                continue  # the job finished: `sessionctl wait` says how
-            why = "no container (is the session up?)" if r.state == "missing" else r.state
-            found.append(f"{r.host}: {why}" + (f" ({r.note})" if r.note else ""))
-        return found
+        """:func:`host_faults` of this report's rows."""
+        return host_faults(self.plan.session.type, self.rows)
 
     @property
     def ok(self) -> bool:
         return not self.unreachable and not self.faults
+
+
+def host_faults(session_type: str, rows: Iterable[Row]) -> list[str]:
+    """One line per planned host that is not as it should be, with the cause: missing,
+    exited (not a batch job that finished), restarting or dead. (A host whose agent did not
+    answer is ``unknown``, reported with the agent's cause separately.) ``status`` exits 1 on
+    these and ``ls`` shows them as the ERROR's fault: one judgement, here."""
+    found = []
+    for r in rows:
+        if not r.planned or r.state in ("running", "unknown"):
+            continue
+        if r.state == "exited" and r.role == "main" and session_type == "batch":
+            continue  # the job finished: `sessionctl wait` says how
+        why = "no container (is the session up?)" if r.state == "missing" else r.state
+        found.append(f"{r.host}: {why}" + (f" ({r.note})" if r.note else ""))
+    return found
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A container a session should have: from its plan (``status``) or its stack's outputs
+    (``ls``)."""
+
+    host: str
+    role: str
+    agent: str | None
+    container_name: str
 
 
 def agents_to_ask(plan: ClusterPlan, loaded: Loaded) -> tuple[str, ...]:
@@ -147,11 +167,18 @@ def agents_to_ask(plan: ClusterPlan, loaded: Loaded) -> tuple[str, ...]:
 def status_report(plan: ClusterPlan, found: Iterable[Found], network: NetworkState,
                   unreachable: Mapping[str, str]) -> Report:
     """Planned hosts in host order (found or not), then containers the plan does not have."""
+    planned = [Planned(c.host, c.role, c.agent, c.container_name) for c in plan.containers]
+    return Report(plan, planned_rows(planned, found, unreachable), network, dict(unreachable))
+
+
+def planned_rows(planned: Sequence[Planned], found: Iterable[Found],
+                 unreachable: Mapping[str, str]) -> tuple[Row, ...]:
+    """The rows of ``status``: planned hosts in order (found or not), then the leftovers."""
     by_host: dict[str, list[Found]] = {}
     for f in found:
         by_host.setdefault(f.host or f"?{f.name}", []).append(f)
     rows: list[Row] = []
-    for c in plan.containers:
+    for c in planned:
         matches = by_host.pop(c.host, [])
         if not matches:
             unknown = c.agent in unreachable
@@ -176,7 +203,7 @@ def status_report(plan: ClusterPlan, found: Iterable[Found], network: NetworkSta
                             f.image, f.name, f.id, planned=False,
                             note="not in the plan (left over; `sessionctl up` removes what "
                             "its stack created)"))
-    return Report(plan, tuple(rows), network, dict(unreachable))
+    return tuple(rows)
 
 
 def report_to_dict(report: Report) -> dict[str, Any]:
@@ -526,6 +553,9 @@ class JobEnd:
     code: Exit
     message: str
     job_exit_code: int | None = None
+    started_at: str | None = None  # main1's, as its engine stamped it
+    finished_at: str | None = None  # main1's when it exited
+    ended: bool = False  # the job is over (succeeded, failed or lost), not merely unwatched
 
 
 def job_outcome(plan: ClusterPlan, states: Mapping[str, Found | None]) -> JobEnd | None:
@@ -536,19 +566,22 @@ def job_outcome(plan: ClusterPlan, states: Mapping[str, Found | None]) -> JobEnd
     main = plan.containers[0]
     job = states.get(main.host)
     if job is None:
-        return JobEnd(Exit.JOB_LOST, f"{main.host}: container {main.container_name} not found")
+        return JobEnd(Exit.JOB_LOST, f"{main.host}: container {main.container_name} not found",
+                      ended=True)
+    times = {"started_at": job.started_at, "finished_at": job.finished_at, "ended": True}
     if job.state in ("exited", "dead") and job.exit_code is not None:
         if job.exit_code == 0:
-            return JobEnd(Exit.OK, f"the job on {main.host} succeeded (exit code 0)", 0)
+            return JobEnd(Exit.OK, f"the job on {main.host} succeeded (exit code 0)", 0, **times)
         return JobEnd(Exit.JOB_FAILED, f"the job on {main.host} failed with exit code "
-                      f"{job.exit_code}", job.exit_code)
+                      f"{job.exit_code}", job.exit_code, **times)
     for c in plan.containers[1:]:
         sub = states.get(c.host)
         if sub is None:
-            return JobEnd(Exit.JOB_LOST, f"{c.host} disappeared before the job ended")
+            return JobEnd(Exit.JOB_LOST, f"{c.host} disappeared before the job ended", **times)
         if sub.state != "running":
             code = f" (exit code {sub.exit_code})" if sub.exit_code is not None else ""
-            return JobEnd(Exit.JOB_LOST, f"{c.host} is {sub.state}{code} before the job ended")
+            return JobEnd(Exit.JOB_LOST, f"{c.host} is {sub.state}{code} before the job ended",
+                          **times)
     return None
 
 
@@ -589,8 +622,35 @@ def wait_for_jobs(args: argparse.Namespace, sel: Selected, connect: Connect, ver
                 end = follow_job(plan, found, deadline, args.timeout, prefix)
         finally:
             found.close()
+        if end.ended:
+            remember(args, sel, plan, end, verb)
         ends.append((plan, end))
     return ends
+
+
+def remember(args: argparse.Namespace, sel: Selected, plan: ClusterPlan, end: JobEnd,
+             verb: str) -> None:
+    """Write how the job ended (:mod:`.history`) for ``ls``; a record that cannot be written
+    is said on stderr and changes nothing else."""
+    from . import history, stack_settings
+
+    stack = stack_settings.stack_name_for(plan.name, getattr(args, "stack", None))
+    lost = end.code == Exit.JOB_LOST
+    record = history.JobRecord(
+        stack=stack, name=plan.name, session_id=plan.session_id, type=plan.session.type,
+        mode=plan.mode, size=len(plan.containers), agents=plan.agents,
+        state="lost" if lost else "finished", detail=end.message,
+        exit_code=end.job_exit_code, started=end.started_at,
+        finished=end.finished_at or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+    try:
+        project = stack_settings.find_project(stack_settings.project_starts(Path(args.file)))
+        where = project and history.history_dir(
+            stack_settings.engine_settings(os.environ, project), project)
+        if where is not None:
+            history.write_record(where, record)
+    except OSError as exc:
+        print(printable(f"sessionctl {verb}: warning: could not record how the job of "
+                        f"{plan.name} ended: {exc}"), file=sys.stderr)
 
 
 def follow_job(plan: ClusterPlan, found: Survey, deadline: float | None,
