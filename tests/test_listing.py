@@ -18,7 +18,8 @@ from cluster_sessions.driver.listing import (
     parse_states,
     session_state,
 )
-from cluster_sessions.driver.observe import Found, Planned, host_faults, planned_rows
+from cluster_sessions.driver.observe import Found
+from cluster_sessions.driver.status import Planned, host_faults, planned_rows
 
 from . import factories
 from .test_runtime import image, unique  # noqa: F401 (a fixture, used by name)

@@ -14,7 +14,7 @@ from cluster_sessions.core.errors import InvalidInput
 from cluster_sessions.driver import cli, lab_verbs, pool_verbs
 from cluster_sessions.driver.errors import CommandError, Exit
 from cluster_sessions.emulation.engine import Engine, run_program
-from cluster_sessions.lab.netns import POOL_FILE_HEADER
+from cluster_sessions.lab.pool_file import POOL_FILE_HEADER
 from tests.conftest import PROJECT, STACKS
 
 from . import factories

@@ -4,7 +4,7 @@ The stacks come from the backend (the Automation API's ``list_stacks``, so the s
 engine verbs use); what each session is (name, type, mode, hosts, agents and their
 ``docker_host``) from its stack outputs, so ``ls`` needs no definition file. The status is read
 from the agents' engines by label, as ``status`` does, and judged by the same function
-(:func:`~.observe.host_faults`). Each session has a fine ``state`` and, from it, a ``phase``
+(:func:`~.status.host_faults`). Each session has a fine ``state`` and, from it, a ``phase``
 (the tabs of Backend.AI's session list); :data:`PHASE_OF` is the one mapping:
 
 - ``running`` (RUNNING): every host's container runs;
@@ -46,19 +46,9 @@ from ..core.terminal import printable, table
 from ..core.usage import Usage, agent_usage, usage_text, usage_to_dict
 from . import history, stacks
 from .errors import CommandError, Exit
-from .observe import (
-    Connect,
-    Found,
-    Planned,
-    connect,
-    disconnect,
-    found_from_attrs,
-    host_faults,
-    planned_rows,
-    short_time,
-    unreachable_cause,
-)
+from .observe import Connect, Found, connect, disconnect, found_from_attrs, unreachable_cause
 from .session_args import verb_parser
+from .status import Planned, host_faults, planned_rows, short_time
 
 PHASE_OF = {
     "running": "running",
