@@ -15,8 +15,13 @@ from .clusterenv import kernel_id, members, split_user_env, static_envs
 from .folders import folder_path, storage_of
 from .loader import Loaded
 from .names import (
+    CPU_LABEL,
+    ENCRYPTED_LABEL,
+    GPUS_LABEL,
     HOST_LABEL,
-    LABEL_PREFIX,
+    KERNEL_ID_LABEL,
+    MEM_LABEL,
+    MTU_LABEL,
     ROLE_LABEL,
     SESSION_ID_LABEL,
     SESSION_LABEL,
@@ -172,10 +177,10 @@ def container_labels(plan: ClusterPlan, container: ContainerPlan) -> dict[str, s
         SESSION_ID_LABEL: plan.session_id,
         HOST_LABEL: container.host,
         ROLE_LABEL: container.role,
-        f"{LABEL_PREFIX}.kernel-id": container.kernel_id,
-        f"{LABEL_PREFIX}.cpu": f"{plan.resources.cpu:g}",
-        f"{LABEL_PREFIX}.mem": str(plan.resources.mem),
-        f"{LABEL_PREFIX}.gpus": ",".join(map(str, container.gpus)),
+        KERNEL_ID_LABEL: container.kernel_id,
+        CPU_LABEL: f"{plan.resources.cpu:g}",
+        MEM_LABEL: str(plan.resources.mem),
+        GPUS_LABEL: ",".join(map(str, container.gpus)),
     }
 
 
@@ -184,8 +189,8 @@ def network_labels(plan: ClusterPlan) -> dict[str, str]:
     replaces the network although the provider's ``options`` are not compared (Docker adds its
     own there: session.py)."""
     return {SESSION_LABEL: plan.name, SESSION_ID_LABEL: plan.session_id,
-            f"{LABEL_PREFIX}.mtu": str(plan.network.mtu or ""),
-            f"{LABEL_PREFIX}.encrypted": "true" if plan.network.encrypted else "false"}
+            MTU_LABEL: str(plan.network.mtu or ""),
+            ENCRYPTED_LABEL: "true" if plan.network.encrypted else "false"}
 
 
 def request_of(resources: Resources) -> Request:

@@ -759,7 +759,7 @@ def _reach_mismatch(agent: Agent) -> str | None:
     scheme = agent.docker_host.partition("://")[0]
     if agent.ssh is not None and scheme != "unix":
         return ("with an ssh block, docker_host names the engine's socket on the agent: "
-                "unix:///PATH (default unix:///var/run/docker.sock); the ssh block says how "
+                f"unix:///PATH (default {DEFAULT_DOCKER_HOST}); the ssh block says how "
                 "the agent is reached")
     if scheme == "tcp" and agent.tls is None:
         return ("tcp:// without TLS gives anyone who reaches the port root on the agent: add "

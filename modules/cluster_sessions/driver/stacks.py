@@ -56,7 +56,7 @@ from ..agents.cleanup import sweep
 from ..agents.folders import folder_refusals
 from ..agents.reach import LOCAL, reach_of
 from ..core.loader import Loaded
-from ..core.names import DEFAULT_DOCKER_HOST, DOCKER_CLIENT_ENV
+from ..core.names import DEFAULT_DOCKER_HOSTS, DOCKER_CLIENT_ENV, STACKS_DIR
 from ..core.plan import ClusterPlan
 from ..core.spec import Agent, Pool
 from .errors import CommandError, Exit
@@ -66,7 +66,6 @@ from .stack_settings import (
     CONFIRM,
     PASSPHRASE_WARNING,
     PROJECT_NAME,
-    STACKS_DIR,
     STATE_DIR,
     VERBS,
     EngineSettings,
@@ -136,7 +135,7 @@ def docker_answers(agent: Agent, timeout: float = 5) -> str | None:
 
 
 def start_hint(docker_host: str) -> str:
-    if docker_host in (DEFAULT_DOCKER_HOST, "unix:///run/docker.sock"):
+    if docker_host in DEFAULT_DOCKER_HOSTS:
         return "start it (as root: scripts/ensure-docker.sh, or `systemctl start docker`)"
     return ("start the engine serving that socket (the lab pool's agents: `sessionctl lab up`)")
 
@@ -345,9 +344,8 @@ def cmd_stack(args: argparse.Namespace) -> int:
     verb = args.verb
     definition = Path(args.file)
     sel = selected(args)  # DefinitionError -> exit 2 in cli.main
-    if args.stack is not None and len(sel.chosen) > 1:
-        raise CommandError(f"--stack names one stack, but {definition} makes "
-                           f"{len(sel.plans)} sessions (count): add --index I", Exit.INVALID)
+    if args.stack is not None:
+        sel.one("--stack names one stack")
     stacks = {plan.name: stack_name_for(plan.name, args.stack) for _, plan in sel.chosen}
     docs: list[dict[str, Any]] = []
 
@@ -388,7 +386,7 @@ def cmd_stack(args: argparse.Namespace) -> int:
                     held.enter_context(stack_lock(prepared.settings.backend_url, stack, verb))
             except StackBusy as exc:
                 report_all("busy", backend=prepared.settings.backend_url, error=str(exc))
-                raise CommandError(str(exc), Exit.ENGINE) from None
+                raise
         return run_stacks(args, verb, sel, stacks, prepared, docs, emit_docs, report_all)
 
 

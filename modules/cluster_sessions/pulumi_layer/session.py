@@ -39,6 +39,7 @@ import pulumi_docker as docker
 from ..agents.reach import LOCAL, reach_of
 from ..core import keys
 from ..core.container_args import container_args, network_args
+from ..core.errors import Pending
 from ..core.names import BUNDLE_DIGEST_LABEL, DEFAULT_DOCKER_HOST
 from ..core.plan import ClusterPlan, ContainerPlan
 from ..core.provider_facts import NETWORK_IGNORED
@@ -50,7 +51,7 @@ from .keystore import SessionKeyStore
 TYPE_TOKEN = "cluster-sessions:index:Session"
 
 
-class SessionPending(pulumi.RunError):
+class SessionPending(pulumi.RunError, Pending):
     """The plan could not place the session; nothing was created.
 
     A ``RunError``: Pulumi fails the update with this message and no stack trace.
