@@ -23,15 +23,15 @@ import tarfile
 import time
 from typing import Any
 
+from ..core.errors import InvalidInput
 from ..core.folders import FOLDER_MODE, MODE_DIR, FolderStat, folder_verdict
-from ..core.names import LABEL_PREFIX
+from ..core.names import FOLDER_HELPER_LABEL as HELPER_LABEL
 
 HELPER_ROOT = "/cluster-session-storage"
-HELPER_LABEL = f"{LABEL_PREFIX}.folder-helper"
 STAT_HEADER = "X-Docker-Container-Path-Stat"
 
 
-class FolderRefused(Exception):
+class FolderRefused(InvalidInput):
     """What is at a folder's path is not a folder this session may use; nothing was made."""
 
 

@@ -31,6 +31,8 @@ GPUS_LABEL = f"{LABEL_PREFIX}.gpus"
 # A session network's MTU and encryption (the provider does not compare its ``options``)
 MTU_LABEL = f"{LABEL_PREFIX}.mtu"
 ENCRYPTED_LABEL = f"{LABEL_PREFIX}.encrypted"
+#: on the short-lived, never started container that makes a data folder (agents/folders.py)
+FOLDER_HELPER_LABEL = f"{LABEL_PREFIX}.folder-helper"
 
 
 def session_label_filter(session: str | None = None) -> str:
