@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pulumi
 
+from ..core.errors import InvalidInput
 from ..core.loader import Loaded, load_session
 from ..core.names import (
     CONFIG_NAMESPACE,
@@ -37,16 +38,15 @@ from ..core.names import (
     POOL_KEY,
     PROVIDER_STEERING_ENV,
     SERVICE_PORTS_KEY,
+    STACKS_DIR,
 )
 from ..core.plan import ClusterPlan, build_plans, check_usable, with_service_ports
 from ..core.problems import DefinitionError
 from ..core.services import allocate
 from .session import Session, SessionArgs, SessionPending
 
-STACKS_DIR = "stacks"
 
-
-class InvalidDefinition(pulumi.RunError):
+class InvalidDefinition(pulumi.RunError, InvalidInput):
     """The definition or its pool is invalid; one ``FILE: path: message`` line per problem."""
 
 
@@ -98,7 +98,7 @@ def chosen(plans: tuple[ClusterPlan, ...], index: str | None, stack: str) -> Clu
     return plans[int(index) - 1]
 
 
-class SteeredEnvironment(pulumi.RunError):
+class SteeredEnvironment(pulumi.RunError, InvalidInput):
     """The environment holds what the docker provider would follow instead of the pool."""
 
 
