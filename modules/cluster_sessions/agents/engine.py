@@ -138,6 +138,56 @@ def network_facts(attrs: Mapping[str, Any]) -> NetworkFacts:
 # --- list by label ------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class PublishedPort:
+    """A host port an agent's engine publishes (or will again, for a stopped container)."""
+
+    container: str  # its name
+    session: str  # its session label, "" for a container not ours
+    internal: int
+    host_ip: str
+    host_port: int
+
+
+def published_ports(data: Mapping[str, Any]) -> list[PublishedPort]:
+    """The host ports of one ``docker inspect`` document: what its HostConfig asks for (a
+    stopped container takes it again when started) and what NetworkSettings says it holds (a
+    port the engine picked)."""
+    labels = (data.get("Config") or {}).get("Labels") or {}
+    name = str(data.get("Name", "")).lstrip("/")
+    session = str(labels.get(SESSION_LABEL, ""))
+    found: dict[tuple[int, str, int], PublishedPort] = {}
+    sources = ((data.get("HostConfig") or {}).get("PortBindings") or {},
+               (data.get("NetworkSettings") or {}).get("Ports") or {})
+    for bindings in sources:
+        for key, binds in bindings.items():
+            port, _, proto = str(key).partition("/")
+            if proto not in ("tcp", "") or not port.isdigit():
+                continue
+            for bind in binds or ():
+                text = str((bind or {}).get("HostPort") or "").strip()
+                host_port = int(text) if text.isdigit() else 0
+                if host_port:
+                    ip = str((bind or {}).get("HostIp") or "0.0.0.0")
+                    found[(int(port), ip, host_port)] = PublishedPort(name, session, int(port),
+                                                                      ip, host_port)
+    return list(found.values())
+
+
+def published_by(client: Any) -> list[PublishedPort]:
+    """Every host port ``client``'s engine publishes, for any container (ours or not, any
+    state); a container gone between the listing and its inspection is left out."""
+    import docker.errors
+
+    out: list[PublishedPort] = []
+    for c in client.api.containers(all=True):
+        try:
+            out += published_ports(client.api.inspect_container(c["Id"]))
+        except docker.errors.NotFound:
+            continue
+    return out
+
+
 def session_containers(client: Any, session: str | None = None) -> list[Any]:
     """The SDK's container objects (all states, inspected) carrying our session label, of one
     session or (no name) any; one removed meanwhile is left out."""

@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..core import names
 from . import engine
 from .connectors import (
     COMMAND_FAILED,
@@ -381,40 +380,8 @@ class SessionContainers(_DockerFact[tuple[HeldContainer, ...]]):
         return tuple(sorted(held, key=lambda h: (h.session, h.name)))
 
 
-@dataclass(frozen=True)
-class PublishedPort:
-    """A host port an agent's engine publishes (or will again, for a stopped container)."""
-
-    container: str  # its name
-    session: str  # its session label, "" for a container not ours
-    internal: int
-    host_ip: str
-    host_port: int
-
-
-def published_ports(data: Mapping[str, Any]) -> list[PublishedPort]:
-    """The host ports of one ``docker inspect`` document: what its HostConfig asks for (a
-    stopped container takes it again when started) and what NetworkSettings says it holds (a
-    port the engine picked)."""
-    labels = (data.get("Config") or {}).get("Labels") or {}
-    name = str(data.get("Name", "")).lstrip("/")
-    session = str(labels.get(names.SESSION_LABEL, ""))
-    found: dict[tuple[int, str, int], PublishedPort] = {}
-    sources = ((data.get("HostConfig") or {}).get("PortBindings") or {},
-               (data.get("NetworkSettings") or {}).get("Ports") or {})
-    for bindings in sources:
-        for key, binds in bindings.items():
-            port, _, proto = str(key).partition("/")
-            if proto not in ("tcp", "") or not port.isdigit():
-                continue
-            for bind in binds or ():
-                text = str((bind or {}).get("HostPort") or "").strip()
-                host_port = int(text) if text.isdigit() else 0
-                if host_port:
-                    ip = str((bind or {}).get("HostIp") or "0.0.0.0")
-                    found[(int(port), ip, host_port)] = PublishedPort(name, session, int(port),
-                                                                      ip, host_port)
-    return list(found.values())
+PublishedPort = engine.PublishedPort
+published_ports = engine.published_ports
 
 
 class PublishedPorts(_DockerFact[tuple[PublishedPort, ...]]):
@@ -435,16 +402,7 @@ class PublishedPorts(_DockerFact[tuple[PublishedPort, ...]]):
         return tuple(p for d in data if isinstance(d, Mapping) for p in published_ports(d))
 
     def from_api(self, client: Any) -> tuple[PublishedPort, ...]:
-        import docker.errors
-
-        found = _api_errors_call(lambda: client.api.containers(all=True))
-        out: list[PublishedPort] = []
-        for c in found:
-            try:
-                out += published_ports(client.api.inspect_container(c["Id"]))
-            except docker.errors.NotFound:
-                continue
-        return tuple(out)
+        return tuple(_api_errors_call(lambda: engine.published_by(client)))
 
 
 def _api_errors_call(fn):
