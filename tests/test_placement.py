@@ -165,6 +165,8 @@ def test_a_single_node_reason_names_every_short_resource_and_counts_the_rest():
     assert reason == ("no single agent can hold all 2 containers (cpu=2, mem=4g, gpu=0 each): "
                       + "; ".join(f"agent{i} holds 0 (short of cpu, mem)" for i in range(1, 6))
                       + ", and 2 more agents")
+    assert place("single-node", 2, req, agents[:5]).reason.endswith("(short of cpu, mem)")
+    assert place("single-node", 2, req, agents[:6]).reason.endswith(", and 1 more agents")
     assert place("single-node", 1, req, agents[:1]).reason == (
         "no single agent can hold the container (cpu=2, mem=4g, gpu=0 each): "
         "agent1 holds 0 (short of cpu, mem)")
