@@ -37,12 +37,13 @@ import yaml  # noqa: E402
 
 from cluster_sessions.core.names import LABEL_PREFIX  # noqa: E402
 from cluster_sessions.lab import netns, processes  # noqa: E402
+from cluster_sessions.lab.layout import LabInfo  # noqa: E402
 
 PREFIX, SUBNET = "cslk", "10.251.105.0/24"
 DEFAULTS = ("bridge", "host", "none", "docker_gwbridge", "ingress")
 
 
-def objects(info: netns.LabInfo, clients: list) -> dict[str, int]:
+def objects(info: LabInfo, clients: list) -> dict[str, int]:
     counts = {"containers": 0, "networks": 0, "volumes": 0, "netns": 0, "processes": 0}
     for agent, client in zip(info.agents, clients, strict=True):
         counts["containers"] += len(client.containers.list(all=True))

@@ -169,13 +169,13 @@ def stacks_dir() -> Path:
 
 def require_lab() -> None:
     """Root and the programs the netns lab runs, or skip (fail in CI)."""
-    from cluster_sessions.lab import netns
+    from cluster_sessions.lab.requirements import REQUIRED_TOOLS, SSHD
 
     if os.geteuid() != 0:
         skip_or_fail("the netns lab needs root")
-    missing = [t for t in netns.REQUIRED_TOOLS if not shutil.which(t)]
-    if not os.access(netns.SSHD, os.X_OK):
-        missing.append(str(netns.SSHD))
+    missing = [t for t in REQUIRED_TOOLS if not shutil.which(t)]
+    if not os.access(SSHD, os.X_OK):
+        missing.append(str(SSHD))
     if missing:
         skip_or_fail(f"the netns lab needs {', '.join(missing)}")
 

@@ -14,7 +14,7 @@ import pytest
 from cluster_sessions.driver import access, cli
 from cluster_sessions.lab import netns
 from cluster_sessions.lab.image import ensure_images
-from cluster_sessions.lab.netns import LabError
+from cluster_sessions.lab.processes import LabError
 
 from . import factories
 from .conftest import clear_stale_lab, require_lab

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster_sessions.lab import layout, netns, processes
-from cluster_sessions.lab.netns import LabError
+from cluster_sessions.lab import engines, layout, netns, pool_file, processes, ssh_access
+from cluster_sessions.lab.processes import LabError
 from tests.conftest import clear_stale_lab, require_lab
 
 PREFIX, SUBNET = "cslt", "10.251.100.0/24"  # the module's 2-agent lab
@@ -35,7 +35,7 @@ LAB = [pytest.mark.lab, pytest.mark.docker]
 # --------------------------------------------------------------------------- helpers
 
 
-def _ssh(info: netns.LabInfo, agent: layout.LabAgent, *cmd: str, known_hosts: Path | None = None,
+def _ssh(info: layout.LabInfo, agent: layout.LabAgent, *cmd: str, known_hosts: Path | None = None,
          user: str = "root", timeout: float = 30) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["ssh", "-F", "/dev/null", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
@@ -150,7 +150,7 @@ def test_pool_document_is_a_valid_pool(tmp_path):
 
     lay = layout.layout_for(tmp_path, "csl", "10.251.0.0/24")
     info = netns._info(lay, 3, tmp_path / "lab.yaml", {})
-    netns._write_pool(info)
+    pool_file.write_pool(info)
     pool = load_file(tmp_path / "lab.yaml", expect="AgentPool")
     assert [a.name for a in pool.agents] == ["agent1", "agent2", "agent3"]
     assert [a.address for a in pool.agents] == ["10.251.0.11", "10.251.0.12", "10.251.0.13"]
@@ -182,7 +182,7 @@ class TestLab:
                 info = client.info()
             finally:
                 client.close()
-            assert info["ID"] == agent.engine_id == netns.engine_id(agent.socket)
+            assert info["ID"] == agent.engine_id == engines.engine_id(agent.socket)
             assert info["Name"] == agent.name  # each engine has its own UTS name
             ids.append(info["ID"])
         assert len(set(ids)) == len(lab.agents) == 2
@@ -244,12 +244,12 @@ class TestLab:
 
     def test_the_agent_side_socket_follows_a_restarted_engine(self, lab):
         agent = lab.agents[1]
-        netns.stop_dockerd(lab.state_dir, agent.name)
+        engines.stop_dockerd(lab.state_dir, agent.name)
         try:
             out = _ssh(lab, agent, "docker info --format '{{.ID}}'", user=USER)
             assert out.returncode != 0
         finally:
-            netns.start_dockerd(lab.state_dir, agent.name)
+            engines.start_dockerd(lab.state_dir, agent.name)
         out = _ssh(lab, agent, "docker info --format '{{.ID}}'", user=USER)
         assert (out.returncode, out.stdout.strip()) == (0, agent.engine_id), out.stderr
 
@@ -364,7 +364,7 @@ def test_failed_lab_up_removes_what_it_created(tmp_path, monkeypatch):
     clear_stale_lab(PREFIX2)
     state = tmp_path / "lab"
     # sshd refuses this configuration, after namespaces, containerd and dockerd exist
-    monkeypatch.setattr(netns, "_sshd_config", lambda lay, k: "NoSuchOption yes\n")
+    monkeypatch.setattr(ssh_access, "sshd_config", lambda lay, k: "NoSuchOption yes\n")
     try:
         with pytest.raises(LabError, match="sshd"):
             netns.lab_up(2, state, None, prefix=PREFIX2, subnet=SUBNET2)

@@ -1,11 +1,14 @@
 """The import rules that keep the layers apart (docs/design-notes.md): the pure core imports
 neither pulumi nor anything that reaches the network or runs programs, and only core modules;
-the agents layer never imports the driver. Checked on the source (every import statement,
-wherever it is in a module), so a lazy import inside a function counts too."""
+the agents layer imports neither the driver nor the Pulumi layer above it; the old module paths
+that pickled dynamic providers still name are answered in one place (compat_pickle). Checked on
+the source (every import statement, wherever it is in a module), so a lazy import inside a
+function counts too."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -66,10 +69,21 @@ def test_the_pulumi_layer_imports_only_downwards(path):
 
 
 @pytest.mark.parametrize("path", sorted((PACKAGE / "agents").glob("*.py")), ids=lambda p: p.stem)
-def test_the_agents_layer_never_imports_the_driver(path):
+def test_the_agents_layer_never_imports_the_driver_or_the_pulumi_layer(path):
     for level, module in imports(path):
         inner = package_module(path, level, module)
-        assert inner is None or not inner.startswith("driver"), f"{path.stem} imports {inner}"
+        assert inner is None or inner.split(".")[0] not in ("driver", "pulumi_layer"), (
+            f"{path.stem} imports {inner}")
+
+
+def test_the_package_root_holds_only_the_compat_module_and_imports_no_layer():
+    """Old paths of moved modules live in compat_pickle's table, not as files that import
+    upwards from where they used to be."""
+    assert sorted(p.stem for p in PACKAGE.glob("*.py")) == ["__init__", "compat_pickle"]
+    for path in PACKAGE.glob("*.py"):
+        for level, module in imports(path):
+            inner = package_module(path, level, module)
+            assert inner is None or inner == "compat_pickle", f"{path.stem} imports {inner}"
 
 
 def test_the_rules_see_a_violation():
@@ -78,4 +92,26 @@ def test_the_rules_see_a_violation():
     assert package_module(fake, 2, "driver.errors") == "driver.errors"
     assert package_module(PACKAGE / "core" / "render.py", 1, "plan") == "core.plan"
     assert package_module(PACKAGE / "pulumi_layer" / "session.py", 2, "driver") == "driver"
+    assert package_module(PACKAGE / "agents" / "reach.py", 2, "pulumi_layer.swarm") == (
+        "pulumi_layer.swarm")
+    assert package_module(PACKAGE / "__init__.py", 1, "compat_pickle") == "compat_pickle"
     assert (0, "subprocess") in imports(PACKAGE / "lab" / "image.py")
+
+
+def test_the_design_notes_map_names_modules_and_functions_that_exist():
+    """The one-screen map at the top of docs/design-notes.md stays true as modules move."""
+    notes = (PACKAGE.parents[1] / "docs" / "design-notes.md").read_text()
+    map_ = notes[notes.index("## Map"):notes.index("## Where things are")]
+    layer = r"(?:core|agents|pulumi_layer|driver|emulation|lab)"
+    paths = set(re.findall(rf"\b({layer}/[a-z_]+\.py)", map_))
+    assert len(paths) >= 12, paths
+    for path in paths:
+        assert (PACKAGE / path).exists(), f"the map names {path}"
+    named = re.findall(rf"\b({layer}/[a-z_]+\.py) ([A-Za-z_]+)", map_)
+    named = [(path, name) for path, name in named if name not in ("runs", "diffs")]  # words
+    assert len(named) >= 6, named
+    for path, name in named:
+        tree = ast.parse((PACKAGE / path).read_text())
+        defined = {node.name for node in tree.body
+                   if isinstance(node, ast.FunctionDef | ast.ClassDef)}
+        assert name in defined, f"the map says {path} has {name}"

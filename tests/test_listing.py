@@ -7,9 +7,19 @@ import time
 
 import pytest
 
-from cluster_sessions.driver import cli, stacks
-from cluster_sessions.driver.listing import session_state
+from cluster_sessions.driver import cli, history, stacks
+from cluster_sessions.driver.listing import (
+    PHASE_OF,
+    PHASES,
+    Listed,
+    duration_s,
+    format_duration,
+    listed,
+    parse_states,
+    session_state,
+)
 from cluster_sessions.driver.observe import Found
+from cluster_sessions.driver.status import Planned, host_faults, planned_rows
 
 from . import factories
 from .test_runtime import image, unique  # noqa: F401 (a fixture, used by name)
@@ -17,30 +27,118 @@ from .test_runtime import image, unique  # noqa: F401 (a fixture, used by name)
 
 def found(host: str, state: str, exit_code: int | None = None) -> Found:
     return Found("a1", "id", f"s-{host}", host, "main" if host == "main1" else "sub", state,
-                 None, None, exit_code, "img")
+                 None, "2026-01-02T03:04:05.5Z", exit_code, "img",
+                 "2026-01-02T03:05:10.75Z" if state == "exited" else None)
+
+
+PLANNED = [Planned("main1", "main", "a1", "s-main1"), Planned("sub1", "sub", "a1", "s-sub1")]
 
 
 @pytest.mark.parametrize(("kind", "states", "unreachable", "expected"), [
     ("interactive", {"main1": "running", "sub1": "running"}, {}, ("running", "", None)),
     ("batch", {"main1": "exited", "sub1": "running"}, {}, ("finished", "exit code 3", 3)),
-    ("interactive", {"main1": "exited", "sub1": "running"}, {}, ("degraded", "main1 exited",
-                                                                  None)),
-    ("batch", {"main1": "running"}, {}, ("degraded", "sub1 missing", None)),
-    ("interactive", {"sub1": "restarting"}, {}, ("degraded", "main1 missing, sub1 restarting",
-                                                  None)),
+    ("interactive", {"main1": "exited", "sub1": "running"}, {},
+     ("degraded", "main1: exited (exit code 3)", None)),
+    ("batch", {"main1": "running"}, {},
+     ("degraded", "sub1: no container (is the session up?)", None)),
+    ("interactive", {"sub1": "restarting"}, {},
+     ("degraded", "main1: no container (is the session up?); sub1: restarting", None)),
     ("interactive", {}, {}, ("down", "no container of it on its agents", None)),
     ("interactive", {"main1": "running"}, {"a2": "gone"}, ("unreachable", "a2: gone", None)),
 ])
 def test_the_status_of_a_listed_session(kind, states, unreachable, expected):
     codes = {"main1": 3}
     seen = [found(h, s, codes.get(h) if s == "exited" else None) for h, s in states.items()]
-    assert session_state(kind, ["main1", "sub1"], seen, unreachable) == expected
+    got = session_state(kind, PLANNED, seen, unreachable)
+    assert (got.state, got.detail, got.exit_code) == expected
+    assert PHASE_OF[got.state] in PHASES
+
+
+def test_an_error_carries_the_faults_status_reports_for_the_same_containers():
+    seen = [found("main1", "running"), found("sub1", "exited", 137)]
+    rows = planned_rows(PLANNED, seen, {})
+    got = session_state("interactive", PLANNED, seen, {})
+    assert got.faults == tuple(host_faults("interactive", rows)) == ("sub1: exited (exit code "
+                                                                      "137)",)
+    assert PHASE_OF[got.state] == "error"
+
+
+def test_a_finished_job_has_its_exit_code_start_end_and_duration():
+    got = session_state("batch", PLANNED, [found("main1", "exited", 0), found("sub1", "running")],
+                        {})
+    assert (got.state, got.exit_code, got.started, got.finished) == (
+        "finished", 0, "2026-01-02T03:04:05.5Z", "2026-01-02T03:05:10.75Z")
+    assert duration_s(got.started, got.finished) == 65.25
+    assert format_duration(65.25) == "1m05s"
+
+
+@pytest.mark.parametrize(("start", "end", "seconds"), [
+    ("2026-01-02T03:04:05.123456789Z", "2026-01-02T03:04:06.123456789Z", 1.0),
+    ("2026-01-02T23:59:59Z", "2026-01-03T00:00:01.5Z", 2.5),
+    ("2026-01-02T03:04:05Z", None, None),
+    ("2026-01-02T03:04:05Z", "2026-01-02T03:04:04Z", None),  # a clock step: no duration
+    ("garbage", "2026-01-02T03:04:04Z", None),
+])
+def test_durations_from_docker_timestamps(start, end, seconds):
+    assert duration_s(start, end) == seconds
+
+
+def test_every_state_has_exactly_one_phase_and_the_phases_are_the_tabs():
+    assert PHASES == ("running", "finished", "error", "unknown", "empty")
+    for state in ("running", "finished", "degraded", "down", "lost", "unreachable", "empty"):
+        assert Listed("s", "s", "batch", "-", 1, (), state).phase == PHASE_OF[state]
+    with pytest.raises(KeyError):
+        Listed("s", "s", "batch", "-", 1, (), "sleeping")
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("running", ("running",)), ("RUNNING,finished", ("running", "finished")),
+    ("error, error", ("error",)),
+])
+def test_state_filters_are_phases_in_any_case(value, expected):
+    assert parse_states(value) == expected
+
+
+@pytest.mark.parametrize("value", ["bogus", "running,paused", "", ","])
+def test_a_bad_state_filter_exits_2_naming_the_flag_and_the_allowed_values(value, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["ls", "--state", value])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--state" in err and "running, finished, error, unknown, empty" in err
+    assert "Traceback" not in err
+
+
+def record(**over) -> history.JobRecord:
+    base = {"stack": "job-1", "name": "job-1", "session_id": "sid", "type": "batch",
+            "mode": "single-node", "size": 2, "agents": ("local",), "state": "finished",
+            "detail": "the job on main1 failed with exit code 7", "exit_code": 7,
+            "started": "2026-01-02T03:04:05Z", "finished": "2026-01-02T03:04:07Z"}
+    return history.JobRecord(**{**base, **over})
+
+
+def test_a_destroyed_batch_session_is_listed_from_its_record(tmp_path):
+    history.write_record(tmp_path, record())
+    got = listed("job-1", {}, tmp_path, lambda agent: None, records=tmp_path)
+    assert (got.phase, got.exit_code, got.duration_s, got.recorded) == ("finished", 7, 2.0, True)
+    assert "the stack is empty" in got.detail
+    lost = record(stack="job-2", state="lost", exit_code=None,
+                  detail="sub1 is exited (exit code 137) before the job ended")
+    history.write_record(tmp_path, lost)
+    got = listed("job-2", {}, tmp_path, lambda agent: None, records=tmp_path)
+    assert (got.phase, got.faults) == ("error", (lost.detail,))
+    assert listed("job-3", {}, tmp_path, lambda agent: None, records=tmp_path).phase == "empty"
 
 
 def test_ls_without_the_pulumi_cli_exits_4_saying_how_to_install(monkeypatch, capsys):
     monkeypatch.setattr(stacks, "find_pulumi", lambda environ: None)
     assert cli.main(["ls"]) == 4
     assert "the pulumi CLI is missing" in capsys.readouterr().err
+
+
+def ls_json(capsys, *extra: str) -> dict:
+    assert cli.main(["ls", "--json", *extra]) == 0
+    return json.loads(capsys.readouterr().out)
 
 
 @pytest.mark.docker
@@ -50,30 +148,115 @@ def test_ls_lists_each_session_with_what_its_engine_says(
     small = {"image": image, "size": 2, "cpu": 0.25, "mem": "256m"}
     inter = factories.write(tmp_path / "i.yaml", factories.session(f"{name}-i", **small))
     batch = factories.write(tmp_path / "b.yaml", factories.session(
-        f"{name}-b", **small, type="batch", command=["sh", "-c", "exit 7"]))
+        f"{name}-b", **small, type="batch", command=["sh", "-c", "sleep 2; exit 7"]))
     assert cli.main(["ls"]) == 0
     assert "no sessions in file://" in capsys.readouterr().err
     assert cli.main(["up", str(inter), "--yes"]) == 0
     assert cli.main(["up", str(batch), "--yes"]) == 0
     assert cli.main(["wait", str(batch), "--timeout", "60"]) == 5
     capsys.readouterr()
-    assert cli.main(["ls", "--json"]) == 0
-    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["sessions"]}
+    doc = ls_json(capsys)
+    rows = {r["name"]: r for r in doc["sessions"]}
+    started = rows[f"{name}-i"].pop("started")
+    assert started and started.startswith(time.strftime("%Y-", time.gmtime()))
     assert rows[f"{name}-i"] == {
         "stack": f"{name}-i", "name": f"{name}-i", "type": "interactive", "mode": "single-node",
-        "size": 2, "agents": ["local"], "state": "running", "detail": "", "exit_code": None}
-    assert (rows[f"{name}-b"]["state"], rows[f"{name}-b"]["exit_code"]) == ("finished", 7)
+        "size": 2, "agents": ["local"], "state": "running", "detail": "", "exit_code": None,
+        "phase": "running", "finished": None, "duration_s": None, "faults": [],
+        "recorded": False}
+    job = rows[f"{name}-b"]
+    assert (job["phase"], job["state"], job["exit_code"]) == ("finished", "finished", 7)
+    main1 = docker_client.containers.get(f"{name}-b-main1").attrs["State"]
+    assert (job["started"], job["finished"]) == (main1["StartedAt"], main1["FinishedAt"])
+    assert 2 <= job["duration_s"] < 30
     assert "stack_outputs " + f"{name}-b" in emulated_automation.calls
+    # what the listed sessions hold on the agent: both interactive containers and the batch
+    # session's sub1 run; its main1 has exited
+    (usage,) = doc["usage"]
+    assert usage["pool"] == "local"
+    (local,) = usage["agents"]
+    assert local["allocated"] == {"cpu": 0.75, "mem": 3 * 256 * 2**20, "gpus": [],
+                                  "containers": 3}
+    assert (local["declared"]["cpu"], local["stopped_containers"]) == (2.0, 1)
+    assert cli.main(["pool", "usage", "local", "--json"]) == 0
+    (agent,) = json.loads(capsys.readouterr().out)["agents"]
+    assert {f"{name}-i", f"{name}-b"} <= set(agent["sessions"])  # others may run here too
+    assert agent["allocated"]["containers"] >= 3 and agent["allocated"]["cpu"] >= 0.75
 
     docker_client.containers.get(f"{name}-i-sub1").kill()
     time.sleep(0.5)
+    assert cli.main(["status", str(inter), "--json"]) == 1
+    faults = json.loads(capsys.readouterr().out)["faults"]
+    rows = {r["name"]: r for r in ls_json(capsys)["sessions"]}
+    assert (rows[f"{name}-i"]["phase"], rows[f"{name}-i"]["faults"]) == ("error", faults)
+    assert faults == ["sub1: exited (exit code 137)"]
+    assert [r["name"] for r in ls_json(capsys, "--state", "finished")["sessions"]] == [
+        f"{name}-b"]
+    assert [r["name"] for r in ls_json(capsys, "--state", "RUNNING,error")["sessions"]] == [
+        f"{name}-i"]
+    assert ls_json(capsys, "--state", "running")["sessions"] == []
     assert cli.main(["ls"]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[0].split() == ["NAME", "TYPE", "MODE", "SIZE", "AGENTS", "STATUS"]
+    assert table[0].split() == ["NAME", "TYPE", "MODE", "SIZE", "AGENTS", "STATE", "STARTED",
+                                "ENDED", "DURATION", "DETAIL"]
     line = next(x for x in table if x.startswith(f"{name}-i "))
-    assert line.split()[1:] == ["interactive", "single-node", "2", "local", "degraded",
-                                "(sub1", "exited)"]
+    assert line.split()[1:6] == ["interactive", "single-node", "2", "local", "ERROR"]
+    assert line.endswith("degraded: sub1: exited (exit code 137)")
+    line = next(x for x in table if x.startswith(f"{name}-b "))
+    assert line.split()[5] == "FINISHED" and line.endswith("finished: exit code 7")
+    assert table[-1].startswith("pool local: local: cpu 0.5/2, mem 512m/16g, gpus 0/0, "
+                                "2 containers of 2 sessions (2 stopped)")
+
+    # after destroy, the batch session is what `wait` recorded; the other has nothing left
+    assert cli.main(["destroy", str(batch), "--yes"]) == 0
     assert cli.main(["destroy", str(inter), "--yes"]) == 0
-    assert cli.main(["ls", "--json"]) == 0
-    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["sessions"]}
+    capsys.readouterr()
+    rows = {r["name"]: r for r in ls_json(capsys)["sessions"]}
+    gone = rows[f"{name}-b"]
+    assert (gone["phase"], gone["exit_code"], gone["recorded"]) == ("finished", 7, True)
+    assert (gone["started"], gone["finished"]) == (job["started"], job["finished"])
     assert rows[f"{name}-i"]["state"] == "empty"
+    assert [r["name"] for r in ls_json(capsys, "--state", "empty")["sessions"]] == [
+        f"{name}-i"]
+
+
+@pytest.mark.docker
+def test_a_job_lost_to_a_dying_sub_is_an_error_before_and_after_destroy(
+        emulated_automation, docker_client, image, tmp_path, capsys):  # noqa: F811
+    name = unique("lslost")
+    batch = factories.write(tmp_path / "b.yaml", factories.session(
+        name, image=image, size=2, cpu=0.25, mem="256m", type="batch",
+        command=["sh", "-c", "sleep 60"]))
+    assert cli.main(["up", str(batch), "--yes"]) == 0
+    docker_client.containers.get(f"{name}-sub1").kill()
+    assert cli.main(["wait", str(batch), "--timeout", "60"]) == 6
+    capsys.readouterr()
+    (live,) = ls_json(capsys, "--state", "error")["sessions"]
+    assert (live["name"], live["state"], live["faults"]) == (
+        name, "degraded", ["sub1: exited (exit code 137)"])
+    assert cli.main(["destroy", str(batch), "--yes"]) == 0
+    capsys.readouterr()
+    (gone,) = ls_json(capsys, "--state", "error")["sessions"]
+    assert (gone["state"], gone["recorded"], gone["exit_code"]) == ("lost", True, None)
+    assert gone["faults"] == ["sub1 is exited (exit code 137) before the job ended"]
+    assert gone["started"] and gone["finished"] and gone["duration_s"] >= 0
+
+
+@pytest.mark.docker
+def test_a_batch_session_run_destroyed_is_listed_finished_as_run_saw_it_end(
+        emulated_automation, docker_client, image, tmp_path, capsys):  # noqa: F811
+    name = unique("lsrun")
+    batch = factories.write(tmp_path / "b.yaml", factories.session(
+        name, image=image, size=2, cpu=0.25, mem="256m", type="batch",
+        command=["sh", "-c", "sleep 1"]))
+    assert cli.main(["run", str(batch), "--json"]) == 0
+    out = capsys.readouterr().out  # main1's log lines, then the summary
+    summary = json.loads(out[out.index("\n{\n") + 1:])
+    assert summary["destroyed"]
+    main1 = next(c for c in summary["containers"] if c["host"] == "main1")
+    (row,) = ls_json(capsys, "--state", "finished")["sessions"]
+    assert (row["name"], row["exit_code"], row["recorded"]) == (name, 0, True)
+    assert (row["started"], row["finished"]) == (main1["started"], main1["finished"])
+    assert 1 <= row["duration_s"] < 30
+    assert not docker_client.containers.list(all=True, filters={
+        "label": f"cluster-sessions.session={name}"})

@@ -44,9 +44,10 @@ from cluster_sessions.emulation.docker_builder import (
     wait_until_ready,
 )
 from cluster_sessions.emulation.engine import Engine, run_program
-from cluster_sessions.lab import netns, processes
+from cluster_sessions.lab import engines, netns, processes
 from cluster_sessions.lab.image import ensure_images
-from cluster_sessions.lab.netns import LabError
+from cluster_sessions.lab.layout import LabInfo
+from cluster_sessions.lab.processes import LabError
 from cluster_sessions.pulumi_layer import swarm as swarm_resources
 from tests.conftest import PROJECT, clear_stale_lab, require_lab
 
@@ -64,7 +65,7 @@ STRICT = "-o BatchMode=yes -o StrictHostKeyChecking=yes"
 
 @dataclass
 class Lab:
-    info: netns.LabInfo
+    info: LabInfo
     pool_file: Path
     image: str
     connectors: dict = field(default_factory=dict)
@@ -556,7 +557,7 @@ def test_an_agent_whose_dockerd_stops_is_named_and_destroy_finishes_once_it_is_b
             all=True, filters={"label": label})]
     assert placed[4] == [f"{name}-4-main1"] and all(placed.values()), placed
     capsys.readouterr()
-    netns.stop_dockerd(lab.info.state_dir, "agent3")
+    engines.stop_dockerd(lab.info.state_dir, "agent3")
     try:
         assert cli.main(["status", path]) == Exit.ENGINE
         err = capsys.readouterr().err
@@ -582,7 +583,7 @@ def test_an_agent_whose_dockerd_stops_is_named_and_destroy_finishes_once_it_is_b
             label = f"{LABEL_PREFIX}.session={name}-{i}"
             assert lab.client(agent).containers.list(all=True, filters={"label": label}) == []
     finally:
-        netns.start_dockerd(lab.info.state_dir, "agent3")
+        engines.start_dockerd(lab.info.state_dir, "agent3")
     # back: the stack kept what it could not delete, and the next destroy finishes the job
     assert cli.main(["destroy", path, "--yes", "--index", "4"]) == 0
     assert cleanup.find_leftovers(lab.pool, f"{name}-4") == ([], [])

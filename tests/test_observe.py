@@ -24,7 +24,7 @@ import pytest
 
 from cluster_sessions.core.loader import load_session
 from cluster_sessions.core.plan import build_plan, container_labels, network_labels
-from cluster_sessions.driver import observe
+from cluster_sessions.driver import logs, observe, status, wait_verb
 from cluster_sessions.driver.cli import main
 from cluster_sessions.driver.errors import CommandError, Exit
 
@@ -284,7 +284,7 @@ def test_status_with_an_unreachable_agent_exits_1_and_still_reports(tmp_path, ca
 
 
 def test_line_splitter_joins_lines_split_across_chunks_and_survives_bad_utf8():
-    s = observe.LineSplitter()
+    s = logs.LineSplitter()
     assert s.feed(b"one\ntw") == ["one"]
     assert s.feed(b"o\r\nthr\xc3") == ["two"]  # CRLF trimmed, half a UTF-8 character kept
     assert s.feed(b"\xa9e\n\xff\n") == ["thr\u00e9e", "\ufffd"]
@@ -313,29 +313,29 @@ def test_report_notes_a_container_on_another_agent_than_planned(tmp_path):
     net = observe.NetworkState(plan.network.name, "agent1", "bridge", "present")
     found = [observe.Found("agent9", "id1", f"{plan.name}-main1", "main1", "main", "running",
                            "healthy", "2025-01-02T03:04:05Z", None, "busybox")]
-    report = observe.status_report(plan, found, net, {})
+    report = status.status_report(plan, found, net, {})
     assert report.rows[0].note == "planned on agent1"
     assert report.rows[1].state == "missing"
-    table = observe.report_table(report)
+    table = status.report_table(report)
     assert "2025-01-02 03:04:05Z" in table and "healthy" in table
 
 
 def test_tail_accepts_numbers_and_all():
-    assert observe.parse_tail("10") == 10
-    assert observe.parse_tail("all") == "all"
+    assert logs.parse_tail("10") == 10
+    assert logs.parse_tail("all") == "all"
     import argparse
 
     for bad in ("-1", "x"):
         with pytest.raises(argparse.ArgumentTypeError):
-            observe.parse_tail(bad)
+            logs.parse_tail(bad)
 
 
 def test_select_hosts_keeps_host_order(tmp_path):
     file, plan = make_session(tmp_path, "busybox", size=3)
-    assert observe.select_hosts(plan, [], None) == ["main1", "sub1", "sub2"]
-    assert observe.select_hosts(plan, [], ["sub2", "main1"]) == ["main1", "sub2"]
+    assert logs.select_hosts(plan, [], None) == ["main1", "sub1", "sub2"]
+    assert logs.select_hosts(plan, [], ["sub2", "main1"]) == ["main1", "sub2"]
     with pytest.raises(CommandError):
-        observe.select_hosts(plan, [], ["nope"])
+        logs.select_hosts(plan, [], ["nope"])
 
 
 def test_an_agent_that_does_not_answer_is_one_line_with_the_cause(tmp_path, capsys):
@@ -357,8 +357,8 @@ def test_the_status_line_says_how_many_containers_run_not_only_the_plan(tmp_path
     _, plan = make_session(tmp_path, "busybox", size=3)
     network = observe.NetworkState(plan.network.name, plan.network.agent, plan.network.driver,
                                    "missing")
-    report = observe.status_report(plan, [], network, {})
-    first = observe.report_table(report).splitlines()[0]
+    report = status.status_report(plan, [], network, {})
+    first = status.report_table(report).splitlines()[0]
     assert first.endswith("plan scheduled, 0 of 3 running (3 missing)"), first
     assert "status scheduled" not in first
 
@@ -382,12 +382,12 @@ def test_a_batch_jobs_finished_main1_is_not_a_fault(tmp_path):
     batch = plan.__class__(**{**plan.__dict__, "session": plan.session.model_copy(
         update={"type": "batch", "command": ("true",)})})
     net = observe.NetworkState(plan.network.name, "agent1", "bridge", "present")
-    rows = (observe.Row("main1", "main", "agent1", "exited", note="exit code 0"),
-            observe.Row("sub1", "sub", "agent1", "running"))
-    assert observe.Report(batch, rows, net, {}).faults == []
-    assert observe.Report(plan, rows, net, {}).faults == ["main1: exited (exit code 0)"]
-    dead_sub = (rows[0], observe.Row("sub1", "sub", "agent1", "exited", note="exit code 1"))
-    assert observe.Report(batch, dead_sub, net, {}).faults == ["sub1: exited (exit code 1)"]
+    rows = (status.Row("main1", "main", "agent1", "exited", note="exit code 0"),
+            status.Row("sub1", "sub", "agent1", "running"))
+    assert status.Report(batch, rows, net, {}).faults == []
+    assert status.Report(plan, rows, net, {}).faults == ["main1: exited (exit code 0)"]
+    dead_sub = (rows[0], status.Row("sub1", "sub", "agent1", "exited", note="exit code 1"))
+    assert status.Report(batch, dead_sub, net, {}).faults == ["sub1: exited (exit code 1)"]
 
 
 @pytest.mark.docker
@@ -473,7 +473,8 @@ class FakeClient:
 
 
 def fake_connect(monkeypatch, verb, client):
-    func = getattr(observe, f"cmd_{verb}")
+    module = {"status": status, "logs": logs, "wait": wait_verb}[verb]
+    func = getattr(module, f"cmd_{verb}")
     monkeypatch.setattr(func, "__defaults__", (lambda agent: client,))
 
 
@@ -514,7 +515,7 @@ def test_status_and_wait_escape_what_the_engine_reports(tmp_path, monkeypatch, c
     assert not acts_on_a_terminal(shown.out + shown.err)
     assert json.loads(shown.out)["containers"][1]["state"] == weird  # the same value, escaped
     fake_connect(monkeypatch, "wait", client)
-    monkeypatch.setattr(observe, "POLL_S", 0.01)
+    monkeypatch.setattr(wait_verb, "POLL_S", 0.01)
     assert main(["wait", str(file)]) == Exit.JOB_LOST
     shown = capsys.readouterr()
     assert not acts_on_a_terminal(shown.out + shown.err)
@@ -581,12 +582,15 @@ def test_logs_with_timestamps_interleave_real_containers_by_time(docker_client, 
                                                                  tmp_path, capsys):
     file, plan = make_session(tmp_path, tiny_image, size=2)
     try:
-        made = [run_container(docker_client, plan, "main1",
-                              "echo one; sleep 1; echo three >&2; exec sleep 600"),
-                run_container(docker_client, plan, "sub1",
-                              "sleep 0.5; echo two; exec sleep 600")]
-        for c, last in zip(made, (b"three", b"two"), strict=True):
-            wait_for_logs(c, last)
+        # the order is forced, not timed: main1 says "three" only once sub1 has said "two"
+        main1 = run_container(docker_client, plan, "main1",
+                              "echo one; until [ -e /tmp/go ]; do sleep 0.05; done; "
+                              "echo three >&2; exec sleep 600")
+        wait_for_logs(main1, b"one")
+        sub1 = run_container(docker_client, plan, "sub1", "echo two; exec sleep 600")
+        wait_for_logs(sub1, b"two")
+        main1.exec_run(["touch", "/tmp/go"])
+        wait_for_logs(main1, b"three")
         assert main(["logs", str(file), "--timestamps"]) == Exit.OK
         lines = capsys.readouterr().out.splitlines()
         assert [(line.split()[0], line.split()[-1]) for line in lines] == [

@@ -13,7 +13,7 @@ import yaml
 from cluster_sessions.driver import cli, lab_verbs, pool_verbs
 from cluster_sessions.driver.errors import CommandError, Exit
 from cluster_sessions.emulation.engine import Engine, run_program
-from cluster_sessions.lab.netns import POOL_FILE_HEADER
+from cluster_sessions.lab.pool_file import POOL_FILE_HEADER
 from tests.conftest import PROJECT, STACKS
 
 from . import factories
@@ -251,3 +251,18 @@ def test_pool_verbs_and_definitions_find_a_pool_name_in_the_same_place(tmp_path,
                                           str(session.parent.parent / "pools" / "shared.yml")]
     assert looked(definition_err)[4:] == looked(verb_err)
     assert verb_err.startswith("sessionctl pool: no pool 'shared' found")
+
+
+def test_pool_usage_names_an_agent_it_could_not_ask_and_exits_1(tmp_path, capsys):
+    pool = write_pool(tmp_path / "dead.yaml", agent("gone-socket",
+                                                    f"unix://{tmp_path}/no-docker.sock"))
+    assert cli.main(["pool", "usage", str(pool), "--json"]) == Exit.ENGINE
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert doc["agents"] == [] and list(doc["unreachable"]) == ["gone-socket"]
+    assert "agent gone-socket: " in err
+
+
+def test_pool_usage_of_a_missing_pool_is_invalid_input(tmp_path, capsys):
+    assert cli.main(["pool", "usage", str(tmp_path / "nope.yaml")]) == Exit.INVALID
+    assert "Traceback" not in capsys.readouterr().err

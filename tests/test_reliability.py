@@ -40,9 +40,10 @@ from cluster_sessions.emulation.automation import Backend
 from cluster_sessions.emulation.docker_builder import FAULT_ENV, run_in, wait_until_ready
 from cluster_sessions.emulation.engine import Engine, run_program
 from cluster_sessions.emulation.sessionctl import install
-from cluster_sessions.lab import netns
+from cluster_sessions.lab import engines, netns
 from cluster_sessions.lab.image import ensure_images
-from cluster_sessions.lab.netns import LabError
+from cluster_sessions.lab.layout import LabInfo
+from cluster_sessions.lab.processes import LabError
 from cluster_sessions.pulumi_layer import swarm as swarm_resources
 from tests.conftest import PROJECT, clear_stale_lab, require_lab
 
@@ -61,7 +62,7 @@ RECOVER_BOUND = 120.0  # seconds: a restarted engine's session is whole again wi
 
 @dataclass
 class Lab:
-    info: netns.LabInfo
+    info: LabInfo
     pool_file: Path
     image: str
     clients: dict = field(default_factory=dict)
@@ -275,14 +276,14 @@ def test_a_restarted_dockerd_brings_its_containers_back_and_the_mesh_whole(
     assert run_in(before["sub1"], "echo kept > ~/data/sub1.txt")[0] == 0
 
     t0 = time.monotonic()
-    netns.stop_dockerd(lab.info.state_dir, "agent2")
+    engines.stop_dockerd(lab.info.state_dir, "agent2")
     lab.forget("agent2")
     try:
         code, _out, err = ctl(capsys, "status", path)
         detected = time.monotonic() - t0
         assert code == Exit.ENGINE and "agent agent2 did not answer" in err, err
     finally:
-        netns.start_dockerd(lab.info.state_dir, "agent2")
+        engines.start_dockerd(lab.info.state_dir, "agent2")
     started = time.monotonic()
 
     def whole() -> bool:
@@ -431,7 +432,7 @@ def test_an_agent_unreachable_during_up_is_named_and_nothing_is_created(
     name = f"rel-down-{uuid.uuid4().hex[:4]}"
     automation.names.append(name)
     path = str(lab.session(tmp_path, name, 2, mode="multi-node", cpu=2))
-    netns.stop_dockerd(lab.info.state_dir, "agent2")
+    engines.stop_dockerd(lab.info.state_dir, "agent2")
     lab.forget("agent2")
     try:
         t0 = time.monotonic()
@@ -442,7 +443,7 @@ def test_an_agent_unreachable_during_up_is_named_and_nothing_is_created(
         assert lab.client("agent1").containers.list(
             all=True, filters={"label": f"{LABEL_PREFIX}.session={name}"}) == []
     finally:
-        netns.start_dockerd(lab.info.state_dir, "agent2")
+        engines.start_dockerd(lab.info.state_dir, "agent2")
     code, _out, err = poll(lambda: (r := ctl(capsys, "up", path, "--yes"))[0] == 0 and r,
                            60, 2) or (1, "", "up never succeeded")
     assert code == 0, err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,8 @@ from cluster_sessions.core.review import (
 from cluster_sessions.core.terminal import is_hidden
 from cluster_sessions.driver.cli import main
 from cluster_sessions.driver.errors import Exit
+
+from . import factories
 
 PAIRS = Path(__file__).parent / "fixtures" / "diff"
 PROJECT_SESSIONS = sorted((Path(__file__).parent.parent / "stacks" / "sessions").glob("*.yaml"))
@@ -330,3 +333,71 @@ def test_invalid_side_exits_2_with_the_problem(tmp_path, capsys):
                    .replace("pool: ../pools/one.yaml", f"pool: {PAIRS / 'pools/one.yaml'}"))
     assert main(["diff", str(PAIRS / "image/old.yaml"), str(bad)]) == Exit.INVALID
     assert "imgae: unknown key" in capsys.readouterr().err
+
+
+# --- the placement picture (Mermaid) -------------------------------------------------------------
+
+
+def mermaid_block(md: str) -> list[str]:
+    lines = md.split("\n")
+    start = lines.index("```mermaid")
+    return lines[start:lines.index("```", start) + 1]
+
+
+def test_the_diff_pictures_the_placement_up_leaves_with_what_happens_to_each():
+    md = to_markdown(review_of("spread"))
+    block = mermaid_block(md)
+    assert '  net(("overlay network ' in block[2]
+    agents = [line for line in block if line.startswith("  subgraph")]
+    assert agents == ['  subgraph a0 ["agent agent1"]', '  subgraph a1 ["agent agent2"]']
+    assert '    a1c1["sub5 (add)"]' in block
+    assert '    a0c0["main1 (replace)"]' in block
+
+
+def test_a_pending_review_draws_no_placement():
+    assert "```mermaid" not in to_markdown(review_of("pending"))
+
+
+def test_a_deleted_definition_pictures_what_destroy_removes():
+    md = to_markdown(review_of("added", old="new.yaml", new=None))
+    assert "#### Placement now" in md
+    assert '    a0c1["sub1 (remove)"]' in mermaid_block(md)
+
+
+def test_plan_markdown_has_the_table_and_the_picture(capsys):
+    assert main(["plan", str(PROJECT_SESSIONS[0].parent / "multi-demo.yaml"), "--markdown"]) == 0
+    md = capsys.readouterr().out
+    assert md.startswith("### `sessionctl plan`: `multi-demo`")
+    assert "| main1 | main | `agent1` |" in md
+    block = mermaid_block(md)
+    hosts = [line for line in block if re.fullmatch(r'    a\dc\d\["\w+"\]', line)]
+    assert len(hosts) == 8
+
+
+def test_plan_markdown_and_json_are_one_or_the_other(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["plan", str(PROJECT_SESSIONS[0]), "--markdown", "--json"])
+    assert exc.value.code == 2
+
+
+def test_agents_named_like_mermaid_keywords_stay_labels(tmp_path, capsys):
+    """Names are ASCII words here, but `end`, `subgraph` or `click` are Mermaid keywords: in
+    an unquoted label `end` closes the subgraph. Ours are quoted, ids are our own."""
+    names = ["end", "subgraph", "click"]
+    pool = factories.pool("p", *(factories.agent(n, cpu=1, mem="2g") for n in names),
+                          swarm={"manager": "end"})
+    path = factories.write_pair(tmp_path, factories.session(
+        "keywords", size=3, mode="multi-node", cpu=1, mem="1g"), pool)
+    assert main(["plan", str(path), "--markdown"]) == 0
+    block = mermaid_block(capsys.readouterr().out)
+    assert [line for line in block if line.startswith("  subgraph")] == [
+        f'  subgraph a{i} ["agent {n}"]' for i, n in enumerate(names)]
+    assert block.count("  end") == 3
+
+
+def test_a_crafted_agent_name_is_refused_before_any_markdown(tmp_path, capsys):
+    path = factories.write_pair(tmp_path, factories.session("hostile", size=2),
+                                factories.pool("p", factories.agent('a1"] --> x["pwn')))
+    assert main(["plan", str(path), "--markdown"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "pool.yaml: agents.0.name:" in err

@@ -348,7 +348,8 @@ def _int(value: Any, default: int = 0) -> int:
         return default
 
 
-def _held(data: Mapping[str, Any]) -> HeldContainer:
+def held_from_inspect(data: Mapping[str, Any]) -> HeldContainer:
+    """What one container (its `docker inspect` document) holds on its agent."""
     labels = (data.get("Config") or {}).get("Labels") or {}
     host_cfg = data.get("HostConfig") or {}
     try:
@@ -413,7 +414,7 @@ class SessionContainers(_DockerFact[tuple[HeldContainer, ...]]):
         data = _json(text, "docker inspect")
         if not isinstance(data, list):
             raise FactError(COMMAND_FAILED, "docker inspect did not print a list")
-        held = [_held(d) for d in data if isinstance(d, Mapping)]
+        held = [held_from_inspect(d) for d in data if isinstance(d, Mapping)]
         if self.session:
             held = [h for h in held if h.session == self.session]
         return tuple(sorted(held, key=lambda h: (h.session, h.name)))
@@ -426,7 +427,7 @@ class SessionContainers(_DockerFact[tuple[HeldContainer, ...]]):
         out = []
         for c in found:
             try:
-                out.append(_held(client.api.inspect_container(c["Id"])))
+                out.append(held_from_inspect(client.api.inspect_container(c["Id"])))
             except docker.errors.NotFound:
                 continue
         return tuple(sorted(out, key=lambda h: (h.session, h.name)))

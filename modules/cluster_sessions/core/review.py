@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .container_args import container_args
+from .flowchart import Box, placement_chart
 from .names import CLUSTER_ENV_PREFIX, ENDPOINT_LABEL
 from .plan import ClusterPlan, ContainerPlan
 from .provider_facts import CONTAINER_FORCE_NEW
@@ -457,6 +458,10 @@ def to_markdown(review: Review, old_label: str = "old", new_label: str = "new") 
             lines.append(f"| {c.host} | {agent} | {ACTION_TEXT[c.action]} | "
                          f"{', '.join(c.why)} |")
         lines.append("")
+    chart = review_chart(review)
+    if chart:
+        lines += ["#### Placement after the change" if not review.deleted
+                  else "#### Placement now", "", *chart.splitlines(), ""]
     if review.definition:
         lines += ["#### Definition", "", "| field | old | new |",
                   "|---|---|---|"]
@@ -490,6 +495,54 @@ def to_markdown(review: Review, old_label: str = "old", new_label: str = "new") 
         lines += [_change_line(c, f"{c.what} docker_host") for c in review.agents]
         lines.append("")
     return "\n".join(printable(line) for line in lines).rstrip() + "\n"
+
+
+def review_chart(review: Review) -> str:
+    """The placement ``up`` leaves (or, for a deleted definition, the one ``destroy``
+    removes), each container noted with what happens to it; none for a pending session."""
+    if review.pending:
+        return ""
+    boxes = []
+    for c in review.containers:
+        agent = c.old_agent if c.action == REMOVE else c.new_agent
+        if agent is None:
+            continue
+        note = "" if c.action == SAME else c.action
+        if c.action not in (ADD, REMOVE) and c.old_agent and c.old_agent != c.new_agent:
+            note += f", from {c.old_agent}"
+        boxes.append(Box(c.host, agent, note))
+    net = review.network
+    return placement_chart(boxes, net.name if net else None, (net.driver or "") if net else "")
+
+
+def plan_chart(plan: ClusterPlan) -> str:
+    """Where each container of a scheduled plan goes; none for a pending one."""
+    if plan.pending:
+        return ""
+    return placement_chart([Box(c.host, c.agent) for c in plan.containers if c.agent],
+                           plan.network.name, plan.network.driver)
+
+
+def plan_markdown(plan: ClusterPlan, name_from_file: bool = False) -> str:
+    """``sessionctl plan --markdown``: the plan for a pull request, with its picture."""
+    res = plan.resources
+    net = plan.network
+    origin = " (name from the file name)" if name_from_file else ""
+    lines = [f"### `sessionctl plan`: {code(plan.name)}{origin}", "",
+             f"**{plan.status}**, {plan.mode}, {len(plan.containers)} container(s), image "
+             f"{code(plan.session.image)}", ""]
+    if plan.pending:
+        lines += [f"> ⚠️ pending: {printable(plan.reason or '')}", ""]
+    else:
+        lines += [f"Network {code(net.name)} ({net.driver} on {code(net.agent)})", ""]
+    lines += ["| host | role | agent | cpu | mem | shmem | gpus |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {c.host} | {c.role} | {code(c.agent, cell=True) if c.agent else '-'} | "
+              f"{res.cpu:g} | {format_size(res.mem)} | {format_size(res.shmem)} | "
+              f"{','.join(map(str, c.gpus)) or '-'} |" for c in plan.containers]
+    chart = plan_chart(plan)
+    if chart:
+        lines += ["", *chart.splitlines()]
+    return "\n".join(printable(line) for line in lines) + "\n"
 
 
 def review_to_dict(review: Review) -> dict:

@@ -67,6 +67,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         docs = [plan_to_dict(p) for p in plans]
         whole = {"count": len(sel.plans), "sessions": docs}
         print(dumps(whole if sel.counted and args.index is None else docs[0], indent=2))
+    elif args.markdown:
+        from ..core.review import plan_markdown
+
+        sys.stdout.write("\n".join(plan_markdown(p, loaded.name_from_file) for p in plans))
     else:
         print("\n\n".join(plan_table(p, loaded.name_from_file) for p in plans))
     if sel.pending is not None:
@@ -147,8 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "Exit 3 when the session is pending.", epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_session_args(p)
-    p.add_argument("--json", action="store_true",
-                   help="print the whole plan as JSON, with each container's environment")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true",
+                       help="print the whole plan as JSON, with each container's environment")
+    shown.add_argument("--markdown", action="store_true",
+                       help="print the plan as Markdown for a pull request: a table and a "
+                       "Mermaid picture of the placement (agents, their containers, the "
+                       "network)")
     p.add_argument("--probe", action="store_true",
                    help="plan against live free capacity read from the agents (over SSH); "
                    "says which pool and what it found")

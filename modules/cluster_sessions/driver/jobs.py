@@ -16,15 +16,7 @@ from typing import Any
 
 from ..core.terminal import printable
 from .errors import CommandError, Exit
-from .observe import (
-    Connect,
-    JobEnd,
-    agents_to_ask,
-    connect,
-    short_time,
-    survey,
-    wait_for_jobs,
-)
+from .observe import Connect, agents_to_ask, connect, survey
 from .session_args import (
     Selected,
     add_session_args,
@@ -33,6 +25,8 @@ from .session_args import (
     selected,
     verb_parser,
 )
+from .status import short_time
+from .wait_verb import JobEnd, wait_for_jobs
 
 EngineVerb = Callable[[argparse.Namespace], int]
 

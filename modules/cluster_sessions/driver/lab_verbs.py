@@ -32,16 +32,16 @@ IMAGE_LATEST = DEMO_IMAGE
 
 
 def _lab_prerequisites() -> None:
-    from ..lab import netns
+    from ..lab.requirements import REQUIRED_TOOLS, SSHD
 
     if os.geteuid() != 0:
         raise CommandError("the lab needs root (network namespaces, a bridge, iptables, one "
                            "dockerd and sshd per agent); run it as root, e.g. with sudo",
                            Exit.MISSING)
-    missing = [f"{tool} ({pkg})" for tool, pkg in netns.REQUIRED_TOOLS.items()
+    missing = [f"{tool} ({pkg})" for tool, pkg in REQUIRED_TOOLS.items()
                if not shutil.which(tool)]
-    if not os.access(netns.SSHD, os.X_OK):
-        missing.append(f"{netns.SSHD} (openssh-server)")
+    if not os.access(SSHD, os.X_OK):
+        missing.append(f"{SSHD} (openssh-server)")
     if missing:
         raise CommandError(f"the lab needs {', '.join(missing)}; install them with "
                            "`apt-get install docker.io openssh-server iproute2 iptables` "
@@ -62,7 +62,7 @@ def check_pool_file_is_ours(path: Path, force: bool) -> None:
         head = path.read_text(errors="replace")[:200]
     except OSError as exc:
         raise CommandError(f"cannot read {path}: {exc.strerror}", Exit.INVALID) from None
-    from ..lab.netns import POOL_FILE_HEADER
+    from ..lab.pool_file import POOL_FILE_HEADER
 
     if not head.startswith(POOL_FILE_HEADER):
         raise CommandError(f"{path} exists and was not written by `sessionctl lab up`; choose "
@@ -131,7 +131,7 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
     try:
         info = netns.lab_up(args.agents, Path(args.state_dir), pool_file, _progress,
                             prefix=args.prefix, subnet=args.subnet)
-    except netns.LabError as exc:
+    except LabError as exc:
         raise CommandError(str(exc), Exit.ENGINE) from None
     for a in info.agents:
         print(f"{a.name}  ssh {info.user}@{a.address}  {a.docker_host} (on the agent)")
@@ -158,7 +158,7 @@ def cmd_lab_down(args: argparse.Namespace) -> int:
     _lab_prerequisites()
     try:
         netns.lab_down(Path(args.state_dir), _progress, keep_keys=args.keep_keys)
-    except netns.LabError as exc:
+    except LabError as exc:
         raise CommandError(str(exc), Exit.ENGINE) from None
     return Exit.OK
 

@@ -3,16 +3,26 @@
 The stacks come from the backend (the Automation API's ``list_stacks``, so the same backend the
 engine verbs use); what each session is (name, type, mode, hosts, agents and their
 ``docker_host``) from its stack outputs, so ``ls`` needs no definition file. The status is read
-from the agents' engines by label, as ``status`` does:
+from the agents' engines by label, as ``status`` does, and judged by the same function
+(:func:`~.status.host_faults`). Each session has a fine ``state`` and, from it, a ``phase``
+(the tabs of Backend.AI's session list); :data:`PHASE_OF` is the one mapping:
 
-- ``running``: every host's container runs;
-- ``finished``: a batch job's main1 has exited (with its exit code);
-- ``degraded``: some container exited, restarts, is dead or missing (named);
-- ``unreachable``: an agent did not answer (named, with the cause);
-- ``down``: the stack holds the session but no container of it is found;
-- ``empty``: the stack holds nothing (destroyed, or never up).
+- ``running`` (RUNNING): every host's container runs;
+- ``finished`` (FINISHED): a batch job's main1 has exited: exit code, start, end, duration;
+  after its containers are gone, from the record ``wait``/``run`` wrote (:mod:`.history`);
+- ``degraded`` (ERROR): some host is missing, exited, restarting or dead: ``status``'s faults;
+- ``down`` (ERROR): the stack holds the session but no container of it is found;
+- ``lost`` (ERROR): recorded: a container died, or main1 vanished, before the job ended;
+- ``unreachable`` (UNKNOWN): an agent did not answer (named, with the cause);
+- ``empty`` (EMPTY): the stack holds nothing and no job was recorded (destroyed, or never up:
+  a pending session creates nothing).
 
-Exit 0 when the list was read (``ls`` describes; ``status`` judges), 4 without the CLI.
+Under the table, per pool, what the listed running sessions hold on each agent against its
+declared capacity (:mod:`cluster_sessions.core.usage`); ``pool usage`` counts every session's
+containers on the agents, these count the ones of this backend.
+
+Exit 0 when the list was read (``ls`` describes; ``status`` judges), 2 for a bad ``--state``,
+4 without the CLI.
 """
 
 from __future__ import annotations
@@ -23,25 +33,33 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ..agents.facts import HeldContainer, held_from_inspect
 from ..core.loader import load_file
 from ..core.names import SESSION_LABEL
 from ..core.spec import Agent, Pool
-from ..core.terminal import table
-from . import stacks
+from ..core.terminal import printable, table
+from ..core.usage import Usage, agent_usage, usage_text, usage_to_dict
+from . import history, stacks
 from .errors import CommandError, Exit
-from .observe import (
-    Connect,
-    Found,
-    connect,
-    disconnect,
-    found_from_attrs,
-    unreachable_cause,
-)
+from .observe import Connect, Found, connect, disconnect, found_from_attrs, unreachable_cause
 from .session_args import verb_parser
+from .status import Planned, host_faults, planned_rows, short_time
+
+PHASE_OF = {
+    "running": "running",
+    "finished": "finished",
+    "degraded": "error",
+    "down": "error",
+    "lost": "error",
+    "unreachable": "unknown",
+    "empty": "empty",
+}
+PHASES = tuple(dict.fromkeys(PHASE_OF.values()))
 
 
 @dataclass(frozen=True)
@@ -52,37 +70,104 @@ class Listed:
     mode: str
     size: int
     agents: tuple[str, ...]
-    state: str  # running | finished | degraded | unreachable | down | empty
+    state: str  # a key of PHASE_OF
     detail: str = ""
     exit_code: int | None = None
+    phase: str = ""  # PHASE_OF[state]
+    started: str | None = None  # main1's start (running or finished)
+    finished: str | None = None  # main1's end (finished)
+    duration_s: float | None = None  # finished - started
+    faults: tuple[str, ...] = ()  # status's faults (error)
+    recorded: bool = False  # read from the record of the job's end, not from the engines
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "phase", PHASE_OF[self.state])
 
 
-def session_state(kind: str, hosts: Sequence[str], found: Sequence[Found],
-                  unreachable: Mapping[str, str]) -> tuple[str, str, int | None]:
-    """(state, detail, job exit code) of one session from what its agents hold."""
+@dataclass(frozen=True)
+class Observed:
+    """What one session's engines say, judged."""
+
+    state: str
+    detail: str = ""
+    exit_code: int | None = None
+    started: str | None = None
+    finished: str | None = None
+    faults: tuple[str, ...] = ()
+
+
+def parse_stamp(stamp: str | None) -> datetime | None:
+    """A Docker timestamp (``2025-01-02T03:04:05.123456789Z``, nanoseconds) as a datetime."""
+    if not stamp:
+        return None
+    day, _, rest = stamp.rstrip("Z").partition(".")
+    frac = "".join(ch for ch in rest if ch.isdigit())[:6].ljust(6, "0")
+    try:
+        return datetime.fromisoformat(f"{day}.{frac}+00:00")
+    except ValueError:
+        return None
+
+
+def duration_s(started: str | None, finished: str | None) -> float | None:
+    start, end = parse_stamp(started), parse_stamp(finished)
+    if start is None or end is None or end < start:
+        return None
+    return round((end - start).total_seconds(), 3)
+
+
+def format_duration(seconds: float | None) -> str:
+    """``42s``, ``3m05s``, ``2h01m``: enough to read at a glance."""
+    if seconds is None:
+        return "-"
+    whole = int(round(seconds))
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+def session_state(kind: str, planned: Sequence[Planned], found: Sequence[Found],
+                  unreachable: Mapping[str, str]) -> Observed:
+    """The state of one session from what its agents hold (the rows ``status`` shows)."""
     if unreachable:
-        return "unreachable", "; ".join(f"{a}: {why}" for a, why in unreachable.items()), None
+        return Observed("unreachable", "; ".join(f"{a}: {why}" for a, why in unreachable.items()))
+    rows = planned_rows(planned, found, unreachable)
+    faults = tuple(host_faults(kind, rows))
     if not found:
-        return "down", "no container of it on its agents", None
-    by_host = {f.host: f for f in found}
-    main = by_host.get(hosts[0]) if hosts else None
+        return Observed("down", "no container of it on its agents", faults=faults)
+    main_host = planned[0].host if planned else None
+    main = next((f for f in found if f.host == main_host), None)
+    started = main.started_at if main else None
     if kind == "batch" and main is not None and main.state in ("exited", "dead"):
-        return "finished", f"exit code {main.exit_code}", main.exit_code
-    wrong = [f"{h} {by_host[h].state}" if h in by_host else f"{h} missing" for h in hosts
-             if h not in by_host or by_host[h].state != "running"]
-    if wrong:
-        return "degraded", ", ".join(wrong), None
-    return "running", "", None
+        return Observed("finished", f"exit code {main.exit_code}", main.exit_code, started,
+                        main.finished_at)
+    if faults:
+        return Observed("degraded", "; ".join(faults), started=started, faults=faults)
+    return Observed("running", started=started)
+
+
+def planned_from_outputs(name: str, hosts: Sequence[str],
+                         agents: Mapping[str, Mapping[str, Any]]) -> list[Planned]:
+    """The containers a stack says its session has, in host order."""
+    where = {h: a for a, info in agents.items() for h in (info.get("hosts") or ())}
+    return [Planned(h, "main" if i == 0 else "sub", where.get(h), f"{name}-{h}")
+            for i, h in enumerate(hosts)]
+
+
+def session_pool(session: Mapping[str, Any], project: Path) -> Pool | None:
+    """The session's pool file as it is now, when it is still there."""
+    with contextlib.suppress(Exception):  # moved or changed since: fall back to the stack's
+        found = load_file(project / str(session.get("pool", "")), expect="AgentPool")
+        return found if isinstance(found, Pool) else None
+    return None
 
 
 def stack_agents(session: Mapping[str, Any], agents: Mapping[str, Mapping[str, Any]],
                  project: Path) -> dict[str, Agent]:
     """The session's agents as its pool file describes them (with their SSH settings) when
     that file is still there, else as the stack recorded them (their docker_host)."""
-    pool: Pool | None = None
-    with contextlib.suppress(Exception):  # moved or changed since: fall back to the stack's
-        found = load_file(project / str(session.get("pool", "")), expect="AgentPool")
-        pool = found if isinstance(found, Pool) else None
+    pool = session_pool(session, project)
     known = {a.name: a for a in pool.agents} if pool is not None else {}
     return {name: known.get(name) or Agent.model_validate(
                 {"name": name, "docker_host": str(info["docker_host"]),
@@ -90,17 +175,47 @@ def stack_agents(session: Mapping[str, Any], agents: Mapping[str, Mapping[str, A
             for name, info in agents.items()}
 
 
-def listed(stack: str, outputs: Mapping[str, Any], project: Path, connect: Connect) -> Listed:
+@dataclass
+class Holdings:
+    """What the listed sessions hold, per pool and agent, for the summary under the table."""
+
+    pools: dict[str, Pool | None] = field(default_factory=dict)  # shown name -> pool file
+    held: dict[str, dict[str, list[HeldContainer]]] = field(default_factory=dict)
+
+    def add(self, pool_name: str, pool: Pool | None, agent: str,
+            held: Sequence[HeldContainer]) -> None:
+        self.pools.setdefault(pool_name, pool)
+        self.held.setdefault(pool_name, {}).setdefault(agent, []).extend(held)
+
+    def usage(self) -> list[tuple[str, list[Usage]]]:
+        out = []
+        for name, by_agent in sorted(self.held.items()):
+            pool = self.pools.get(name)
+            capacity = {a.name: a.capacity for a in pool.agents} if pool else {}
+            order = [a.name for a in pool.agents] if pool else []
+            agents = sorted(by_agent, key=lambda a: (a not in order,
+                                                     order.index(a) if a in order else 0, a))
+            out.append((name, [agent_usage(a, capacity.get(a), by_agent[a]) for a in agents]))
+        return out
+
+
+def listed(stack: str, outputs: Mapping[str, Any], project: Path, connect: Connect,
+           records: Path | None = None, holdings: Holdings | None = None) -> Listed:
     def value(key: str) -> Any:
         out = outputs.get(key)
         return getattr(out, "value", out)
 
     session = value("session") or {}
+    record = history.read_record(records, stack) if records is not None else None
     if not session:
+        if record is not None:
+            return from_record(record, "the stack is empty")
         return Listed(stack, stack, "-", "-", 0, (), "empty", "no resources in the stack")
     hosts = list(value("hosts") or [])
-    agents = stack_agents(session, value("agents") or {}, project)
+    agent_info = value("agents") or {}
+    agents = stack_agents(session, agent_info, project)
     found: list[Found] = []
+    held: dict[str, list[HeldContainer]] = {}
     unreachable: dict[str, str] = {}
     for name, agent in agents.items():
         try:
@@ -112,21 +227,62 @@ def listed(stack: str, outputs: Mapping[str, Any], project: Path, connect: Conne
             for c in client.containers.list(all=True, ignore_removed=True, filters={
                     "label": f"{SESSION_LABEL}={session['name']}"}):
                 found.append(found_from_attrs(name, c.attrs))
+                held.setdefault(name, []).append(held_from_inspect(c.attrs))
         except Exception as exc:
             unreachable[name] = unreachable_cause(agent, exc)
         finally:
             disconnect(client)
-    state, detail, code = session_state(session.get("type", "interactive"), hosts, found,
-                                        unreachable)
-    return Listed(stack, session["name"], session.get("type", "interactive"),
-                  session.get("mode", "-"), len(hosts), tuple(agents), state, detail, code)
+    kind = session.get("type", "interactive")
+    seen = session_state(kind, planned_from_outputs(session["name"], hosts, agent_info), found,
+                         unreachable)
+    if (seen.state == "down" and record is not None
+            and record.session_id == session.get("id")):
+        return from_record(record, "its containers are gone")
+    if holdings is not None:
+        pool = session_pool(session, project)
+        pool_name = pool.name if pool is not None else str(session.get("pool", "-"))
+        for name in agents:
+            holdings.add(pool_name, pool, name, held.get(name, []))
+    return Listed(stack, session["name"], kind, session.get("mode", "-"), len(hosts),
+                  tuple(agents), seen.state, seen.detail, seen.exit_code,
+                  started=seen.started, finished=seen.finished,
+                  duration_s=duration_s(seen.started, seen.finished), faults=seen.faults)
+
+
+def from_record(record: history.JobRecord, why: str) -> Listed:
+    """A session whose containers are gone, as its job's end was recorded."""
+    return Listed(record.stack, record.name, record.type, record.mode, record.size,
+                  record.agents, record.state, f"{record.detail} (recorded; {why})",
+                  record.exit_code, started=record.started, finished=record.finished,
+                  duration_s=duration_s(record.started, record.finished),
+                  faults=(record.detail,) if record.state == "lost" else (), recorded=True)
 
 
 def listing_table(rows: Sequence[Listed]) -> str:
-    return "\n".join(table(("NAME", "TYPE", "MODE", "SIZE", "AGENTS", "STATUS"), (
-        (r.name, r.type, r.mode, str(r.size), ",".join(r.agents) or "-",
-         r.state + (f" ({r.detail})" if r.detail else ""))
-        for r in rows)))
+    return "\n".join(table(
+        ("NAME", "TYPE", "MODE", "SIZE", "AGENTS", "STATE", "STARTED", "ENDED", "DURATION",
+         "DETAIL"),
+        ((r.name, r.type, r.mode, str(r.size), ",".join(r.agents) or "-", r.phase.upper(),
+          short_time(r.started), short_time(r.finished), format_duration(r.duration_s),
+          (f"{r.state}: {r.detail}" if r.detail else r.state))
+         for r in rows)))
+
+
+def usage_lines(usage: Sequence[tuple[str, Sequence[Usage]]]) -> list[str]:
+    """One line per pool: allocated/declared on each agent, for the sessions listed."""
+    return [printable(f"pool {pool}: " + "; ".join(usage_text(u) for u in agents))
+            for pool, agents in usage]
+
+
+def parse_states(value: str) -> tuple[str, ...]:
+    """``--state running,finished``: phases (any case), comma-separated."""
+    wanted = tuple(dict.fromkeys(v.strip().lower() for v in value.split(",")))
+    bad = [v for v in wanted if v not in PHASES]
+    if bad or not wanted:
+        raise argparse.ArgumentTypeError(
+            f"invalid value {', '.join(map(repr, bad)) or repr(value)}: use one or more of "
+            f"{', '.join(PHASES)}, comma-separated")
+    return wanted
 
 
 def cmd_ls(args: argparse.Namespace, connect: Connect = connect) -> int:
@@ -150,31 +306,51 @@ def cmd_ls(args: argparse.Namespace, connect: Connect = connect) -> int:
             raise CommandError(f"cannot list the stacks in {settings.backend_url}: "
                                f"{str(exc).strip()}", Exit.ENGINE) from None
     rows = []
+    records = history.history_dir(settings, project)
+    holdings = Holdings()
     for summary in sorted(summaries, key=lambda s: s.name):
         outputs = workspace.stack_outputs(summary.name)
         if outputs and "session" not in outputs:
             continue  # a pool stack (`sessionctl pool up`), not a session
-        rows.append(listed(summary.name, outputs, project, connect))
+        rows.append(listed(summary.name, outputs, project, connect, records, holdings))
+    if args.state:
+        rows = [r for r in rows if r.phase in args.state]
+    usage = holdings.usage()
     if args.json:
-        json.dump({"backend": settings.backend_url, "sessions": [asdict(r) for r in rows]},
+        json.dump({"backend": settings.backend_url, "sessions": [asdict(r) for r in rows],
+                   "usage": [{"pool": pool, "agents": [usage_to_dict(u) for u in agents]}
+                             for pool, agents in usage]},
                   sys.stdout, indent=2, ensure_ascii=False)
         print()
-    elif rows:
+        return Exit.OK
+    if rows:
         print(listing_table(rows))
     else:
-        print(f"no sessions in {settings.backend_url}", file=sys.stderr)
+        shown = f" {','.join(args.state)}" if args.state else ""
+        print(f"no{shown} sessions in {settings.backend_url}", file=sys.stderr)
+    for line in usage_lines(usage):
+        print(line)
     return Exit.OK
 
 
 def register(subparsers) -> None:
     p = verb_parser(
-        subparsers, "ls", "the sessions in the state backend and how their containers are",
+        subparsers, "ls", "the sessions in the state backend: RUNNING, FINISHED, ERROR, ...",
         "List the session stacks of the state backend (PULUMI_BACKEND_URL, else the "
-        "project's file backend) with name, type, mode, size, agents and a status read "
-        "from the engines now: running, finished (a batch job, with its exit code), "
-        "degraded (which hosts), unreachable (which agents), down or empty. Needs the "
-        "pulumi CLI to read the backend (exit 4 without it).",
-        epilog="exit codes: 0 listed, 1 the backend could not be read, 4 no pulumi CLI")
+        "project's file backend) with name, type, mode, size, agents and a state read "
+        "from the engines now: RUNNING; FINISHED (a batch job: exit code, start, end, "
+        "duration; after `run` or `destroy` removed its containers, as `wait`/`run` recorded "
+        "it); ERROR (the fault `status` reports: a host missing, exited, restarting or dead, "
+        "or a job lost); UNKNOWN (an agent did not answer); EMPTY (destroyed, or never up). "
+        "Under the table, per pool, what the listed sessions hold on each agent against its "
+        "declared capacity (`sessionctl pool usage POOL` counts every session on the agents). "
+        "Needs the pulumi CLI to read the backend (exit 4 without it).",
+        epilog="exit codes: 0 listed, 1 the backend could not be read, 2 a bad --state, "
+        "4 no pulumi CLI")
     p.add_argument("--json", action="store_true",
-                   help="print {backend, sessions: [...]} as JSON instead of a table")
+                   help="print {backend, sessions: [...], usage: [...]} as JSON instead of a "
+                   "table; each session has state and phase, exit_code, started, finished, "
+                   "duration_s, faults, recorded")
+    p.add_argument("--state", type=parse_states, metavar="PHASE[,PHASE]",
+                   help=f"only sessions in these phases: {', '.join(PHASES)} (any case)")
     p.set_defaults(func=cmd_ls)

@@ -9,6 +9,10 @@ swarm (:mod:`cluster_sessions.pulumi_layer.pool_program`), run by the same stack
 session verbs (:mod:`.stacks`): same backend, passphrase, confirmation and exit codes; 4
 without the CLI. ``up`` first checks that every agent answers (nothing is created otherwise).
 
+``pool usage POOL``: per agent, what running sessions' containers hold (cpu, mem, GPUs,
+containers; from our labels, :mod:`cluster_sessions.core.usage`) against the declared capacity;
+exit 1 when an agent could not be asked.
+
 ``pool sweep POOL --session NAME``: remove every container and network labelled with the
 session on every agent, then verify none is left (``--dry-run`` only lists them).
 """
@@ -175,6 +179,38 @@ def cmd_pool_check(args: argparse.Namespace) -> int:
     return Exit.OK
 
 
+def cmd_pool_usage(args: argparse.Namespace) -> int:
+    from ..agents.capacity import probe_pool
+    from ..core.usage import agent_usage, usage_text, usage_to_dict
+
+    pool, _path = load_pool(args.pool)
+    reports = probe_pool(pool, connect_timeout=args.timeout)
+    declared = {a.name: a.capacity for a in pool.agents}
+    usage = [agent_usage(r.name, declared.get(r.name), r.held) for r in reports if r.ok]
+    failing = [r for r in reports if not r.ok]
+    if args.json:
+        json.dump({"pool": pool.name, "agents": [usage_to_dict(u) for u in usage],
+                   "unreachable": {r.name: "; ".join(str(p) for p in r.problems)
+                                   for r in failing}}, sys.stdout, indent=2)
+        print()
+    else:
+        print("\n".join(table(
+            ("AGENT", "CPU alloc/declared", "MEM alloc/declared", "GPUS alloc/declared",
+             "CONTAINERS", "STOPPED", "SESSIONS"),
+            ((u.agent, f"{_cpu(u.millicpu)}/{_cpu(u.declared_millicpu)}",
+              f"{_gib(u.mem)}/{_gib(u.declared_mem)}",
+              f"{','.join(map(str, u.gpus)) or '-'}/{','.join(map(str, u.declared_gpus)) or '-'}",
+              str(u.containers), str(u.stopped), ",".join(u.sessions) or "-")
+             for u in usage))))
+        for u in usage:
+            if u.over:
+                print(printable(f"warning: {usage_text(u)}"), file=sys.stderr)
+    for r in failing:
+        for problem in r.problems:
+            print(printable(problem), file=sys.stderr)
+    return Exit.ENGINE if failing else Exit.OK
+
+
 def cmd_pool_sweep(args: argparse.Namespace) -> int:
     from ..agents.cleanup import sweep
 
@@ -256,8 +292,9 @@ def register(subparsers) -> None:
 
     fmt = argparse.RawDescriptionHelpFormatter
     pool = subparsers.add_parser(
-        "pool", help="check an agent pool, build or remove its swarm, sweep leftovers",
-        description="Agent pools: `check` probes every agent; `up`/`destroy` build or remove "
+        "pool", help="check an agent pool, its usage, build or remove its swarm, sweep leftovers",
+        description="Agent pools: `check` probes every agent; `usage` shows allocated "
+        "against declared capacity; `up`/`destroy` build or remove "
         "the pool's Docker Swarm (a pool stack, through the Automation API); `sweep` removes "
         "what a session left behind. POOL is a pool file, or a name looked up as a definition's "
         "`pool` is ($CLUSTER_SESSIONS_POOLS, ./stacks/pools, the project's stacks/pools).",
@@ -291,6 +328,21 @@ def register(subparsers) -> None:
         p.add_argument("--yes", "-y", action="store_true",
                        help="do not ask for confirmation (required without a terminal)")
         p.set_defaults(func=cmd_pool_engine)
+
+    p = verbs.add_parser("usage", help="allocated vs declared capacity on every agent",
+                         description="Per agent of the pool: what the containers of running "
+                         "sessions hold now (cpu, memory, GPUs, containers, read from their "
+                         "cluster-sessions labels on the engine) against the capacity the pool "
+                         "declares; stopped containers are counted apart (placement still "
+                         "reserves them). Exit 0, 1 when an agent could not be asked (named on "
+                         "stderr), 2 for an invalid pool file.", formatter_class=fmt)
+    p.add_argument("pool", metavar="POOL")
+    p.add_argument("--json", action="store_true",
+                   help="print {pool, agents: [{agent, declared, allocated, sessions, "
+                   "stopped_containers, over}], unreachable} as JSON")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="SSH connect timeout per agent (default 10)")
+    p.set_defaults(func=cmd_pool_usage)
 
     p = verbs.add_parser("sweep", help="remove every container and network a session left",
                          description="Remove every container and network labelled "

@@ -11,7 +11,9 @@ from importlib import import_module
 MODULES: list[str] = [
     "cluster_sessions.driver.render_verb",
     "cluster_sessions.driver.stacks",
-    "cluster_sessions.driver.observe",
+    "cluster_sessions.driver.status",
+    "cluster_sessions.driver.logs",
+    "cluster_sessions.driver.wait_verb",
     "cluster_sessions.driver.jobs",
     "cluster_sessions.driver.listing",
     "cluster_sessions.driver.diff_verb",

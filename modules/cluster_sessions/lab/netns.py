@@ -33,31 +33,38 @@ libnetwork puts a socket named after a 64-character id inside it; the copy of
 ``csl-ops`` account (and the ``docker`` group, if the lab had to create it) is shared by every
 lab on the machine and stays after ``lab_down``.
 
-This module is a library (no argument parsing); ``sessionctl lab up/down/status`` wraps it.
+This module brings the lab up, reports it and takes it down, in that order of steps; each step's
+own module says how: ``requirements`` (root, programs), ``network`` (bridge, namespaces, veths,
+iptables), ``ssh_access`` (the ``csl-ops`` account, keys, each agent's sshd), ``engines`` (each
+agent's containerd and dockerd), ``pool_file`` (the AgentPool written for the lab), ``layout``
+(names, addresses, records) and ``processes`` (starting, finding and stopping daemons). It is a
+library (no argument parsing); ``sessionctl lab up/down/status`` wraps it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import grp
-import json
 import os
-import pwd
 import shutil
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import yaml
-
-from ..agents.polling import poll_until
+from .engines import (
+    DOCKERD_GRACE,
+    ENGINE_TIMEOUT,
+    engine_id,
+    log_tails,
+    spawn_containerd,
+    spawn_dockerd,
+    stop_containers,
+    wait_for,
+)
 from .layout import (
     DEFAULT_PREFIX,
     DEFAULT_SUBNET,
-    DOCKER_GROUP,
     LAB_USER,
     MAX_AGENTS,
     MAX_SOCKET_PATH,
@@ -73,9 +80,17 @@ from .layout import (
     layout_for,
     layout_from_record,
     read_json,
-    write_private,
     write_records,
 )
+from .network import (
+    create_network,
+    iptables_has,
+    link_exists,
+    links_left,
+    netns_exists,
+    remove_network,
+)
+from .pool_file import POOL_FILE_HEADER, write_pool
 from .processes import (
     LabError,
     alive,
@@ -86,429 +101,24 @@ from .processes import (
     read_pid,
     remove_cgroups,
     run,
-    spawn,
     terminate,
     unmount_under,
 )
+from .requirements import check_root, check_tools
+from .ssh_access import (
+    SSHD_TIMEOUT,
+    account_locked,
+    ensure_keys,
+    ensure_lab_user,
+    spawn_sshd,
+    sshd_answers,
+)
 
 Progress = Callable[[str], None]
-ENGINE_TIMEOUT = 60.0
-SSHD_TIMEOUT = 20.0
-DOCKERD_GRACE = 3.0  # seconds between SIGTERM and SIGKILL in lab_down
-
-
-REQUIRED_TOOLS = {
-    "ip": "iproute2",
-    "iptables": "iptables",
-    "nsenter": "util-linux",
-    "unshare": "util-linux",
-    "mount": "mount",
-    "umount": "mount",
-    "useradd": "passwd",
-    "usermod": "passwd",
-    "groupadd": "passwd",
-    "dockerd": "docker.io",
-    "containerd": "containerd (a dependency of docker.io)",
-    "ssh-keygen": "openssh-client",
-    "ssh": "openssh-client",
-    "docker": "docker.io",
-}
-SSHD = "/usr/sbin/sshd"  # sshd must be started by absolute path (it re-executes itself)
-
-
-
-# --------------------------------------------------------------------------- small helpers
 
 
 def _noop(_msg: str) -> None:
     pass
-
-
-def _iptables_has(rule: list[str]) -> bool:
-    chain, spec = rule[0], rule[1:]
-    return run(["iptables", "-w", "-C", chain, *spec], check=False).returncode == 0
-
-
-def _link_exists(name: str) -> bool:
-    return Path("/sys/class/net", name).exists()
-
-
-def _netns_exists(name: str) -> bool:
-    return (NETNS_DIR / name).exists()
-
-
-def _check_root() -> None:
-    if os.geteuid() != 0:
-        raise LabError(
-            "the lab needs root (network namespaces, a bridge, iptables, dockerd); "
-            "run it as root, e.g. with sudo"
-        )
-
-
-def _check_tools() -> None:
-    missing = [f"{tool} ({pkg})" for tool, pkg in REQUIRED_TOOLS.items() if not shutil.which(tool)]
-    if not os.access(SSHD, os.X_OK):
-        missing.append(f"{SSHD} (openssh-server)")
-    if missing:
-        raise LabError(
-            "missing programs: " + ", ".join(missing) + "; install with "
-            "`apt-get install docker.io openssh-server iproute2 iptables`"
-        )
-
-
-def _account_locked(user: str) -> bool:
-    # With `UsePAM no` OpenSSH refuses any login to an account whose password is locked ('!')
-    try:
-        for line in Path("/etc/shadow").read_text().splitlines():
-            if line.startswith(f"{user}:"):
-                return line.split(":")[1].startswith("!")
-    except OSError:
-        pass
-    return False
-
-
-def _ensure_lab_user() -> None:
-    """The non-root account the pool logs in as, in the docker group (the group dockerd gives
-    its socket), as users reach real agents; created once per machine, kept by lab_down since
-    every lab shares it. Another lab coming up at the same time may create it first."""
-    if _group_missing(DOCKER_GROUP):
-        run(["groupadd", "--system", DOCKER_GROUP], check=False)
-        if _group_missing(DOCKER_GROUP):
-            raise LabError(f"could not create the group {DOCKER_GROUP}")
-    try:
-        pwd.getpwnam(LAB_USER)
-    except KeyError:
-        run(["useradd", "--create-home", "--shell", "/bin/sh", "--groups", DOCKER_GROUP,
-             "--password", "*", LAB_USER], check=False)
-    try:
-        account = pwd.getpwnam(LAB_USER)
-    except KeyError:
-        raise LabError(f"could not create the lab user {LAB_USER}") from None
-    if account.pw_uid == 0:
-        raise LabError(f"the lab user {LAB_USER} has uid 0; it must be an ordinary account")
-    if LAB_USER not in grp.getgrnam(DOCKER_GROUP).gr_mem:
-        run(["usermod", "--append", "--groups", DOCKER_GROUP, LAB_USER])
-    if _account_locked(LAB_USER):  # key logins only: '*' is no password, not a locked account
-        run(["usermod", "--password", "*", LAB_USER])
-
-
-def _group_missing(name: str) -> bool:
-    try:
-        grp.getgrnam(name)
-    except KeyError:
-        return True
-    return False
-
-
-def _client(sock: Path, timeout: float):
-    import docker
-
-    return docker.DockerClient(base_url=f"unix://{sock}", timeout=timeout)
-
-
-def engine_id(sock: Path, timeout: float = 5.0) -> str:
-    """The engine's ID (``docker info`` ID), or "" when it does not answer."""
-    if not sock.exists():
-        return ""
-    try:
-        client = _client(sock, timeout)
-        try:
-            return str(client.info().get("ID", "") or "")
-        finally:
-            client.close()
-    except Exception:  # any failure to ask it: it does not answer
-        return ""
-
-
-def _sshd_answers(address: str, timeout: float = 2.0) -> bool:
-    try:
-        with socket.create_connection((address, 22), timeout=timeout) as s:
-            s.settimeout(timeout)
-            return s.recv(8).startswith(b"SSH-")
-    except OSError:
-        return False
-
-
-# --------------------------------------------------------------------------- bring-up steps
-
-
-def _ensure_keys(lay: Layout, agents: int) -> None:
-    if not lay.key_file.exists():
-        lay.key_file.with_suffix(".pub").unlink(missing_ok=True)
-        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "cluster-sessions-lab",
-              "-f", str(lay.key_file)])
-    for k in range(1, agents + 1):
-        d = lay.agent_dir(k)
-        d.mkdir(parents=True, exist_ok=True)
-        hk = d / "ssh_host_ed25519_key"
-        if not hk.exists():
-            hk.with_suffix(".pub").unlink(missing_ok=True)
-            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"lab-agent{k}",
-                  "-f", str(hk)])
-    pub = lay.key_file.with_name("id_lab.pub").read_text().strip()
-    write_private(lay.authorized_keys, pub + "\n")
-    for d in (RUN_BASE, lay.run_dir, lay.agent_engine_dir):  # open to the lab user
-        d.mkdir(parents=True, exist_ok=True)
-        d.chmod(0o755)
-    write_private(lay.run_authorized_keys, pub + "\n")
-    lines = []
-    for k in range(1, agents + 1):
-        hostpub = (lay.agent_dir(k) / "ssh_host_ed25519_key.pub").read_text().split()
-        lines.append(f"{lay.address(k)} {hostpub[0]} {hostpub[1]}")
-    write_private(lay.known_hosts, "\n".join(lines) + "\n")
-
-
-def _create_network(lay: Layout, agents: int, progress: Progress) -> None:
-    br = lay.bridge
-    if not _link_exists(br):
-        progress(f"bridge {br} {lay.bridge_address}/24")
-        run(["ip", "link", "add", br, "type", "bridge"])
-    addr = f"{lay.bridge_address}/{lay.subnet.prefixlen}"
-    if addr not in run(["ip", "-o", "addr", "show", "dev", br]).stdout:
-        run(["ip", "addr", "add", addr, "dev", br])
-    run(["ip", "link", "set", br, "up"])
-    for rule in lay.iptables_rules():
-        if not _iptables_has(rule):
-            run(["iptables", "-w", "-I", rule[0], "1", *rule[1:]])
-    for k in range(1, agents + 1):
-        ns, veth = lay.netns(k), lay.veth(k)
-        progress(f"namespace {ns} {lay.address(k)}")
-        if not _netns_exists(ns):
-            run(["ip", "netns", "add", ns])
-        if not _link_exists(veth):
-            run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0",
-                  "netns", ns])
-        run(["ip", "link", "set", veth, "master", br, "up"])
-        run(["ip", "-n", ns, "link", "set", "lo", "up"])
-        a = f"{lay.address(k)}/{lay.subnet.prefixlen}"
-        if a not in run(["ip", "-n", ns, "-o", "addr", "show", "dev", "eth0"]).stdout:
-            run(["ip", "-n", ns, "addr", "add", a, "dev", "eth0"])
-        run(["ip", "-n", ns, "link", "set", "eth0", "up"])
-        run(["ip", "-n", ns, "route", "replace", "default", "via", lay.bridge_address])
-
-
-def _containerd_config(lay: Layout, k: int) -> str:
-    root = lay.agent_dir(k) / "containerd"
-    return "\n".join([
-        "version = 2",
-        f'root = "{root}"',
-        f'state = "{lay.containerd_state(k)}"',
-        'disabled_plugins = ["io.containerd.grpc.v1.cri"]',
-        "[grpc]",
-        f'  address = "{lay.containerd_socket(k)}"',
-        "[debug]",
-        '  level = "warn"',
-        '[plugins."io.containerd.internal.v1.opt"]',
-        f'  path = "{root}/opt"',
-        "",
-    ])
-
-
-def _sshd_config(lay: Layout, k: int) -> str:
-    d = lay.agent_dir(k)
-    return "\n".join([
-        f"# lab sshd for agent{k}, written by cluster_sessions.lab.netns",
-        f"ListenAddress {lay.address(k)}:22",
-        f"HostKey {d / 'ssh_host_ed25519_key'}",
-        f"PidFile {d / 'sshd.pid'}",
-        f"AuthorizedKeysFile {lay.run_authorized_keys}",
-        f"AllowUsers root {LAB_USER}",
-        "PermitRootLogin prohibit-password",
-        "PubkeyAuthentication yes",
-        "PasswordAuthentication no",
-        "KbdInteractiveAuthentication no",
-        "UsePAM no",
-        # the state dir may sit below world-writable /tmp
-        "StrictModes no",
-        "PrintMotd no",
-        "X11Forwarding no",
-        f"SetEnv DOCKER_HOST=unix://{lay.agent_socket}",
-        "Subsystem sftp internal-sftp",
-        "",
-    ])
-
-
-def _in_agent(lay: Layout, k: int) -> list[str]:
-    """Command prefix: run in agent k's network namespace, in a UTS namespace of its own whose
-    hostname is the agent's name (so swarm node names and ``ssh agentK hostname`` tell the
-    agents apart). Every step execs, so the pid stays the daemon's."""
-    return [
-        shutil.which("nsenter") or "nsenter", f"--net={NETNS_DIR / lay.netns(k)}", "--",
-        shutil.which("unshare") or "unshare", "--uts", "--",
-        "/bin/sh", "-c", 'hostname "$0" && exec "$@"', f"agent{k}",
-    ]
-
-
-def _sshd_in_agent(lay: Layout, k: int) -> list[str]:
-    """``_in_agent`` plus a mount namespace of its own in which the agent-side engine directory
-    is this agent's engine directory: over SSH the pool's socket path is this agent's engine,
-    and nowhere else. Slave, not private, propagation: the bind mount still stays inside, but
-    where the host's mounts are shared, unmounts there (other engines' containers, other labs'
-    namespaces) reach this copy instead of being pinned by it. The namespace goes when sshd
-    and its sessions have ended."""
-    return [
-        shutil.which("nsenter") or "nsenter", f"--net={NETNS_DIR / lay.netns(k)}", "--",
-        shutil.which("unshare") or "unshare", "--uts", "--mount", "--propagation", "slave",
-        "--",
-        "/bin/sh", "-c", 'hostname "$0" && mount --bind "$1" "$2" && shift 2 && exec "$@"',
-        f"agent{k}", str(lay.engine_dir(k)), str(lay.agent_engine_dir),
-    ]
-
-
-def _start_agent_daemons(lay: Layout, agents: int, progress: Progress) -> dict:
-    pids: dict[str, dict[str, int]] = {}
-    nsenter = shutil.which("nsenter") or "nsenter"
-    # 1) one containerd per agent (dockerd would otherwise use a system containerd at
-    #    /run/containerd/containerd.sock when one exists, shared by every agent)
-    for k in range(1, agents + 1):
-        d = lay.agent_dir(k)
-        d.mkdir(parents=True, exist_ok=True)
-        lay.containerd_state(k).mkdir(parents=True, exist_ok=True)
-        cfg = d / "containerd.toml"
-        write_private(cfg, _containerd_config(lay, k))
-        cmd = [nsenter, f"--net={NETNS_DIR / lay.netns(k)}", "--",
-               shutil.which("containerd") or "containerd", "--config", str(cfg)]
-        pids[f"agent{k}"] = {"containerd": spawn(cmd, d / "containerd.log")}
-    progress(f"started {agents} containerd")
-    _wait_for(
-        lambda: all(lay.containerd_socket(k).exists() for k in range(1, agents + 1)),
-        20, "containerd sockets", lay, agents,
-    )
-    # 2) dockerd
-    for k in range(1, agents + 1):
-        pids[f"agent{k}"]["dockerd"] = _spawn_dockerd(lay, k)
-    progress(f"started {agents} dockerd")
-    # 3) sshd
-    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # its privilege-separation directory
-    for k in range(1, agents + 1):
-        d = lay.agent_dir(k)
-        cfg = d / "sshd_config"
-        write_private(cfg, _sshd_config(lay, k))
-        run([SSHD, "-t", "-f", str(cfg)])
-        cmd = [*_sshd_in_agent(lay, k), SSHD, "-D", "-f", str(cfg), "-E", str(d / "sshd.log")]
-        pids[f"agent{k}"]["sshd"] = spawn(cmd, d / "sshd.out")
-    progress(f"started {agents} sshd")
-    return pids
-
-
-def _spawn_dockerd(lay: Layout, k: int) -> int:
-    d = lay.agent_dir(k)
-    dcfg = d / "daemon.json"
-    # without its own key file every engine would share /etc/docker/key.json, hence its ID
-    write_private(dcfg, json.dumps({"deprecated-key-path": str(d / "key.json")}) + "\n")
-    # the directory sshd's namespace binds, open to the docker group's members
-    lay.engine_dir(k).mkdir(parents=True, exist_ok=True)
-    lay.engine_dir(k).chmod(0o755)
-    lay.socket(k).unlink(missing_ok=True)
-    cmd = [
-        *_in_agent(lay, k),
-        shutil.which("dockerd") or "dockerd",
-        "--config-file", str(dcfg),
-        "--data-root", str(d / "docker"),
-        "--exec-root", str(lay.exec_root(k)),
-        "--pidfile", str(d / "docker.pid"),
-        "-H", f"unix://{lay.socket(k)}",
-        "--group", DOCKER_GROUP,  # the socket: root:docker 0660
-        "--containerd", str(lay.containerd_socket(k)),
-        "--bip", lay.bip(k),
-        # cgroupfs whatever the host uses, so that the parent is a plain path (with the
-        # systemd driver it would have to be a slice) and lab_down finds the containers
-        "--exec-opt", "native.cgroupdriver=cgroupfs",
-        "--cgroup-parent", f"/{lay.netns(k)}",
-        "--dns", lay.bridge_address,
-        "--swarm-default-advertise-addr", lay.address(k),
-    ]
-    return spawn(cmd, d / "dockerd.log")
-
-
-def stop_dockerd(state_dir: Path, agent: str, timeout: float = 30) -> None:
-    """Stop one agent's Docker Engine (a fault to test against; ``start_dockerd`` undoes it)."""
-    rec = find_record(state_dir)
-    if rec is None:
-        raise LabError(f"no lab recorded for {state_dir}")
-    terminate([rec["pids"][agent]["dockerd"]], timeout)
-
-
-def start_dockerd(state_dir: Path, agent: str, timeout: float = 60) -> None:
-    """Start a stopped agent's Docker Engine again, as ``lab up`` did, and wait for it."""
-    rec = find_record(state_dir)
-    if rec is None:
-        raise LabError(f"no lab recorded for {state_dir}")
-    lay = layout_from_record(rec)
-    k = int(agent.removeprefix("agent"))
-    rec["pids"][agent]["dockerd"] = _spawn_dockerd(lay, k)
-    write_records(lay, rec)
-    _wait_for(lambda: bool(engine_id(lay.socket(k), timeout=2)), timeout,
-              f"{agent}'s dockerd", lay, k)
-
-
-def _wait_for(cond: Callable[[], bool], timeout: float, what: str, lay: Layout,
-              agents: int) -> None:
-    if not poll_until(cond, bool, timeout, interval=0.1):
-        raise LabError(f"timed out after {timeout:.0f}s waiting for {what}; "
-                       f"logs: {lay.state_dir}/agent*/" + _log_tails(lay, agents))
-
-
-def _log_tails(lay: Layout, agents: int) -> str:
-    out = []
-    for k in range(1, agents + 1):
-        for name in ("containerd.log", "dockerd.log", "sshd.log"):
-            with contextlib.suppress(OSError):
-                tail = (lay.agent_dir(k) / name).read_text(errors="replace").splitlines()[-3:]
-                if tail:
-                    out.append(f"\n--- agent{k}/{name}\n" + "\n".join(tail))
-    return "".join(out)
-
-
-def _machine_capacity() -> dict:
-    cpu = len(os.sched_getaffinity(0))
-    mem_kb = 0
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemTotal:"):
-            mem_kb = int(line.split()[1])
-    return {"cpu": cpu, "mem": f"{mem_kb // 1024}m", "gpus": []}
-
-
-def pool_document(info: LabInfo, name: str = "lab") -> dict:
-    """The AgentPool (DESIGN contract 0) describing the lab's agents."""
-    return {
-        "kind": "AgentPool",
-        "name": name,
-        "agents": [
-            {
-                "name": a.name,
-                "docker_host": a.docker_host,
-                "address": a.address,
-                "ssh": {
-                    "host": a.address,
-                    "port": 22,
-                    "user": info.user,
-                    "key_file": str(info.key_file),
-                    "known_hosts": str(info.known_hosts),
-                },
-                "capacity": _machine_capacity(),
-            }
-            for a in info.agents
-        ],
-        "swarm": {"manager": info.agents[0].name},
-        "network": {"mtu": 1450, "encrypted": False},
-    }
-
-
-POOL_FILE_HEADER = "# Written by `sessionctl lab up`"  # how lab_down knows the file is its own
-
-
-def _write_pool(info: LabInfo) -> None:
-    if info.pool_file is None:
-        return
-    doc = pool_document(info, info.pool_file.stem)
-    text = (
-        f"{POOL_FILE_HEADER} (cluster_sessions.lab.netns), rewritten on each up.\n"
-        "# Every agent reports the whole machine as its capacity: they share it.\n"
-        + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
-    )
-    info.pool_file.parent.mkdir(parents=True, exist_ok=True)
-    write_private(info.pool_file, text)
 
 
 def _info(lay: Layout, agents: int, pool_file: Path | None, ids: dict[int, str]) -> LabInfo:
@@ -521,6 +131,29 @@ def _info(lay: Layout, agents: int, pool_file: Path | None, ids: dict[int, str])
         known_hosts=lay.known_hosts,
         agents=tuple(lay.agent(k, ids.get(k, "")) for k in range(1, agents + 1)),
     )
+
+
+
+def _start_agent_daemons(lay: Layout, agents: int, progress: Progress) -> dict:
+    pids: dict[str, dict[str, int]] = {}
+    # 1) one containerd per agent
+    for k in range(1, agents + 1):
+        pids[f"agent{k}"] = {"containerd": spawn_containerd(lay, k)}
+    progress(f"started {agents} containerd")
+    wait_for(
+        lambda: all(lay.containerd_socket(k).exists() for k in range(1, agents + 1)),
+        20, "containerd sockets", lay, agents,
+    )
+    # 2) dockerd
+    for k in range(1, agents + 1):
+        pids[f"agent{k}"]["dockerd"] = spawn_dockerd(lay, k)
+    progress(f"started {agents} dockerd")
+    # 3) sshd
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # its privilege-separation directory
+    for k in range(1, agents + 1):
+        pids[f"agent{k}"]["sshd"] = spawn_sshd(lay, k)
+    progress(f"started {agents} sshd")
+    return pids
 
 
 # --------------------------------------------------------------------------- public API
@@ -543,8 +176,8 @@ def lab_up(
     fails, everything created so far is removed before the error is raised.
     """
     progress = progress or _noop
-    _check_root()
-    _check_tools()
+    check_root()
+    check_tools()
     if not isinstance(agents, int) or not 1 <= agents <= MAX_AGENTS:
         raise LabError(f"agents must be between 1 and {MAX_AGENTS}, got {agents!r}")
     lay = layout_for(state_dir, prefix, subnet)
@@ -553,7 +186,7 @@ def lab_up(
     if len(str(lay.socket(agents)).encode()) > MAX_SOCKET_PATH:
         raise LabError(f"state dir {lay.state_dir} is too long for a unix socket path "
                        f"({lay.socket(agents)}); choose a shorter one")
-    if _account_locked("root"):
+    if account_locked("root"):
         raise LabError("root's password is locked ('!' in /etc/shadow): sshd (UsePAM no) then "
                        "refuses key logins; unlock it without a password: usermod -p '*' root")
     pool_file = Path(pool_file).absolute() if pool_file is not None else None
@@ -583,10 +216,10 @@ def lab_up(
         if status.state == "up" and current:
             ids = {i + 1: a.engine_id for i, a in enumerate(status.agents)}
             for rule in lay.iptables_rules():  # a restarted host dockerd may have flushed them
-                if not _iptables_has(rule):
+                if not iptables_has(rule):
                     run(["iptables", "-w", "-I", rule[0], "1", *rule[1:]])
             info = _info(lay, agents, pool_file, ids)
-            _write_pool(info)
+            write_pool(info)
             existing["pool_file"] = str(pool_file) if pool_file else None
             write_records(lay, existing)
             progress(f"lab already up: {', '.join(info.names)}")
@@ -595,8 +228,8 @@ def lab_up(
         progress(f"lab in {lay.state_dir} is {state}; rebuilding it")
         lab_down(lay.state_dir, progress)
     else:
-        clash = [n for n in [lay.bridge] if _link_exists(n)]
-        clash += [lay.netns(k) for k in range(1, agents + 1) if _netns_exists(lay.netns(k))]
+        clash = [n for n in [lay.bridge] if link_exists(n)]
+        clash += [lay.netns(k) for k in range(1, agents + 1) if netns_exists(lay.netns(k))]
         if clash:
             raise LabError(
                 f"{', '.join(clash)} exist(s) but no lab is recorded in {lay.run_record}; "
@@ -621,9 +254,9 @@ def lab_up(
     record["iptables"] = lay.iptables_rules()
     write_records(lay, record)
     try:
-        _ensure_lab_user()
-        _ensure_keys(lay, agents)
-        _create_network(lay, agents, progress)
+        ensure_lab_user()
+        ensure_keys(lay, agents)
+        create_network(lay, agents, progress)
         record["pids"] = _start_agent_daemons(lay, agents, progress)
         write_records(lay, record)
 
@@ -636,20 +269,20 @@ def lab_up(
                     if not alive(dpid):
                         raise LabError(f"dockerd of agent{k} exited; see "
                                        f"{lay.agent_dir(k) / 'dockerd.log'}"
-                                       + _log_tails(lay, agents))
+                                       + log_tails(lay, agents))
                     eid = engine_id(lay.socket(k), timeout=2)
                     if eid:
                         ids[k] = eid
             return len(ids) == agents
 
-        _wait_for(engines_ready, ENGINE_TIMEOUT, "the engines", lay, agents)
+        wait_for(engines_ready, ENGINE_TIMEOUT, "the engines", lay, agents)
         if len(set(ids.values())) != agents:
             raise LabError(f"engines report duplicate IDs: {ids}")
         progress(f"{agents} engines answer")
-        _wait_for(lambda: all(_sshd_answers(lay.address(k)) for k in range(1, agents + 1)),
-                  SSHD_TIMEOUT, "sshd", lay, agents)
+        wait_for(lambda: all(sshd_answers(lay.address(k)) for k in range(1, agents + 1)),
+                 SSHD_TIMEOUT, "sshd", lay, agents)
         info = _info(lay, agents, pool_file, ids)
-        _write_pool(info)
+        write_pool(info)
         record["state"] = "up"
         record["engine_ids"] = {f"agent{k}": v for k, v in ids.items()}
         write_records(lay, record)
@@ -676,7 +309,7 @@ def lab_status(state_dir: Path) -> LabStatus:
         state="down",
         state_dir=lay.state_dir,
         prefix=lay.prefix,
-        bridge=owned and _link_exists(lay.bridge),
+        bridge=owned and link_exists(lay.bridge),
         pool_file=Path(rec["pool_file"]) if rec.get("pool_file") else None,
     )
     pids = rec.get("pids", {})
@@ -684,12 +317,12 @@ def lab_status(state_dir: Path) -> LabStatus:
         a = AgentStatus(name=f"agent{k}", address=lay.address(k))
         if owned:
             p = pids.get(f"agent{k}", {})
-            a.netns = _netns_exists(lay.netns(k))
+            a.netns = netns_exists(lay.netns(k))
             a.containerd = pid_matching(p.get("containerd"), str(lay.agent_dir(k))) is not None
             a.dockerd = pid_matching(p.get("dockerd"), str(lay.exec_root(k))) is not None
             a.engine_id = engine_id(lay.socket(k), timeout=2) if a.dockerd else ""
             a.sshd = pid_matching(p.get("sshd"), str(lay.agent_dir(k))) is not None and (
-                _sshd_answers(lay.address(k))
+                sshd_answers(lay.address(k))
             )
         else:
             a.error = "not running (another lab uses this prefix, or it was torn down)"
@@ -699,28 +332,6 @@ def lab_status(state_dir: Path) -> LabStatus:
     elif st.bridge or any(a.netns or a.dockerd or a.containerd or a.sshd for a in st.agents):
         st.state = "degraded"
     return st
-
-
-def _stop_containers(sock: Path) -> None:
-    """Stop every running container of one engine at once (no 10 s grace per container)."""
-    try:
-        client = _client(sock, 10)
-        running = client.containers.list()
-    except Exception:  # the engine is gone already: nothing to stop
-        return
-    try:
-        def stop(container) -> None:
-            with contextlib.suppress(Exception):
-                container.stop(timeout=0)
-
-        threads = [threading.Thread(target=stop, args=(c,), daemon=True) for c in running]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(15)
-    finally:
-        client.close()
-
 
 def lab_down(state_dir: Path, progress: Progress | None = None, *,
              keep_keys: bool = False) -> None:
@@ -734,7 +345,7 @@ def lab_down(state_dir: Path, progress: Progress | None = None, *,
     clients). Raises ``LabError`` only if something is still there afterwards.
     """
     progress = progress or _noop
-    _check_root()
+    check_root()
     state_dir = Path(state_dir).absolute()
     rec = find_record(state_dir)
     if rec is None:
@@ -769,7 +380,7 @@ def lab_down(state_dir: Path, progress: Progress | None = None, *,
     broken = [dockerd[k] for k in dockerd if k not in containerd]
 
     # 1) containers (all at once, no grace period), then the daemons
-    threads = [threading.Thread(target=_stop_containers, args=(lay.socket(k),), daemon=True)
+    threads = [threading.Thread(target=stop_containers, args=(lay.socket(k),), daemon=True)
                for k in healthy]
     for t in threads:
         t.start()
@@ -804,32 +415,15 @@ def lab_down(state_dir: Path, progress: Progress | None = None, *,
     unmount_under(roots)
     for k in range(1, n + 1):
         remove_cgroups(lay.netns(k))
-        if _netns_exists(lay.netns(k)):
-            run(["ip", "netns", "delete", lay.netns(k)], check=False)
-        if _link_exists(lay.veth(k)):
-            run(["ip", "link", "delete", lay.veth(k)], check=False)
     rules = run_rec.get("iptables") or lay.iptables_rules()
-    for rule in rules:
-        for _ in range(10):  # also duplicates
-            if not _iptables_has(rule):
-                break
-            run(["iptables", "-w", "-D", rule[0], *rule[1:]], check=False)
-    if _link_exists(lay.bridge):
-        run(["ip", "link", "delete", lay.bridge], check=False)
+    remove_network(lay, n, rules)
 
     # 4) verify
-    left = []
-    if _link_exists(lay.bridge):
-        left.append(f"bridge {lay.bridge}")
-    for k in range(1, n + 1):
-        if _netns_exists(lay.netns(k)):
-            left.append(f"netns {lay.netns(k)}")
-        if _link_exists(lay.veth(k)):
-            left.append(f"veth {lay.veth(k)}")
+    left = links_left(lay, n)
     survivors = [p for p in [*sshd, *dockerd.values(), *containerd.values()] if alive(p)]
     if survivors:
         left.append(f"processes {survivors}")
-    left += [f"iptables rule {' '.join(r)}" for r in rules if _iptables_has(r)]
+    left += [f"iptables rule {' '.join(r)}" for r in rules if iptables_has(r)]
     if left:
         raise LabError("lab_down could not remove: " + "; ".join(left))
     _cleanup_files(lay, n, run_record=True)

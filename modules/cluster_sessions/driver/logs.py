@@ -1,0 +1,200 @@
+"""``sessionctl logs FILE``: the containers' logs, each line prefixed with its host, found
+through :mod:`.observe`.
+
+Exit codes: 0 when the logs were shown; 1 when none of the containers asked for were found
+(an agent that did not answer is said on stderr); 2 invalid input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import heapq
+import re
+import sys
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from ..core.plan import ClusterPlan
+from ..core.terminal import printable
+from .errors import CommandError, Exit
+from .observe import Connect, Survey, agents_to_ask, connect, label_for, survey
+from .session_args import add_session_args, selected, verb_parser
+
+
+class LineSplitter:
+    """Bytes from a log stream to whole lines; a line split across chunks is joined, and bytes
+    that are not UTF-8 become U+FFFD instead of an error."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._partial = ""
+
+    def feed(self, chunk: bytes) -> list[str]:
+        text = self._partial + self._decoder.decode(chunk)
+        *lines, self._partial = text.split("\n")
+        return [line.rstrip("\r") for line in lines]
+
+    def flush(self) -> list[str]:
+        text = self._partial + self._decoder.decode(b"", final=True)
+        self._partial = ""
+        return [text.rstrip("\r")] if text else []
+
+
+def prefixed(host: str, width: int, line: str) -> str:
+    """A log line as printed: a container writes any bytes, so controls are escaped (tabs
+    kept), and so is a host name read from a container's label."""
+    return printable(f"{host.ljust(width)} | {line}", keep="\t")
+
+
+class Printer:
+    """Writes prefixed lines from several threads without interleaving inside a line."""
+
+    def __init__(self, width: int, out=None):
+        self.width = width
+        self.out = out or sys.stdout
+        self._lock = threading.Lock()
+
+    def lines(self, host: str, lines: Iterable[str]) -> None:
+        text = "".join(prefixed(host, self.width, line) + "\n" for line in lines)
+        if text:
+            with self._lock:
+                self.out.write(text)
+                self.out.flush()
+
+
+def pump(host: str, chunks: Iterator[bytes], printer: Printer) -> None:
+    splitter = LineSplitter()
+    for chunk in chunks:
+        printer.lines(host, splitter.feed(chunk))
+    printer.lines(host, splitter.flush())
+
+
+def select_hosts(plan: ClusterPlan, present: Iterable[str], wanted: Sequence[str] | None
+                 ) -> list[str]:
+    """Hosts to show, in host order: all planned ones, or the ``--host`` ones (which may also
+    be left-over containers the plan no longer has)."""
+    known = list(dict.fromkeys((*plan.hosts, *sorted(present))))
+    if not wanted:
+        return list(plan.hosts)
+    unknown = [h for h in wanted if h not in known]
+    if unknown:
+        raise CommandError(f"no host {', '.join(unknown)} in session {plan.name} (hosts: "
+                           f"{', '.join(known)})", Exit.INVALID)
+    return [h for h in known if h in wanted]
+
+
+def parse_tail(value: str) -> int | str:
+    if value == "all":
+        return value
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError("must be a number of lines >= 0, or 'all'")
+    return n
+
+
+def cmd_logs(args: argparse.Namespace, connect: Connect = connect) -> int:
+    sel = selected(args)
+    sources: list[tuple[str, Any]] = []
+    surveys = []
+    try:
+        for _, plan in sel.chosen:
+            found = survey(plan, sel.loaded, agents_to_ask(plan, sel.loaded), connect)
+            surveys.append(found)
+            sources += [(label_for(sel, plan, host), c)
+                        for host, c in log_sources(args, plan, found)]
+        if not sources:
+            shown = ", ".join(p.name for _, p in sel.chosen)
+            raise CommandError(f"none of the containers of session {shown} were found; is it "
+                               "up?", Exit.ENGINE)
+        return show_logs(args, sources)
+    finally:
+        for found in surveys:
+            found.close()
+
+
+def log_sources(args: argparse.Namespace, plan: ClusterPlan, found: Survey
+                ) -> list[tuple[str, Any]]:
+    """The containers whose logs to show, host order; what is missing is said on stderr."""
+    hosts = select_hosts(plan, found.containers, args.host)
+    for agent, why in found.unreachable.items():
+        print(printable(f"sessionctl logs: agent {agent} did not answer: {why}"),
+              file=sys.stderr)
+    sources = []
+    for host in hosts:
+        containers = found.containers.get(host, [])
+        if not containers:
+            print(printable(f"sessionctl logs: {plan.name}: {host}: no container found"),
+                  file=sys.stderr)
+        sources += [(host, c) for c in containers]
+    return sources
+
+
+_STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z ", re.ASCII)
+
+Stamped = tuple[tuple[str, str], str, str]  # (sort key, the engine's timestamp, the line)
+
+
+def stamped_lines(host: str, chunks: Iterable[bytes]) -> list[Stamped]:
+    """A container's log read with the engine's timestamps, in the order it was written: the
+    engine copies stdout and stderr separately and may store a line after one written later,
+    but it stamps each line as it reads it. A line without a stamp (a continuation) keeps its
+    place after the one before it. Sorted stably by stamp."""
+    splitter = LineSplitter()
+    lines = [*(line for chunk in chunks for line in splitter.feed(chunk)), *splitter.flush()]
+    found: list[Stamped] = []
+    key = ("", "")
+    for line in lines:
+        match = _STAMP.match(line)
+        if match:
+            key = (match[1], (match[2] or "").ljust(9, "0"))  # RFC 3339 trims trailing zeros
+            found.append((key, line[:match.end() - 1], line[match.end():]))
+        else:
+            found.append((key, "", line))
+    return sorted(found, key=lambda item: item[0])
+
+
+def show_logs(args: argparse.Namespace, sources: Sequence[tuple[str, Any]]) -> int:
+    printer = Printer(max(len(h) for h, _ in sources))
+    options = {"stdout": True, "stderr": True, "stream": True, "tail": args.tail,
+               "timestamps": args.timestamps, "follow": args.follow}
+    if not args.follow:
+        logs = [[(item, host) for item in stamped_lines(host, container.logs(
+            **{**options, "timestamps": True}))] for host, container in sources]
+        if args.timestamps:  # all containers by time (hosts in host order on a tie)
+            logs = [list(heapq.merge(*logs, key=lambda entry: entry[0][0]))]
+        for entries in logs:
+            for (_, stamp, line), host in entries:
+                printer.lines(host, [f"{stamp} {line}" if args.timestamps and stamp else line])
+        return Exit.OK
+    threads = [threading.Thread(target=pump, args=(host, container.logs(**options), printer),
+                                daemon=True, name=f"logs-{host}")
+               for host, container in sources]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():
+            t.join(0.2)  # short joins keep Ctrl-C responsive
+    return Exit.OK
+
+
+def register(subparsers) -> None:
+    p = verb_parser(
+        subparsers, "logs", "the containers' logs, each line prefixed with its host",
+        "Print each container's logs (Docker API), in host order, every line "
+        "prefixed with its host (`sub1 | ...`); a container's stdout and stderr lines in the "
+        "order the engine stamped them. With --timestamps, all containers' lines by time. "
+        "With --follow, lines from all containers are printed as they come until Ctrl-C.")
+    add_session_args(p)
+    p.add_argument("--host", action="append", metavar="HOST",
+                   help="only this host (main1, sub1, ...); may be repeated")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing new lines")
+    p.add_argument("--tail", type=parse_tail, default="all", metavar="N",
+                   help="only the last N lines of each container (default: all)")
+    p.add_argument("--timestamps", "-t", action="store_true",
+                   help="show the engine's timestamp on each line")
+    p.set_defaults(func=cmd_logs)

@@ -1,0 +1,62 @@
+"""The pool file ``lab up`` writes: the lab as an AgentPool (DESIGN contract 0), every agent
+reached over SSH as ``csl-ops``, with a header by which ``lab down`` knows the file is its own."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+
+from .layout import LabInfo, write_private
+
+POOL_FILE_HEADER = "# Written by `sessionctl lab up`"  # how lab_down knows the file is its own
+
+
+def machine_capacity() -> dict:
+    cpu = len(os.sched_getaffinity(0))
+    mem_kb = 0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            mem_kb = int(line.split()[1])
+    return {"cpu": cpu, "mem": f"{mem_kb // 1024}m", "gpus": []}
+
+
+def pool_document(info: LabInfo, name: str = "lab") -> dict:
+    """The AgentPool (DESIGN contract 0) describing the lab's agents."""
+    return {
+        "kind": "AgentPool",
+        "name": name,
+        "agents": [
+            {
+                "name": a.name,
+                "docker_host": a.docker_host,
+                "address": a.address,
+                "ssh": {
+                    "host": a.address,
+                    "port": 22,
+                    "user": info.user,
+                    "key_file": str(info.key_file),
+                    "known_hosts": str(info.known_hosts),
+                },
+                "capacity": machine_capacity(),
+            }
+            for a in info.agents
+        ],
+        "swarm": {"manager": info.agents[0].name},
+        "network": {"mtu": 1450, "encrypted": False},
+    }
+
+
+
+def write_pool(info: LabInfo) -> None:
+    if info.pool_file is None:
+        return
+    doc = pool_document(info, info.pool_file.stem)
+    text = (
+        f"{POOL_FILE_HEADER} (cluster_sessions.lab.netns), rewritten on each up.\n"
+        "# Every agent reports the whole machine as its capacity: they share it.\n"
+        + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+    )
+    info.pool_file.parent.mkdir(parents=True, exist_ok=True)
+    write_private(info.pool_file, text)
