@@ -33,21 +33,10 @@ for _path in (PROJECT / "modules", PROJECT, PROJECT / "benchmarks"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from plan_scale import agents_for, session_yaml  # noqa: E402
+from plan_scale import agents_for, pool_yaml, session_yaml  # noqa: E402
 
 SIZES = [8, 64, 256, 1_024]
 CONTAINER = "docker:index/container:Container"
-
-
-def pool_yaml(agents: int) -> str:
-    """plan_scale's pool, its agents reached over SSH (a plain tcp:// engine is refused now);
-    under the mock engine nothing connects to them."""
-    lines = ["kind: AgentPool", "name: bench", "agents:"]
-    for i in range(agents):
-        lines.append(f"  - {{name: agent{i}, ssh: {{host: 10.0.{i // 250}.{i % 250}, user: ops}},"
-                     f" capacity: {{cpu: 16, mem: 64g, gpus: [0, 1, 2, 3]}}}}")
-    lines.append("swarm: {manager: agent0}")
-    return "\n".join(lines) + "\n"
 
 
 def _plain(value):

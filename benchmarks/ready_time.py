@@ -6,14 +6,13 @@ For each size N (default 2, 4, 8) and each run (default 5), two measurements, in
     (``sleep infinity``) created and started in parallel, one thread each (what ``docker run -d``
     does), until every start call has returned (the container is running);
 (b) session: the real ``__main__.py`` runs under the mock engine (``cluster_sessions.emulation.
-    engine``) with a generated N-container definition; then the declared network and containers
-    are created the way the end-to-end test builds them (``cluster_sessions.emulation.
-    docker_builder.DockerBuilder``: create on the
-    network with the declared env, labels, limits, mounts and ports, one ``put_archive`` per
-    declared upload, start), the containers in parallel as the Pulumi engine would (its default
-    parallelism is unbounded, and they depend only on the network); the clock runs from the
-    network's creation until every container has logged its entrypoint's ``ready:`` line and one
-    all-pairs ``ssh -o BatchMode=yes PEER true`` round from main1 (as the session user) succeeds.
+    engine``) with a generated N-container definition; then what it declared is built by the
+    emulation's ``DockerBuilder`` (``cluster_sessions.emulation.docker_builder``, what the end-to-
+    end tests use: the provider's create by hand, one ``put_archive`` per declared upload, start),
+    the containers in parallel as the Pulumi engine would (its default parallelism is unbounded,
+    and they depend only on the network); the clock runs from the network's creation until every
+    container has logged its entrypoint's ``ready:`` line and one all-pairs
+    ``ssh -o BatchMode=yes PEER true`` round from main1 (as the session user) succeeds.
 
 The program's own time (keys, render, registration under mocks) is reported beside (b), not in
 it: a real ``pulumi up`` spends it before the engine creates anything, plus the CLI's and the
@@ -26,11 +25,18 @@ per size whose entrypoint runs under ``sh -x``: every traced command gets a Dock
 which splits the container's set-up into env, user creation, key copies, sshd start and the
 peer wait (tracing costs time itself; that run is not in the medians).
 
+Before sshd listens (issue 22): one more session per size runs its entrypoint under the
+machine's ``strace -f -e execve`` (bind-mounted into the containers) and lists the programs
+main1 starts until sshd; the CPU a container used by then is its cgroup's, which also counts
+runc's init and docker-init, so the floor's plain containers' CPU is shown beside it and the
+difference is the entrypoint's own.
+
     python3 benchmarks/ready_time.py                       # N = 2, 4, 8; 5 runs each
     python3 benchmarks/ready_time.py --sizes 8 --runs 3 --trace
 
-Targets (issue 6): session/floor <= 1.5 at N = 8; the readiness wait adds under 1 s once the
-last container is running. Everything created has a unique ``rtb-<hex>`` prefix and is removed
+Targets: (issue 22) session/floor <= 1.3 at N = 2, 4 and 8, at most 8 programs and 40 ms of CPU
+per container before sshd listens; (issue 6) the readiness wait adds under 1 s once the last
+container is running. Everything created has a unique ``rtb-<hex>`` prefix and is removed
 afterwards, also on errors and Ctrl-C.
 """
 
@@ -38,13 +44,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import json
 import os
 import re
 import statistics
 import sys
-import tarfile
 import tempfile
 import threading
 import time
@@ -63,16 +67,8 @@ for _path in (PROJECT / "modules", PROJECT):
 import yaml  # noqa: E402
 from quiet import busy_fraction, machine_cpu, settle  # noqa: E402
 
-from cluster_sessions.core.keys import generate_session_keys  # noqa: E402
-from cluster_sessions.core.loader import load_session  # noqa: E402
-from cluster_sessions.core.names import LABEL_PREFIX  # noqa: E402
-from cluster_sessions.core.plan import build_plan  # noqa: E402
-from cluster_sessions.core.render import (  # noqa: E402
-    BUNDLE_DIR,
-    RenderedFile,
-    pack,
-    render_session,
-)
+from cluster_sessions.core.render import BUNDLE_DIR  # noqa: E402
+from cluster_sessions.emulation.docker_builder import run_in, sweep_session  # noqa: E402
 
 CONTAINER = "docker:index/container:Container"
 NETWORK = "docker:index/network:Network"
@@ -81,10 +77,13 @@ READY = re.compile(r"cluster-session\[[^]]*\]: ready:")
 FAILED = re.compile(r"cluster-session\[[^]]*\]: error:")
 SSHD_UP = re.compile(r"Server listening on ")
 RUN_TIMEOUT = 150.0  # s per session run: the entrypoint itself gives up after 120 s
-SSH_ROUND = (
-    'rc=0; pids=; for p in "$@"; do ssh -o BatchMode=yes -o ConnectTimeout=5 "$p" true & '
-    'pids="$pids $!"; done; for pid in $pids; do wait "$pid" || rc=1; done; exit $rc'
-)
+
+
+def ssh_round(peers: Sequence[str]) -> str:
+    """``ssh PEER true`` to every peer in parallel (as ``work`` would); fails if one fails."""
+    return (f"rc=0; pids=; for p in {' '.join(peers)}; do "
+            'ssh -o BatchMode=yes -o ConnectTimeout=5 "$p" true & pids="$pids $!"; done; '
+            'for pid in $pids; do wait "$pid" || rc=1; done; exit $rc')
 
 
 # --- time -------------------------------------------------------------------------------------
@@ -153,11 +152,6 @@ class TimedAPI:
             return attr
 
         def timed(*args, **kwargs):
-            bundles = getattr(self._local, "bundles", None)
-            if name == "start" and bundles:  # --bundle one|two: the files in 1 or 2 tars
-                self._local.bundles = None
-                for tar in bundles:
-                    self.put_archive(args[0], "/", tar)
             start = time.time()
             host = getattr(self._local, "host", "-")
             try:
@@ -242,12 +236,6 @@ class LogWatch:
             self._stream.close()
 
 
-def run_as_user(api, cid: str, cmd: list[str], user: str = "work") -> tuple[int, str]:
-    exec_id = api.exec_create(cid, cmd, user=user)["Id"]
-    out = api.exec_start(exec_id)
-    return api.exec_inspect(exec_id)["ExitCode"], out.decode(errors="replace")
-
-
 # --- definitions ------------------------------------------------------------------------------
 
 def write_definition(directory: Path, name: str, size: int, image: str, cpu: float) -> Path:
@@ -258,6 +246,8 @@ def write_definition(directory: Path, name: str, size: int, image: str, cpu: flo
             "kind": "AgentPool", "name": "bench-local",
             "agents": [{"name": "local", "docker_host": "unix:///var/run/docker.sock",
                         "capacity": {"cpu": 256, "mem": "1024g", "gpus": []}}],
+            # as stacks/pools/local.yaml: train-demo mounts /tmp
+            "mount_sources": ["/tmp"],
         }, sort_keys=False))
     definition = yaml.safe_load((PROJECT / "stacks/sessions/train-demo.yaml").read_text())
     definition.update(name=name, image=image, pool=str(pool))
@@ -279,6 +269,7 @@ class FloorResult:
     start: float  # median start call
     busy: float = 0.0  # fraction of the machine's CPU busy during the run
     settle_busy: float = 0.0
+    cpu_plain: float | None = None  # median container's cgroup CPU s (runc init + sleep)
 
 
 def floor_run(client, image: str, size: int, tag: str) -> FloorResult:
@@ -313,9 +304,10 @@ def floor_run(client, image: str, size: int, tag: str) -> FloorResult:
         for cid in created:
             state = api.inspect_container(cid)["State"]
             assert state["Running"], f"floor container exited: {state}"
+        plain = median_or_none(c[0] if (c := cgroup_cpu(cid)) else None for cid in created)
         return FloorResult(t_end - t0, t_net - t0, t_end - t_net,
                            statistics.median(d[1] for d in done),
-                           statistics.median(d[2] for d in done), busy)
+                           statistics.median(d[2] for d in done), busy, cpu_plain=plain)
     finally:
         remove(client, created, [network_id] if network_id else [])
 
@@ -350,17 +342,42 @@ class SessionResult:
     trace: dict[str, float] | None = None
 
 
-def session_run(client, engine_cls, run_program, builder_cls, directory: Path, image: str,
-                size: int, tag: str, cpu: float, traced: bool = False,
-                experiment: Experiment | None = None) -> SessionResult:
+def timed_builder(calls: list[Call], local: threading.local,
+                  on_start: Callable[[str, str], None]):
+    """The emulation's ``DockerBuilder`` (what the provider does, by hand), its Docker API
+    calls timed."""
+    from cluster_sessions.emulation.docker_builder import DockerBuilder
+
+    class TimedBuilder(DockerBuilder):
+        def client_for(self, reg):
+            client, host = super().client_for(reg)
+            return TimedClient(client, calls, local, on_start), host
+
+    return TimedBuilder()
+
+
+def declared(directory: Path, image: str, size: int, tag: str, cpu: float
+             ) -> tuple[float, list, tuple, list]:
+    """(program s, providers, network, containers): the real ``__main__.py`` under the mock
+    engine; each resource as ``(registration, plain inputs)``."""
+    from cluster_sessions.emulation.docker_builder import PROVIDER_TYPE
+    from cluster_sessions.emulation.engine import Engine, run_program
+
     definition = write_definition(directory, tag, size, image, cpu)
-    engine = engine_cls()
+    engine = Engine()
     p0 = time.perf_counter()
     run_program(engine, tag, {"cluster-sessions:definition": str(definition)})
     program = time.perf_counter() - p0
+    providers = [(r, r.plain_inputs) for r in engine.of_type(PROVIDER_TYPE)]
     (network,) = [(r, r.plain_inputs) for r in engine.of_type(NETWORK)]
     containers = [(r, r.plain_inputs) for r in engine.of_type(CONTAINER)]
     assert len(containers) == size
+    return program, providers, network, containers
+
+
+def session_run(client, directory: Path, image: str, size: int, tag: str, cpu: float,
+                traced: bool = False) -> SessionResult:
+    program, providers, network, containers = declared(directory, image, size, tag, cpu)
     hosts = [c["hostname"] for _, c in containers]
     if traced:
         for _, c in containers:
@@ -373,9 +390,6 @@ def session_run(client, engine_cls, run_program, builder_cls, directory: Path, i
                 c["entrypoints"] = argv
             else:
                 c["entrypoints"] = [argv[0], "-x", *argv[1:]]
-    if experiment:
-        for _, c in containers:
-            c["uploads"] = [experiment.edit(u) for u in c["uploads"]]
 
     calls: list[Call] = []
     local = threading.local()
@@ -384,23 +398,19 @@ def session_run(client, engine_cls, run_program, builder_cls, directory: Path, i
     futures: list = []
     # Each container's log is followed from the moment its start call returns, so readiness is
     # seen when it happens, not when the builder's own must-run check is over.
-    builder = builder_cls(TimedClient(client, calls, local,
-                                      on_start=lambda host, cid: watches[host].start(cid)))
+    builder = timed_builder(calls, local, on_start=lambda host, cid: watches[host].start(cid))
+    for provider in providers:
+        builder(*provider)
     try:
         cpu0 = machine_cpu()
         t0 = time.time()
-        builder.network(*network)
+        builder(*network)
         t_net = time.time()
 
         def one(declared: tuple) -> float:
             reg, inputs = declared
             local.host = inputs["hostname"]
-            local.bundles = None
-            if experiment and experiment.bundle != "per-file":
-                # the files go in one or two tars just before the start (see TimedAPI)
-                local.bundles = experiment.tars(inputs["uploads"])
-                inputs = {**inputs, "uploads": []}
-            builder.container(reg, inputs)
+            builder(reg, inputs)
             return time.time()
 
         pool = ThreadPoolExecutor(max_workers=size)
@@ -420,11 +430,11 @@ def session_run(client, engine_cls, run_program, builder_cls, directory: Path, i
                                    + tail(watch))
         seen = max(w.seen_at for w in watches.values())
         ids = {h: w.cid for h, w in watches.items()}
+        main1 = client.containers.get(ids["main1"])
         attempts = 0
         while True:
             attempts += 1
-            code, out = run_as_user(api, ids["main1"], ["/bin/sh", "-c", SSH_ROUND, "ssh-round",
-                                                        *hosts[1:]])
+            code, out = run_in(main1, ssh_round(hosts[1:]))
             if code == 0:
                 break
             if time.monotonic() > deadline:
@@ -434,7 +444,7 @@ def session_run(client, engine_cls, run_program, builder_cls, directory: Path, i
         busy = busy_fraction(cpu0, machine_cpu())
         engine_done = max(f.result() for f in futures)  # every create call has returned
         e0 = time.time()
-        run_as_user(api, ids["main1"], ["true"])
+        run_in(main1, "true")
         exec_cost = time.time() - e0
 
         started = {h: docker_time(api.inspect_container(cid)["State"]["StartedAt"])
@@ -490,100 +500,12 @@ def session_run(client, engine_cls, run_program, builder_cls, directory: Path, i
                 f.exception(timeout=RUN_TIMEOUT)
         builder.remove_all()
         builder.close()
-        sweep(client, tag)
+        sweep_session(client, tag)
 
 
 def median_or_none(values: Iterable[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return statistics.median(known) if known else None
-
-
-def tar_of(uploads: list[dict]) -> bytes:
-    """Uploads as the entries of one tar, each with its declared mode."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for upload in uploads:
-            data = upload["content"].encode()
-            info = tarfile.TarInfo(upload["file"])
-            info.size, info.mode = len(data), int(upload["permissions"], 8)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-# Proposed entrypoint changes, applied to the rendered text for a measurement only (the
-# templates are not this script's to change): (exact old text, new text) pairs.
-ENTRYPOINT_EDITS: dict[str, tuple[tuple[str, str], ...]] = {
-    # (none open: the last ones, put/user/recheck, are in the templates now; docs/benchmarks.md)
-}
-
-
-@dataclass(frozen=True)
-class Experiment:
-    """Changes to what is created, to measure a proposal without changing the product.
-
-    bundle: ``per-file`` (what the provider does: one ``put_archive`` per declared upload),
-        ``two`` (public files in one tar, the 0600 private keys in another), ``one``.
-    kex: prepended as ``KexAlgorithms`` to the rendered ``~/.ssh/config`` host block.
-    edits: names from :data:`ENTRYPOINT_EDITS`, applied to the rendered ``entrypoint.sh``.
-    """
-
-    bundle: str = "per-file"
-    kex: str | None = None
-    edits: tuple[str, ...] = ()
-
-    def tars(self, uploads: list[dict]) -> list[bytes]:
-        if self.bundle == "one":
-            return [tar_of(uploads)]
-        secret = [u for u in uploads if u.get("permissions") == "0600"]
-        public = [u for u in uploads if u.get("permissions") != "0600"]
-        return [tar_of(public), tar_of(secret)]
-
-    def edit(self, upload: dict) -> dict:
-        if (self.edits or self.kex) and upload["file"].endswith("/bundle.pack"):
-            # the Session uploads the bundle packed (render.pack): edit the files unpacked
-            return {**upload, "content": pack([
-                RenderedFile(f.path, self.edit({"file": f"/{f.path}", "content": f.content})
-                             ["content"], f.mode, secret=f.path.startswith("ssh/id")
-                             or f.path.endswith("_key"))
-                for f in unpacked(upload["content"])])}
-        if self.edits and upload["file"].endswith("/entrypoint.sh"):
-            text = upload["content"]
-            for name in self.edits:
-                for old, new in ENTRYPOINT_EDITS[name]:
-                    if old not in text:
-                        raise SystemExit(f"--entrypoint-edit {name}: the rendered entrypoint "
-                                         f"no longer contains {old!r}; update the experiment")
-                    text = text.replace(old, new)
-            return {**upload, "content": text}
-        if self.kex and upload["file"].endswith("/ssh/config"):
-            lines = upload["content"].splitlines(keepends=True)
-            at = next(i for i, line in enumerate(lines) if line.startswith("Host"))
-            lines.insert(at + 1, f"    KexAlgorithms {self.kex}\n")
-            return {**upload, "content": "".join(lines)}
-        return upload
-
-    def describe(self) -> str:
-        parts = []
-        if self.bundle != "per-file":
-            parts.append(f"uploads bundled: {self.bundle} put_archive per container")
-        if self.kex:
-            parts.append(f"ssh KexAlgorithms {self.kex}")
-        if self.edits:
-            parts.append(f"entrypoint edits {','.join(self.edits)}")
-        return "; ".join(parts)
-
-
-def unpacked(script: str) -> list[RenderedFile]:
-    """The files a pack (``render.pack``) writes, in its order, by running it into a temp dir."""
-    import subprocess
-
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "pack").write_text(script)
-        subprocess.run(["/bin/sh", f"{tmp}/pack", f"{tmp}/out"], check=True)
-        order = re.findall(r'> "\$1"/(\S+)$', script, re.MULTILINE)
-        return [RenderedFile(path, (Path(tmp) / "out" / path).read_text(),
-                             (Path(tmp) / "out" / path).stat().st_mode & 0o7777)
-                for path in order]
 
 
 def tail(watch: LogWatch, lines: int = 15) -> str:
@@ -616,6 +538,92 @@ def trace_phases(watches: dict[str, LogWatch], started: dict[str, float]) -> dic
     return {name: statistics.median(v) for name, v in per_phase.items() if v}
 
 
+# --- programs a container starts before sshd ----------------------------------------------------
+
+STRACE = "/usr/bin/strace"
+STRACE_OUT = "/run/ready-time-strace"  # inside the container
+
+
+def strace_mounts() -> list[dict]:
+    """This machine's strace and the libraries it needs, bind-mounted read-only at the same
+    paths (the session image is Debian too; it has no strace of its own)."""
+    import subprocess
+
+    libs = re.findall(r"=> (/\S+)", subprocess.run(["ldd", STRACE], capture_output=True,
+                                                    text=True, check=True).stdout)
+    return [{"target": p, "source": p, "type": "bind", "readOnly": True}
+            for p in [STRACE, *libs] if not p.startswith(("/lib/x86_64-linux-gnu/libc.",
+                                                           "/lib64/"))]
+
+
+def programs_run(client, directory: Path, image: str, size: int, tag: str, cpu: float
+                 ) -> list[str] | None:
+    """The programs main1's container execs from its entrypoint until sshd (``strace -f -e
+    execve`` around the declared entrypoint; ``docker-init`` and strace itself not counted),
+    sshd included, from one extra session."""
+    from cluster_sessions.emulation.docker_builder import DockerBuilder
+
+    if not Path(STRACE).exists():
+        print(f"no {STRACE} on this machine: programs before sshd not counted", file=sys.stderr)
+        return None
+    _, providers, network, containers = declared(directory, image, size, tag, cpu)
+    builder = DockerBuilder()
+    try:
+        for resource in (*providers, network):
+            builder(*resource)
+        mounts = strace_mounts()
+        for _, inputs in containers:
+            inputs["entrypoints"] = [STRACE, "-f", "-qq", "-e", "trace=execve,clone,fork,vfork",
+                                     "-e", "signal=none", "-o", STRACE_OUT,
+                                     *inputs["entrypoints"]]
+            inputs["mounts"] = [*(inputs.get("mounts") or []), *mounts]
+        with ThreadPoolExecutor(max_workers=size) as pool:
+            list(pool.map(lambda c: builder(*c), containers))
+        main1 = client.containers.get(f"{tag}-main1")
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while not READY.search(main1.logs().decode(errors="replace")):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{tag}: main1 not ready under strace")
+            time.sleep(0.2)
+        _, trace = run_in(main1, f"cat {STRACE_OUT}", user="root")
+    finally:
+        builder.remove_all()
+        builder.close()
+        sweep_session(client, tag)
+    return before_sshd(trace)
+
+
+def before_sshd(trace: str) -> list[str]:
+    """The programs ``strace -f`` saw started before the process that becomes sshd was forked
+    (sshd runs as a background job: what its parent starts meanwhile runs beside it), sshd
+    last. The first is the declared entrypoint itself (strace's own exec of it)."""
+    events: list[tuple[str, str]] = []  # ("exec", path) | ("fork", child pid), in order
+    pending: dict[str, tuple[str, str]] = {}  # pid -> the call that has not returned yet
+    lines = [line.split(None, 1) for line in trace.splitlines() if " " in line.strip()]
+    for pid, rest in lines:
+        call = re.match(r'(execve|clone3?|v?fork)\("?([^",]*)', rest)
+        if call and "<unfinished" in rest:
+            pending[pid] = (call.group(1), call.group(2))
+            continue
+        if rest.startswith("<... "):
+            call_name, arg = pending.pop(pid, ("", ""))
+        elif call:
+            call_name, arg = call.group(1), call.group(2)
+        else:
+            continue
+        result = re.search(r"= (-?\d+)", rest)
+        if not result or int(result.group(1)) < 0:
+            continue
+        if call_name == "execve":  # a path strace cannot read (after a uid change): "?"
+            events.append(("exec", arg if arg.startswith("/") else "?"))
+        elif call_name:
+            events.append(("fork", result.group(1)))
+    sshd_pid = next(pid for pid, rest in lines if re.match(r'execve\("[^"]*/sshd"', rest))
+    forked = next(i for i, (kind, value) in enumerate(events)
+                  if kind == "fork" and value == sshd_pid)
+    return [path for kind, path in events[:forked] if kind == "exec"] + ["sshd"]
+
+
 # --- clean-up ---------------------------------------------------------------------------------
 
 def remove(client, containers: Iterable[str], networks: Iterable[str]) -> None:
@@ -629,45 +637,12 @@ def remove(client, containers: Iterable[str], networks: Iterable[str]) -> None:
             client.api.remove_network(nid)
 
 
-def sweep(client, tag: str) -> None:
-    """Remove anything of ``tag`` still there (by session label and by name prefix)."""
-    label = f"{LABEL_PREFIX}.session={tag}"
-    found = {c.id for c in client.containers.list(all=True, filters={"label": label})}
-    found |= {c.id for c in client.containers.list(all=True, filters={"name": tag})
-              if c.name.startswith(tag)}
-    nets = {n.id for n in client.networks.list(filters={"label": label})}
-    nets |= {n.id for n in client.networks.list(names=[f"{tag}-net"])
-             if n.name == f"{tag}-net"}
-    remove(client, found, nets)
-
-
 def sweep_prefix(client, prefix: str) -> None:
-    for c in client.containers.list(all=True, filters={"name": prefix}):
-        if c.name.startswith(prefix):
-            with contextlib.suppress(Exception):
-                c.remove(force=True)
-    for n in client.networks.list():
-        if n.name.startswith(prefix):
-            with contextlib.suppress(Exception):
-                n.remove()
-
-
-# --- offline costs: keys and render -----------------------------------------------------------
-
-def offline_costs(directory: Path, image: str, size: int, cpu: float,
-                  repeat: int = 20) -> tuple[float, float]:
-    path = write_definition(directory, f"{PREFIX}offline-{size}", size, image, cpu)
-    loaded = load_session(path)
-    plan = build_plan(loaded.session, loaded.pool)
-    keys_t, render_t = [], []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        keys = generate_session_keys(plan.hosts)
-        keys_t.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        render_session(plan, keys)
-        render_t.append(time.perf_counter() - t)
-    return statistics.median(keys_t), statistics.median(render_t)
+    """Whatever this run left (an interrupted run): every container and network named
+    ``prefix...``."""
+    remove(client, [c.id for c in client.containers.list(all=True, filters={"name": prefix})
+                    if c.name.startswith(prefix)],
+           [n.id for n in client.networks.list() if n.name.startswith(prefix)])
 
 
 # --- main -------------------------------------------------------------------------------------
@@ -687,16 +662,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the session's per-container cpu limit (train-demo: 0.5)")
     parser.add_argument("--trace", action="store_true",
                         help="one more session per size under sh -x, for the set-up breakdown")
-    parser.add_argument("--bundle", choices=("per-file", "two", "one"), default="per-file",
-                        help="experiment: each container's files in two tars (public, "
-                             "secret) or one, instead of one put_archive per file")
-    parser.add_argument("--ssh-kex", metavar="ALGOS",
-                        help="experiment: KexAlgorithms for the session's ssh client config, "
-                             "e.g. curve25519-sha256")
-    parser.add_argument("--entrypoint-edit", action="append", default=[],
-                        choices=sorted(ENTRYPOINT_EDITS),
-                        help="experiment: apply a proposed change to the rendered entrypoint "
-                             "(repeatable)")
+    parser.add_argument("--no-programs", action="store_true",
+                        help="leave out the extra session per size that counts, with strace, "
+                             "the programs main1 starts before sshd")
     parser.add_argument("--settle", type=float, default=20.0,
                         help="before each run, wait up to this many seconds for the machine "
                              "to be under 25%% busy (other work would land in the figures)")
@@ -708,14 +676,11 @@ def main(argv: list[str] | None = None) -> int:
 
     import docker
 
-    from cluster_sessions.emulation.docker_builder import DockerBuilder
-    from cluster_sessions.emulation.engine import Engine, run_program
     from cluster_sessions.lab.image import ensure_image
 
     client = docker.from_env(timeout=300)
     client.ping()
     image = ensure_image(client)
-    experiment = Experiment(args.bundle, args.ssh_kex, tuple(args.entrypoint_edit))
     run_id = uuid.uuid4().hex[:6]
     prefix = f"{PREFIX}{run_id}"
     t_script = time.perf_counter()
@@ -725,7 +690,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{info.get('MemTotal', 0) / 2**30:.1f} GiB; image {image}; load average "
           f"{os.getloadavg()[0]:.2f}; other running containers: {info.get('ContainersRunning')}")
     print(f"# session: train-demo at size N, cpu limit {args.cpu:g} per container"
-          + (f"; EXPERIMENT: {experiment.describe()}" if experiment.describe() else ""))
+          )
     results: dict[int, dict[str, list]] = {}
     counter = iter(range(10**6))
 
@@ -740,8 +705,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def session(directory: Path, size: int, traced: bool = False) -> SessionResult:
         before = settle(args.settle)
-        result = session_run(client, Engine, run_program, DockerBuilder, directory, image, size,
-                             tag(), args.cpu, traced=traced, experiment=experiment)
+        result = session_run(client, directory, image, size, tag(), args.cpu, traced=traced)
         result.settle_busy = before
         return result
     try:
@@ -762,9 +726,10 @@ def main(argv: list[str] | None = None) -> int:
                           f"{b.settle_busy:.0%}, during {f.busy:.0%}/{b.busy:.0%})",
                           file=sys.stderr, flush=True)
                 traced = session(directory, size, traced=True) if args.trace else None
-                keys_t, render_t = offline_costs(directory, image, size, args.cpu)
+                programs = (None if args.no_programs else
+                            programs_run(client, directory, image, size, tag(), args.cpu))
                 results[size] = {"floor": floors, "session": sessions, "traced": traced,
-                                 "keys": keys_t, "render": render_t}
+                                 "programs": programs}
     except KeyboardInterrupt:
         print("interrupted; cleaning up", file=sys.stderr)
         return 130
@@ -779,7 +744,7 @@ def main(argv: list[str] | None = None) -> int:
             str(n): {"floor": [f.__dict__ for f in r["floor"]],
                      "session": [s.__dict__ for s in r["session"]],
                      "traced": r["traced"].__dict__ if r["traced"] else None,
-                     "keys": r["keys"], "render": r["render"]}
+                     "programs": r["programs"]}
             for n, r in results.items()}, indent=1))
     return 0
 
@@ -803,22 +768,39 @@ def report(results: dict[int, dict], runs: int) -> None:
     busy = [x.settle_busy for r in results.values() for x in (*r["floor"], *r["session"])]
     print(f"Machine busy (others) just before the runs: median {med(busy):.0%}, "
           f"max {max(busy):.0%}\n")
-    print("| N | floor (a) | session (b) | b/a | readiness wait after last running |")
-    print("|---|---|---|---|---|")
+    print("| N | floor (a) | session (b) | b/a (medians) | b/a per run | target <= 1.3 | "
+          "readiness wait after last running |")
+    print("|---|---|---|---|---|---|---|")
     for n, r in results.items():
         a = [f.total for f in r["floor"]]
         b = [s.total for s in r["session"]]
         ratio = statistics.median(b) / statistics.median(a)
+        pairs = [s / f for s, f in zip(b, a, strict=True)]
         wait = [s.wait_after_running for s in r["session"]]
-        print(f"| {n} | {fmt(a)} | {fmt(b)} | {ratio:.2f} | {fmt(wait)} |")
+        print(f"| {n} | {fmt(a)} | {fmt(b)} | {ratio:.2f} | {fmt(pairs)} | "
+              f"{'met' if ratio <= 1.3 else 'MISSED'} | {fmt(wait)} |")
+
+    print("\n## Before sshd listens, per container (target: <= 8 programs, <= 40 ms CPU)\n")
+    print("| N | programs main1 starts, sshd included (strace) | cgroup CPU s at sshd "
+          "listening (median) | plain container's cgroup CPU s (floor) | difference: the "
+          "entrypoint's own |")
+    print("|---|---|---|---|---|")
+    for n, r in results.items():
+        cpu = med_opt(s.cpu_setup for s in r["session"])
+        plain = med_opt(f.cpu_plain for f in r["floor"])
+        own = cpu - plain if cpu is not None and plain is not None else None
+        count = "n/a" if r["programs"] is None else str(len(r["programs"]))
+        print(f"| {n} | {count} | {opt(cpu)} | {opt(plain)} | {opt(own)} |")
+    listed = next((r["programs"] for r in results.values() if r["programs"]), None)
+    if listed:
+        print(f"\nPrograms (N = {next(n for n, r in results.items() if r['programs'])}): "
+              + ", ".join(p.rsplit("/", 1)[-1] for p in listed))
 
     print("\n## Where the session's time goes, seconds (medians of the runs)\n")
     cols = list(results)
     rows: list[tuple[str, Callable[[dict], str]]] = [
         ("program under mocks (keys, render, registration) - not in (b)",
          lambda r: f"{med(s.program for s in r['session']):.3f}"),
-        ("  key generation (N+1 ed25519 keys) - offline", lambda r: f"{r['keys']:.4f}"),
-        ("  render_session (all containers) - offline", lambda r: f"{r['render']:.4f}"),
         ("floor: network create", lambda r: f"{med(f.network for f in r['floor']):.3f}"),
         ("floor: network -> last container running",
          lambda r: f"{med(f.last_running for f in r['floor']):.3f}"),

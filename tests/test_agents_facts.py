@@ -30,6 +30,7 @@ from cluster_sessions.agents.connectors import (
     connector_from_props,
     fingerprint,
 )
+from cluster_sessions.core.errors import MissingPrerequisite
 from cluster_sessions.core.spec import Agent, Pool
 
 DATA = Path(__file__).resolve().parent / "data" / "agents"
@@ -425,4 +426,5 @@ def test_preflight_error_lists_every_failing_agent():
     assert str(err).splitlines() == [
         "pool p: 1 of 2 agent(s) cannot be used; nothing was created:",
         "  agent a2: unreachable: ssh root@h:22: Connection refused"]
-    assert not hasattr(err, "code")  # the exit code is the driver's (tests/test_cli.py)
+    # what it means is its class in the error tree (core/errors.py): a missing prerequisite
+    assert isinstance(err, MissingPrerequisite) and err.code == 4

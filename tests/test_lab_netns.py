@@ -156,6 +156,9 @@ def test_pool_document_is_a_valid_pool(tmp_path):
     assert [a.address for a in pool.agents] == ["10.251.0.11", "10.251.0.12", "10.251.0.13"]
     assert pool.swarm.manager == "agent1"
     assert pool.network.mtu == 1450 and pool.network.encrypted is False
+    # data folders' root: one host directory every agent's engine sees, root's and closed
+    assert pool.storage == {"data": str(tmp_path / "storage")}
+    assert (tmp_path / "storage").stat().st_mode & 0o777 == 0o755
     a2 = pool.agents[1]
     # a remote pool: the socket's path on the agent, and a non-root login
     assert a2.docker_host == "unix:///run/csl-lab/csl/engine/docker.sock"

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from cluster_sessions.core.loader import load_session
+from cluster_sessions.core.names import HOST_LABEL, ROLE_LABEL, SESSION_LABEL
 from cluster_sessions.core.plan import build_plan, container_labels, network_labels
 from cluster_sessions.driver import logs, observe, status, wait_verb
 from cluster_sessions.driver.cli import main
@@ -91,9 +92,9 @@ def tiny_image(docker_client):
 
 
 def remove_session(client, name: str) -> None:
-    for c in client.containers.list(all=True, filters={"label": f"{observe.SESSION_LABEL}={name}"}):
+    for c in client.containers.list(all=True, filters={"label": f"{SESSION_LABEL}={name}"}):
         c.remove(force=True)
-    for n in client.networks.list(filters={"label": f"{observe.SESSION_LABEL}={name}"}):
+    for n in client.networks.list(filters={"label": f"{SESSION_LABEL}={name}"}):
         n.remove()
 
 
@@ -139,7 +140,7 @@ def session(docker_client, tiny_image, tmp_path):
                   ' echo "oops on stderr" >&2; sleep 0.5; echo ready; exec sleep 600')
         made = [run_container(docker_client, plan, h, script, net) for h in ("main1", "sub1")]
         leftover = {**container_labels(plan, plan.containers[0]),
-                    f"{observe.HOST_LABEL}": "sub7", f"{observe.ROLE_LABEL}": "sub"}
+                    f"{HOST_LABEL}": "sub7", f"{ROLE_LABEL}": "sub"}
         gone = docker_client.containers.run(
             plan.session.image, ["/bin/sh", "-c", "echo bye; exit 3"],
             name=f"{plan.name}-sub7", labels=leftover, detach=True)
@@ -295,8 +296,8 @@ def test_line_splitter_joins_lines_split_across_chunks_and_survives_bad_utf8():
 
 def test_found_from_inspect_attributes():
     attrs = {"Id": "0123456789abcdef", "Name": "/demo-sub1",
-             "Config": {"Image": "img:1", "Labels": {observe.HOST_LABEL: "sub1",
-                                                      observe.ROLE_LABEL: "sub"}},
+             "Config": {"Image": "img:1", "Labels": {HOST_LABEL: "sub1",
+                                                      ROLE_LABEL: "sub"}},
              "State": {"Status": "exited", "ExitCode": 137,
                        "StartedAt": "2025-01-02T03:04:05.123456789Z",
                        "Health": {"Status": "unhealthy"}}}

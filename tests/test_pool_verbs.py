@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cluster_sessions.core.errors import InvalidInput
 from cluster_sessions.driver import cli, lab_verbs, pool_verbs
 from cluster_sessions.driver.errors import CommandError, Exit
 from cluster_sessions.emulation.engine import Engine, run_program
@@ -39,7 +40,7 @@ def test_a_pool_is_a_name_in_stacks_pools_or_a_file(tmp_path, monkeypatch):
     own = write_pool(tmp_path / "mine.yaml", agent("a", "unix:///x.sock"))
     assert pool_verbs.pool_path(str(own)) == own
     assert pool_verbs.pool_path("mine.yaml") == Path("mine.yaml")
-    with pytest.raises(CommandError) as caught:
+    with pytest.raises(InvalidInput) as caught:
         pool_verbs.pool_path("nosuchpool")
     assert caught.value.code == Exit.INVALID and "nosuchpool" in str(caught.value)
 

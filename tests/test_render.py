@@ -398,6 +398,33 @@ def test_a_pack_that_cannot_write_fails(tmp_path):
     assert result.returncode != 0
 
 
+def test_a_first_unpack_starts_no_rm_and_a_later_one_replaces_a_planted_link(tmp_path):
+    # Each program a pack starts costs the container CPU before sshd listens (issue 22): into
+    # an empty directory it needs only mkdir and chmod.
+    command = shell_command("dash")
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for tool in ("mkdir", "chmod"):
+        (tools / tool).symlink_to(shutil.which(tool))
+    files = [RenderedFile("entrypoint.sh", "x\n", 0o755),
+             RenderedFile("ssh/k", "k\n", 0o600, secret=True)]
+    target = tmp_path / "bundle"
+    target.mkdir()
+    script = tmp_path / "bundle.pack"
+    script.write_text(pack(files))
+    first = subprocess.run([*command, str(script), str(target)], capture_output=True,
+                           text=True, check=False, env={"PATH": str(tools)})
+    assert first.returncode == 0, first.stderr
+    assert_unpacked(target, files)
+    victim = tmp_path / "victim"
+    victim.write_text("v")
+    (target / "ssh" / "k").unlink()
+    (target / "ssh" / "k").symlink_to(victim)
+    unpack(command, pack(files), target)
+    assert victim.read_text() == "v"
+    assert_unpacked(target, files)
+
+
 def pack_entrypoint(directory: Path) -> list[str]:
     """pack_entrypoint_argv with BUNDLE_DIR moved to ``directory`` (for running it here)."""
     argv = pack_entrypoint_argv()

@@ -102,3 +102,17 @@ def test_combined_exit_codes_put_a_failure_to_act_before_a_lost_then_a_failed_jo
     assert combined([5, 6, 0]) == 6
     assert combined([6, 1]) == 1
     assert combined([]) == 0
+
+
+@pytest.mark.parametrize("verb", [["key", "--out", "OUT"], ["ssh-config"],
+                                  ["up", "--yes", "--stack", "mine"]])
+def test_a_verb_that_acts_on_one_session_asks_for_an_index_with_count(
+        counted, tmp_path, capsys, verb):
+    """Which of K sessions a verb means is decided once (``Selected.one``): a verb or option
+    that reaches one session refuses K of them as invalid input, saying how to choose."""
+    path = counted(2)
+    args = [a.replace("OUT", str(tmp_path / "key")) for a in verb]
+    assert cli.main([args[0], path, *args[1:]]) == Exit.INVALID
+    assert not (tmp_path / "key").exists()
+    err = capsys.readouterr().err
+    assert f"but {path} makes 2 sessions (count): choose one with --index I" in err, err

@@ -88,8 +88,8 @@ class AgentReport:
 
 
 class PreflightError(AgentsUnusable):
-    """Agents that cannot be used, one line each; ``reports`` has every probed agent. The
-    driver decides the exit code (a missing prerequisite), not this module."""
+    """Agents that cannot be used, one line each; ``reports`` has every probed agent. A
+    missing prerequisite (:class:`~.errors.AgentsUnusable`)."""
 
     def __init__(self, pool: Pool, reports: Sequence[AgentReport], what: str = ""):
         self.reports = list(reports)

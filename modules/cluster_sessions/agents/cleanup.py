@@ -17,13 +17,12 @@ is seen anywhere:
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..core.spec import Agent, Pool
-from . import facts, gathering
+from . import engine, facts, gathering
 from .connectors import COMMAND_FAILED, AgentError, Connector, connector_for
 from .polling import poll_until
 
@@ -100,7 +99,7 @@ def find_leftovers(pool: Pool, session: str | None = None,
     return found, errors
 
 
-def _remove(conn: Connector, kind: str, ids: Sequence[str]) -> None:
+def _remove(conn: Connector, kind: engine.Kind, ids: Sequence[str]) -> None:
     if not ids:
         return
     if not conn.shell:
@@ -109,20 +108,14 @@ def _remove(conn: Connector, kind: str, ids: Sequence[str]) -> None:
         client = conn.client()  # type: ignore[attr-defined]
         for object_id in ids:
             try:
-                if kind == "container":
-                    client.api.remove_container(object_id, force=True, v=True)
-                else:
-                    client.api.remove_network(object_id)
-            except docker.errors.NotFound:
-                continue
+                engine.remove(client, kind, object_id)
             except docker.errors.APIError as exc:
                 raise AgentError(conn.agent, COMMAND_FAILED, f"removing {kind} {object_id}: "
                                  f"{exc.explanation or exc}") from None
         return
-    quoted = " ".join(shlex.quote(i) for i in ids)
-    cmd = f"docker rm -f -v {quoted}" if kind == "container" else f"docker network rm {quoted}"
+    cmd = engine.removal_command(kind, ids)
     rc, out, err = conn.run(cmd)
-    if rc != 0 and "No such" not in err and "not found" not in err:
+    if rc != 0 and not engine.gone_already(err):
         raise AgentError(conn.agent, COMMAND_FAILED, f"`{cmd}` exited {rc}: "
                          f"{(err.strip() or out.strip()).splitlines()[-1:]}")
 

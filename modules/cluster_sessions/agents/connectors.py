@@ -47,6 +47,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core.errors import EngineFailure, InvalidInput
 from ..core.names import DEFAULT_DOCKER_HOST, DOCKER_CLIENT_ENV
 from .reach import LOCAL, SSH, reach_of
 
@@ -69,7 +70,7 @@ COMMAND_FAILED = "command failed"
 NOT_SWARM_READY = "swarm not ready"
 
 
-class AgentError(RuntimeError):
+class AgentError(EngineFailure, RuntimeError):
     """An agent cannot be used; ``agent`` and ``cause`` for programs, the message for people."""
 
     def __init__(self, agent: str, cause: str, detail: str):
@@ -160,7 +161,7 @@ KNOWN_HOSTS_MAX = 16 * 2**20  # bytes; a known_hosts file larger than this is no
 HostLine = tuple[list[str], Any]  # the host names (patterns, hashes) of a line, and its key
 
 
-class KnownHostsError(ValueError):
+class KnownHostsError(InvalidInput, ValueError):
     """A known_hosts file that cannot be used; the message names the line, never quotes it."""
 
 
@@ -250,7 +251,7 @@ def names_match(names: list[str], host: str) -> bool:
         paramiko.HostKeys.hash_host(host, n), n)) for n in names)
 
 
-class _HostKeyUnknown(Exception):
+class _HostKeyUnknown(EngineFailure):
     def __init__(self, hostname: str, key: Any):
         self.hostname = hostname
         self.key = key

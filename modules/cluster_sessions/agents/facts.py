@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..core.names import LABEL_PREFIX, SESSION_LABEL
+from . import engine
 from .connectors import (
     COMMAND_FAILED,
     DOCKER_NOT_ANSWERING,
@@ -341,57 +341,12 @@ class HeldContainer:
     gpus: tuple[int, ...]
 
 
-def _int(value: Any, default: int = 0) -> int:
-    try:
-        return int(str(value).strip())
-    except (TypeError, ValueError):
-        return default
-
-
 def held_from_inspect(data: Mapping[str, Any]) -> HeldContainer:
     """What one container (its `docker inspect` document) holds on its agent."""
-    labels = (data.get("Config") or {}).get("Labels") or {}
-    host_cfg = data.get("HostConfig") or {}
-    try:
-        millicpu = round(float(labels[f"{LABEL_PREFIX}.cpu"]) * 1000)
-    except (KeyError, ValueError):
-        millicpu = _int(host_cfg.get("NanoCpus")) // 1_000_000
-    mem = _int(labels.get(f"{LABEL_PREFIX}.mem"), -1)
-    if mem < 0:
-        mem = _int(host_cfg.get("Memory"))
-    gpu_label = labels.get(f"{LABEL_PREFIX}.gpus")
-    if gpu_label is not None:
-        gpus = tuple(int(g) for g in str(gpu_label).split(",") if g.strip().isdigit())
-    else:
-        gpus = tuple(int(g) for req in host_cfg.get("DeviceRequests") or ()
-                     for g in (req.get("DeviceIDs") or ()) if str(g).isdigit())
-    return HeldContainer(
-        container_id=str(data.get("Id", "")),
-        name=str(data.get("Name", "")).lstrip("/"),
-        session=str(labels.get(SESSION_LABEL, "")),
-        session_id=str(labels.get(f"{LABEL_PREFIX}.session-id", "")),
-        host=str(labels.get(f"{LABEL_PREFIX}.host", "")),
-        state=str((data.get("State") or {}).get("Status", "")),
-        millicpu=millicpu,
-        mem=mem,
-        gpus=gpus,
-    )
-
-
-def _label_filter(session: str | None) -> str:
-    return f"{SESSION_LABEL}={session}" if session else SESSION_LABEL
-
-
-def _inspect_labelled(ls: str, inspect: str, session: str | None) -> str:
-    """A shell line that inspects every object ``ls`` lists with our label (``[]`` for none;
-    an object gone between the two is left out, not an error)."""
-    flt = _shq(f"label={_label_filter(session)}")
-    return (f"ids=$({ls} -q --no-trunc --filter {flt}) || exit $?; "
-            f"if [ -z \"$ids\" ]; then echo '[]'; else {inspect} $ids 2>/dev/null; fi; exit 0")
-
-
-def _shq(text: str) -> str:
-    return "'" + text.replace("'", "'\\''") + "'"
+    c = engine.container_facts(data)
+    return HeldContainer(container_id=c.container_id, name=c.name, session=c.session,
+                         session_id=c.session_id, host=c.host or "", state=c.state,
+                         millicpu=c.millicpu, mem=c.mem, gpus=c.gpus)
 
 
 class SessionContainers(_DockerFact[tuple[HeldContainer, ...]]):
@@ -407,7 +362,7 @@ class SessionContainers(_DockerFact[tuple[HeldContainer, ...]]):
         self.session = session
 
     def cmd(self) -> str:
-        return _inspect_labelled("docker ps -a", "docker inspect", self.session)
+        return engine.labelled_inspect_command("container", self.session)
 
     def process(self, output: str) -> tuple[HeldContainer, ...]:
         text = output.strip() or "[]"  # every container vanished between ps and inspect
@@ -420,17 +375,9 @@ class SessionContainers(_DockerFact[tuple[HeldContainer, ...]]):
         return tuple(sorted(held, key=lambda h: (h.session, h.name)))
 
     def from_api(self, client: Any) -> tuple[HeldContainer, ...]:
-        import docker.errors
-
-        found = _api_errors_call(lambda: client.api.containers(
-            all=True, filters={"label": _label_filter(self.session)}))
-        out = []
-        for c in found:
-            try:
-                out.append(held_from_inspect(client.api.inspect_container(c["Id"])))
-            except docker.errors.NotFound:
-                continue
-        return tuple(sorted(out, key=lambda h: (h.session, h.name)))
+        found = _api_errors_call(lambda: engine.session_containers(client, self.session))
+        held = (held_from_inspect(c.attrs) for c in found)
+        return tuple(sorted(held, key=lambda h: (h.session, h.name)))
 
 
 def _api_errors_call(fn):
@@ -454,15 +401,9 @@ class SessionNetwork:
 
 
 def _network(data: Mapping[str, Any]) -> SessionNetwork:
-    labels = data.get("Labels") or {}
-    return SessionNetwork(
-        network_id=str(data.get("Id", "")),
-        name=str(data.get("Name", "")),
-        driver=str(data.get("Driver", "")),
-        scope=str(data.get("Scope", "")),
-        session=str(labels.get(SESSION_LABEL, "")),
-        session_id=str(labels.get(f"{LABEL_PREFIX}.session-id", "")),
-    )
+    n = engine.network_facts(data)
+    return SessionNetwork(network_id=n.network_id, name=n.name, driver=n.driver, scope=n.scope,
+                          session=n.session, session_id=n.session_id)
 
 
 class SessionNetworks(_DockerFact[tuple[SessionNetwork, ...]]):
@@ -474,7 +415,7 @@ class SessionNetworks(_DockerFact[tuple[SessionNetwork, ...]]):
         self.session = session
 
     def cmd(self) -> str:
-        return _inspect_labelled("docker network ls", "docker network inspect", self.session)
+        return engine.labelled_inspect_command("network", self.session)
 
     def process(self, output: str) -> tuple[SessionNetwork, ...]:
         data = _json(output.strip() or "[]", "docker network inspect")
@@ -486,8 +427,7 @@ class SessionNetworks(_DockerFact[tuple[SessionNetwork, ...]]):
         return tuple(sorted(nets, key=lambda n: n.name))
 
     def from_api(self, client: Any) -> tuple[SessionNetwork, ...]:
-        found = _api_errors_call(lambda: client.api.networks(
-            filters={"label": _label_filter(self.session)}))
+        found = _api_errors_call(lambda: engine.session_network_attrs(client, self.session))
         return tuple(sorted((_network(n) for n in found), key=lambda n: n.name))
 
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
+from ..core.errors import EngineFailure
 from .connectors import (
     COMMAND_FAILED,
     MISCONFIGURED,
@@ -28,7 +29,7 @@ from .connectors import (
 T = TypeVar("T")
 
 
-class FactError(Exception):
+class FactError(EngineFailure):
     """The output says the fact cannot be known; ``cause`` is one of the connector causes."""
 
     def __init__(self, cause: str, detail: str):

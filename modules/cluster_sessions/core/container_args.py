@@ -131,9 +131,7 @@ def container_args(plan: ClusterPlan, c: ContainerPlan, endpoint: str = "") -> C
         memory_swap=memory_mb(res.mem),
         shm_size=memory_mb(res.shmem),
         device_requests=tuple(r for r in [gpu_device_request(c.gpus)] if r),
-        mounts=tuple(MountArgs(m.target, m.source,
-                               "bind" if m.source.startswith("/") else "volume", m.read_only)
-                     for m in plan.mounts),
+        mounts=tuple(MountArgs(m.target, m.source, m.type, m.read_only) for m in plan.mounts),
         labels=_with_endpoint(container_labels(plan, c), endpoint),
         # A finished job stays finished: no restart policy, and must_run off, since the
         # provider starts a stopped container again on the next up (provider-fidelity.md).

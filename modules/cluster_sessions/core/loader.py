@@ -24,6 +24,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from .errors import InvalidInput
+from .names import POOLS_DIR, STACKS_DIR
 from .problems import WHOLE_FILE, DefinitionError, Problem, dotted
 from .spec import KINDS, Pool, Session, pool_problems, session_problems
 
@@ -331,7 +333,7 @@ def _cwd() -> Path | None:
 
 POOLS_ENV = "CLUSTER_SESSIONS_POOLS"
 """Directories (``:``-separated) to look in for a pool given by name."""
-BUILTIN_POOLS = Path(__file__).resolve().parents[3] / "stacks" / "pools"
+BUILTIN_POOLS = Path(__file__).resolve().parents[3] / STACKS_DIR / POOLS_DIR
 """The project's own pools (``local``, the embedded default), found from anywhere."""
 
 
@@ -348,12 +350,12 @@ def pool_dirs(near: Path | None = None) -> list[Path]:
     dirs += [Path(d) for d in os.environ.get(POOLS_ENV, "").split(os.pathsep) if d]
     cwd = _cwd()
     if cwd is not None:
-        dirs.append(cwd / "stacks" / "pools")
+        dirs.append(cwd / STACKS_DIR / POOLS_DIR)
     dirs.append(BUILTIN_POOLS)
     return list(dict.fromkeys(dirs))
 
 
-class PoolNotFound(LookupError):
+class PoolNotFound(InvalidInput, LookupError):
     """A pool reference that leads to no file; the message says where it looked, or why not."""
 
 

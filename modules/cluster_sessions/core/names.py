@@ -1,6 +1,7 @@
 """Names every layer shares, each decided here once (as Kubeflow keeps its ``Env*`` names):
 the project, the labels on what a session makes, the stack configuration keys, the prefix of
-the cluster variables, the default master port, the demo image and the default engine socket.
+the cluster variables, the default master port, the demo image, the default engine socket
+and the project's stacks directory (docs/design-notes.md, "Where each fact is decided").
 
 The plan writes the labels; the agents' facts, ``status``, ``ls`` and the cleanup read them
 back; the driver sets the config keys and the programs read them.
@@ -22,12 +23,34 @@ BUNDLE_DIGEST_LABEL = f"{LABEL_PREFIX}.bundle-digest"
 # force a new resource, so an agent that now points elsewhere gets its containers made anew
 # there (deleted through the old provider) instead of keeping a state entry for the old host.
 ENDPOINT_LABEL = f"{LABEL_PREFIX}.endpoint"
+KERNEL_ID_LABEL = f"{LABEL_PREFIX}.kernel-id"
+# What a container holds (capacity probes read them back: agents/facts.py)
+CPU_LABEL = f"{LABEL_PREFIX}.cpu"
+MEM_LABEL = f"{LABEL_PREFIX}.mem"
+GPUS_LABEL = f"{LABEL_PREFIX}.gpus"
+# A session network's MTU and encryption (the provider does not compare its ``options``)
+MTU_LABEL = f"{LABEL_PREFIX}.mtu"
+ENCRYPTED_LABEL = f"{LABEL_PREFIX}.encrypted"
+#: on the short-lived, never started container that makes a data folder (agents/folders.py)
+FOLDER_HELPER_LABEL = f"{LABEL_PREFIX}.folder-helper"
+
+
+def session_label_filter(session: str | None = None) -> str:
+    """The engine's label filter for one session's objects, or (no name) any session's."""
+    return f"{SESSION_LABEL}={session}" if session else SESSION_LABEL
+
 
 CONFIG_NAMESPACE = PROJECT
 DEFINITION_KEY = "definition"  # a session stack's ClusterSession file
 POOL_KEY = "pool"  # a pool file that replaces the definition's own
 INDEX_KEY = "index"  # which of a count's sessions the stack runs
 POOL_DEFINITION_KEY = "pool-definition"  # a pool stack's AgentPool file
+
+
+# The project's folder of stack configs and the files they name, beside Pulumi.yaml; the
+# built-in pools are in its ``pools`` folder.
+STACKS_DIR = "stacks"
+POOLS_DIR = "pools"
 
 
 def config_key(name: str) -> str:
@@ -49,6 +72,8 @@ DEMO_IMAGE = f"{DEMO_IMAGE_REPOSITORY}:latest"
 # when the agent has an ssh block).
 DEFAULT_DOCKER_SOCKET = "/var/run/docker.sock"
 DEFAULT_DOCKER_HOST = f"unix://{DEFAULT_DOCKER_SOCKET}"
+# The same engine by the name most distributions also give it (/var/run links to /run)
+DEFAULT_DOCKER_HOSTS = (DEFAULT_DOCKER_HOST, "unix:///run/docker.sock")
 # What the docker provider reads from its environment when the program leaves the key unset
 # (kreuzwerker provider.go 59-102): DOCKER_CONTEXT even *overrides* an explicit host
 # (204-217), and DOCKER_CERT_PATH or *_MATERIAL make it try TLS before SSH (config.go

@@ -9,12 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from .clusterenv import kernel_id, members, split_user_env, static_envs
+from .folders import folder_path, storage_of
 from .loader import Loaded
 from .names import (
+    CPU_LABEL,
+    ENCRYPTED_LABEL,
+    GPUS_LABEL,
     HOST_LABEL,
-    LABEL_PREFIX,
+    KERNEL_ID_LABEL,
+    MEM_LABEL,
+    MTU_LABEL,
     ROLE_LABEL,
     SESSION_ID_LABEL,
     SESSION_LABEL,
@@ -24,7 +31,6 @@ from .problems import DefinitionError, Problem
 from .spec import (
     DEFAULT_COMMAND,
     SSH_PORT,
-    Mount,
     Pool,
     Resources,
     Session,
@@ -62,6 +68,43 @@ class ContainerPlan:
 
 
 @dataclass(frozen=True)
+class PlannedMount:
+    """One mount of every container, its host side resolved: a host path or volume as the
+    definition gave it, or a data folder's ``<root>/<folder>`` (core.folders)."""
+
+    source: str  # a host path (bind) or a volume name
+    target: str
+    read_only: bool
+    folder: str | None = None  # a data folder: made if missing, never removed
+    storage: str | None = None
+    root: str | None = None  # the storage root the folder is in
+
+    @property
+    def type(self) -> str:
+        return "bind" if self.source.startswith("/") else "volume"
+
+    def as_dict(self) -> dict:
+        extra = {"folder": self.folder, "storage": self.storage} if self.folder else {}
+        return {"source": self.source, "target": self.target, "read_only": self.read_only,
+                **extra}
+
+
+def planned_mounts(session: Session, pool: Pool) -> tuple[PlannedMount, ...]:
+    """The definition's mounts with each folder's host path. A folder whose storage the pool
+    lacks gets an empty source: :func:`definition_problems` refuses it before anything uses it."""
+    out = []
+    for m in session.mounts:
+        if m.folder is None:
+            out.append(PlannedMount(m.source or "", m.target, m.read_only))
+            continue
+        storage, _ = storage_of(pool.storage, m.storage)
+        source = folder_path(pool.storage[storage], m.folder) if storage else ""
+        root = pool.storage[storage] if storage else None
+        out.append(PlannedMount(source, m.target, m.read_only, m.folder, storage, root))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
 class NetworkPlan:
     driver: str  # bridge | overlay: what is built, not what was asked for
     name: str
@@ -78,6 +121,7 @@ class ClusterPlan:
     reason: str | None
     network: NetworkPlan
     containers: tuple[ContainerPlan, ...]
+    mounts: tuple[PlannedMount, ...] = ()
 
     @property
     def name(self) -> str:
@@ -92,11 +136,14 @@ class ClusterPlan:
         return self.session.resources
 
     @property
-    def mounts(self) -> tuple[Mount, ...]:
-        return self.session.mounts
+    def folders(self) -> tuple[PlannedMount, ...]:
+        """The data folders, each once (made on every agent the session uses)."""
+        seen = {m.source: m for m in self.mounts if m.folder is not None}
+        return tuple(seen.values())
 
-    @property
+    @cached_property
     def hosts(self) -> tuple[str, ...]:
+        # Cached: rendering asks for it once per container, and it is O(N) to build.
         return tuple(c.host for c in self.containers)
 
     @property
@@ -130,10 +177,10 @@ def container_labels(plan: ClusterPlan, container: ContainerPlan) -> dict[str, s
         SESSION_ID_LABEL: plan.session_id,
         HOST_LABEL: container.host,
         ROLE_LABEL: container.role,
-        f"{LABEL_PREFIX}.kernel-id": container.kernel_id,
-        f"{LABEL_PREFIX}.cpu": f"{plan.resources.cpu:g}",
-        f"{LABEL_PREFIX}.mem": str(plan.resources.mem),
-        f"{LABEL_PREFIX}.gpus": ",".join(map(str, container.gpus)),
+        KERNEL_ID_LABEL: container.kernel_id,
+        CPU_LABEL: f"{plan.resources.cpu:g}",
+        MEM_LABEL: str(plan.resources.mem),
+        GPUS_LABEL: ",".join(map(str, container.gpus)),
     }
 
 
@@ -142,8 +189,8 @@ def network_labels(plan: ClusterPlan) -> dict[str, str]:
     replaces the network although the provider's ``options`` are not compared (Docker adds its
     own there: session.py)."""
     return {SESSION_LABEL: plan.name, SESSION_ID_LABEL: plan.session_id,
-            f"{LABEL_PREFIX}.mtu": str(plan.network.mtu or ""),
-            f"{LABEL_PREFIX}.encrypted": "true" if plan.network.encrypted else "false"}
+            MTU_LABEL: str(plan.network.mtu or ""),
+            ENCRYPTED_LABEL: "true" if plan.network.encrypted else "false"}
 
 
 def request_of(resources: Resources) -> Request:
@@ -270,13 +317,14 @@ def _plan(session: Session, pool: Pool, placement: Placement) -> ClusterPlan:
         reason=placement.reason,
         network=network,
         containers=containers,
+        mounts=planned_mounts(session, pool),
     )
 
 
 def plan_to_dict(plan: ClusterPlan) -> dict:
     """The JSON form of contract 2 (``sessionctl plan --json``)."""
     res = plan.resources
-    mounts = [m.model_dump() for m in plan.mounts]
+    mounts = [m.as_dict() for m in plan.mounts]
     return {
         "session": {"name": plan.name, "id": plan.session_id},
         "type": plan.session.type,

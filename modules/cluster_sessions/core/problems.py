@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import InvalidInput
 from .terminal import printable
 
 WHOLE_FILE = "(whole file)"
@@ -26,7 +27,7 @@ class Problem:
                f"{printable(self.message)}"
 
 
-class DefinitionError(Exception):
+class DefinitionError(InvalidInput):
     """One or more problems that make a definition unusable."""
 
     def __init__(self, problems: list[Problem]):

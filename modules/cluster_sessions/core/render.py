@@ -203,8 +203,9 @@ def pack(files: Sequence[RenderedFile]) -> str:
 
     Each file gets its exact text (``printf '%s'`` of a single-quoted word: quotes, ``$(...)``,
     backticks, newlines and a missing final newline survive byte for byte; the text holds no
-    NUL) and its mode. The old files are removed first (one ``rm``), so every file is created
-    afresh, never written through a link, with its mode from the umask it is created under: a
+    NUL) and its mode. The old files are removed first (one ``rm``, none when there are none),
+    so every file is created afresh, never written through a link, with its mode from the
+    umask it is created under: a
     private key is never readable by others, not even for a moment. Only modes with execute
     bits need a ``chmod`` (one per mode). A directory created for a file is 0755, one holding a
     secret file 0700 (as ``sessionctl render`` makes them). Few processes on purpose: a pack
@@ -241,7 +242,8 @@ def pack(files: Sequence[RenderedFile]) -> str:
             made.add(parent)
             where = '"$1"/' + shlex.quote(parent)
             if parent in private_dirs:  # an earlier pack may have made it 0755
-                lines.append(f"[ -d {where} ] || mkdir -m 700 -- {where}; chmod 700 -- {where}")
+                lines.append(f"if [ -d {where} ]; then chmod 700 -- {where}; "
+                             f"else mkdir -m 700 -- {where}; fi")
             else:
                 lines.append(f"[ -d {where} ] || mkdir -m 755 -- {where}")
         target = '"$1"/' + shlex.quote(path)
@@ -254,8 +256,10 @@ def pack(files: Sequence[RenderedFile]) -> str:
         writes.append(f"printf '%s' {shlex.quote(f.content)} > {target}")
         if mode & 0o7111:
             by_mode.setdefault(mode, []).append(target)
-    if targets:
-        lines.append("rm -f -- " + " ".join(targets))
+    if targets:  # one rm, and none at the first start (no program when nothing is there)
+        lines += ['set -- "$1" ' + " ".join(targets), 'd=$1', "shift",
+                  'for f do if [ -e "$f" ] || [ -L "$f" ]; then rm -f -- "$@"; break; fi; done',
+                  'set -- "$d"']
     lines += writes
     lines += [f"chmod {mode:o} -- " + " ".join(paths) for mode, paths in sorted(by_mode.items())]
     return "\n".join(lines) + "\n"
@@ -308,10 +312,21 @@ def _private(key: KeyPair) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
+_last_checked: list = []  # [plan, keys]: the last (plan, keys) found complete
+
+
 def _host_keys(plan: ClusterPlan, keys: SessionKeys) -> Mapping[str, KeyPair]:
+    """``keys.hosts``, checked once per (plan, keys): every host has a key and a certificate,
+    and there is a CA (checking per container would make rendering a session O(N^2))."""
+    if _last_checked and _last_checked[0] is plan and _last_checked[1] is keys:
+        return keys.hosts
     missing = [h for h in plan.hosts if h not in keys.hosts]
     if missing:
         raise ValueError(f"the session keys have no host key for {', '.join(missing)}")
+    if keys.ca is None or any(h not in keys.host_certs for h in plan.hosts):
+        raise ValueError("the session keys have no CA or not every host certificate "
+                         "(keys.with_hosts adds them)")
+    _last_checked[:] = [plan, keys]
     return keys.hosts
 
 
@@ -349,14 +364,11 @@ def render_container(plan: ClusterPlan, container: ContainerPlan,
     if not (0 <= rank < len(plan.containers) and plan.containers[rank] == container):
         raise ValueError(f"{container.host} is not a container of session {plan.name!r}")
     host_keys = _host_keys(plan, keys)
-    if keys.ca is None or any(h not in keys.host_certs for h in plan.hosts):
-        raise ValueError("the session keys have no CA or not every host certificate "
-                         "(keys.with_hosts adds them)")
     session = plan.session
     context = {
         "session": plan.name,
         "host": container.host,
-        "hosts": list(plan.hosts),
+        "hosts": plan.hosts,
         "size": len(plan.containers),
         "env": list(container.env.items()),
         "user_env": list(split_user_env(container.user_env)[0].items()),

@@ -127,7 +127,9 @@ def definition_fields(plan: ClusterPlan) -> dict[str, str]:
     s = plan.session
     ports = ", ".join(f"{p.host_ip}:{p.host or '*'}->{p.container}/{p.protocol}"
                       for p in s.ports)
-    mounts = ", ".join(f"{m.source}:{m.target}{':ro' if m.read_only else ''}" for m in s.mounts)
+    mounts = ", ".join(
+        (f"folder {m.folder} ({m.source}, kept after destroy)" if m.folder else m.source)
+        + f":{m.target}{':ro' if m.read_only else ''}" for m in plan.mounts)
     return {
         "image": s.image,
         "cluster.mode": s.cluster.mode,

@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from .accounts import USER_ID_RANGES, user_id_problem, user_name_problem
+from .folders import STORAGE_NAME, folder_name_problem, folder_path, storage_of
 from .names import CLUSTER_ENV_PREFIX, DEFAULT_DOCKER_HOST, DEFAULT_MASTER_PORT, SSH_ENV_PREFIX
 from .provider_facts import cpus_argument, cpus_read_back, stable_cpus_near
 from .terminal import is_hidden
@@ -167,7 +168,12 @@ class Resources(_Model):
 
 
 class Mount(_Model):
-    source: NonEmpty
+    """A host path or named volume (``source``), or a data folder of the pool's storage
+    (``folder``, with ``storage`` naming the root when the pool has several): one of the two."""
+
+    source: NonEmpty | None = None
+    folder: NonEmpty | None = None
+    storage: NonEmpty | None = None
     target: NonEmpty
     read_only: StrictBool = False
 
@@ -280,6 +286,9 @@ class Pool(_Model):
     network: PoolNetwork = PoolNetwork()
     # Host directories whose contents a session may mount (at or below each); none by default.
     mount_sources: Annotated[tuple[NonEmpty, ...], BeforeValidator(_listed)] = ()
+    # Storage roots for data folders, by name: host directories present on every agent (an
+    # NFS mount, say); a session's {folder: NAME} is <root>/NAME (core.folders).
+    storage: dict[str, NonEmpty] = {}
 
     def agent(self, name: str) -> Agent:
         return next(a for a in self.agents if a.name == name)
@@ -468,23 +477,47 @@ def _mount_problems(session: Session) -> list[tuple[str, str]]:
         if target in targets:
             found.append((f"mounts.{i}.target", f"{mount.target} is mounted twice"))
         targets.add(target)
-        if not (mount.source.startswith("/") or VOLUME_NAME.fullmatch(mount.source)):
-            found.append((f"mounts.{i}.source", "must be an absolute host path or a volume name"))
-        elif _dotdot(mount.source):
-            found.append((f"mounts.{i}.source", "must not contain '..': name the directory "
-                          "itself"))
-        if "," in mount.source or "," in mount.target:
+        found += _source_problems(i, mount)
+        if "," in (mount.source or "") or "," in mount.target:
             found.append((f"mounts.{i}", "paths must not contain ','"))
         for field in ("source", "target"):
-            if len(getattr(mount, field).encode()) >= PATH_MAX:
+            if len((getattr(mount, field) or "").encode()) >= PATH_MAX:
                 found.append((f"mounts.{i}.{field}", f"is longer than the {PATH_MAX - 1} bytes "
                               "a path may have (PATH_MAX)"))
-    paths = sum(len(m.source.encode()) + len(m.target.encode()) for m in session.mounts)
+    paths = sum(len((m.source or m.folder or "").encode()) + len(m.target.encode())
+                for m in session.mounts)
     if paths > MAX_MOUNT_BYTES:
         found.append(("mounts", f"sources and targets are {paths} bytes in all, more than "
                       f"{MAX_MOUNT_BYTES} ({MAX_MOUNT_BYTES // 1024} KiB): every container's "
                       "plan repeats them"))
     return found
+
+
+def _source_problems(i: int, mount: Mount) -> list[tuple[str, str]]:
+    """Where a mount comes from: ``source`` (a host path or volume) or ``folder`` (with
+    ``storage`` only then), exactly one."""
+    if mount.folder is not None:
+        found = []
+        if mount.source is not None:
+            found.append((f"mounts.{i}", "has both source and folder: a mount is a host path "
+                          "or volume (source) or a data folder (folder), not both"))
+        problem = folder_name_problem(mount.folder)
+        if problem:
+            found.append((f"mounts.{i}.folder", problem))
+        if mount.storage is not None and not STORAGE_NAME.fullmatch(mount.storage):
+            found.append((f"mounts.{i}.storage", f"{mount.storage!r} is not a storage name"))
+        return found
+    if mount.storage is not None:
+        return [(f"mounts.{i}.storage", "applies only to a folder mount ({folder: NAME, "
+                 "storage: ROOT, target: ...})")]
+    if mount.source is None:
+        return [(f"mounts.{i}", "needs a source (a host path or volume name) or a folder (a "
+                 "data folder of the pool's storage)")]
+    if not (mount.source.startswith("/") or VOLUME_NAME.fullmatch(mount.source)):
+        return [(f"mounts.{i}.source", "must be an absolute host path or a volume name")]
+    if _dotdot(mount.source):
+        return [(f"mounts.{i}.source", "must not contain '..': name the directory itself")]
+    return []
 
 
 def mount_target_allowed(target: str, home: str) -> bool:
@@ -502,8 +535,20 @@ def mount_source_problems(session: Session, pool: Pool) -> list[tuple[str, str]]
     volumes stay allowed: they hold only what sessions put there."""
     found: list[tuple[str, str]] = []
     roots = [clean_target(r) for r in pool.mount_sources]
+    folders: dict[tuple[str, str], int] = {}
     for i, mount in enumerate(session.mounts):
-        if not mount.source.startswith("/") or _dotdot(mount.source):
+        if mount.folder is not None:
+            storage, problem = storage_of(pool.storage, mount.storage)
+            if problem:
+                found.append((f"mounts.{i}.storage" if mount.storage else f"mounts.{i}.folder",
+                              problem))
+            elif (storage, mount.folder) in folders:
+                found.append((f"mounts.{i}.folder", f"folder {mount.folder!r} of storage "
+                              f"{storage!r} is mounted twice (also mounts."
+                              f"{folders[(storage, mount.folder)]})"))
+            folders.setdefault((storage or "", mount.folder), i)
+            continue
+        if mount.source is None or not mount.source.startswith("/") or _dotdot(mount.source):
             continue  # a volume name, or a problem session_problems names
         source = clean_target(mount.source)
         if not any(_covers(root, source) for root in roots):
@@ -566,8 +611,8 @@ def _text_problems(session: Session) -> list[tuple[str, str]]:
     if "/" not in session.pool and len(f"{session.pool}.yaml".encode()) > 255:
         found.append(("pool", "is too long for a pool name (a file name: at most 250 bytes)"))
     for i, mount in enumerate(session.mounts):
-        for field in ("source", "target"):
-            if _hidden(getattr(mount, field)):
+        for field in ("source", "folder", "storage", "target"):
+            if _hidden(getattr(mount, field) or ""):
                 found.append((f"mounts.{i}.{field}", NO_CONTROLS))
     for i, arg in enumerate(session.command):
         if _controls(arg, allow="\n\t"):
@@ -655,9 +700,38 @@ def pool_problems(pool: Pool) -> list[tuple[str, str]]:
         elif _hidden(root) or any(c in root for c in ",:"):
             found.append((f"mount_sources.{i}", "must not contain control characters, ',' "
                           "or ':'"))
+    found += _storage_problems(pool)
     if pool.swarm and pool.swarm.manager not in names:
         found.append(("swarm.manager", f"{pool.swarm.manager!r} is not one of the pool's agents "
                       f"({', '.join(names)})"))
+    return found
+
+
+def _storage_problems(pool: Pool) -> list[tuple[str, str]]:
+    """Storage roots: named plainly, absolute, not ``/``, no ``..``, not one inside another
+    (a folder of one root would be a path in the other, and the same directory two folders)."""
+    found: list[tuple[str, str]] = []
+    cleaned: dict[str, str] = {}
+    for name, root in pool.storage.items():
+        path = f"storage.{name}"
+        if not STORAGE_NAME.fullmatch(name):
+            found.append(("storage", f"{name!r} is not a storage name: letters, digits, '_', "
+                          "'.' or '-', starting with a letter or digit"))
+            continue
+        if not root.startswith("/") or _dotdot(root) or clean_target(root) == "/":
+            found.append((path, "must be an absolute host directory other than '/', without "
+                          "'..'"))
+        elif _hidden(root) or any(c in root for c in ",:"):
+            found.append((path, "must not contain control characters, ',' or ':'"))
+        elif len(folder_path(root, "x" * 64).encode()) >= PATH_MAX:
+            found.append((path, f"is too long: its folders' paths pass {PATH_MAX - 1} bytes"))
+        else:
+            root = clean_target(root)
+            for other, other_root in cleaned.items():
+                if _covers(other_root, root) or _covers(root, other_root):
+                    found.append((path, f"{root} overlaps storage {other!r} ({other_root}): "
+                                  "roots must be separate directories"))
+            cleaned[name] = root
     return found
 
 
@@ -685,7 +759,7 @@ def _reach_mismatch(agent: Agent) -> str | None:
     scheme = agent.docker_host.partition("://")[0]
     if agent.ssh is not None and scheme != "unix":
         return ("with an ssh block, docker_host names the engine's socket on the agent: "
-                "unix:///PATH (default unix:///var/run/docker.sock); the ssh block says how "
+                f"unix:///PATH (default {DEFAULT_DOCKER_HOST}); the ssh block says how "
                 "the agent is reached")
     if scheme == "tcp" and agent.tls is None:
         return ("tcp:// without TLS gives anyone who reaches the port root on the agent: add "

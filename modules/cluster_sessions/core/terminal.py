@@ -54,6 +54,12 @@ def printable(text: object, keep: str = "") -> str:
     return "".join(_escape(c) if is_hidden(c) and c not in keep else c for c in text)
 
 
+def progress(message: str, prefix: str = "") -> None:
+    """A progress line on stderr, flushed at once, so a command's stdout stays
+    machine-readable (the lab, image builds)."""
+    print(f"{prefix}{message}", file=sys.stderr, flush=True)
+
+
 def _json_escape(match: re.Match[str]) -> str:
     char = match[0]
     if not is_hidden(char):

@@ -195,10 +195,8 @@ def one_plan(args: argparse.Namespace) -> tuple[ClusterPlan, Pool]:
     if sel.pending is not None:
         raise CommandError(f"session {sel.pending.name} is pending: {sel.pending.reason}",
                            Exit.PENDING)
-    if len(sel.chosen) != 1:
-        raise CommandError(f"{args.file} makes {len(sel.plans)} sessions (count): choose one "
-                           "with --index I", Exit.INVALID)
-    return sel.chosen[0][1], sel.loaded.pool
+    verb = getattr(args, "verb", "ssh")
+    return sel.one(f"sessionctl {verb} reaches one session"), sel.loaded.pool
 
 
 def stack_outputs(stack: str) -> Mapping[str, Any]:

@@ -14,16 +14,14 @@ import os
 import sys
 from pathlib import Path
 
-from ..agents.errors import AgentsUnusable
 from ..core.loader import Loaded
 from ..core.placement import Free
 from ..core.plan import ClusterPlan, plan_to_dict, session_copies
-from ..core.problems import DefinitionError
 from ..core.spec import Pool, Session, json_schema
 from ..core.terminal import dumps, guarded, printable, table
 from ..core.units import format_size
 from . import verbs
-from .errors import CommandError, Exit
+from .errors import ClusterSessionsError, Exit, outcome
 from .session_args import (
     EPILOG,
     add_session_args,
@@ -66,7 +64,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         docs = [plan_to_dict(p) for p in plans]
         whole = {"count": len(sel.plans), "sessions": docs}
-        print(dumps(whole if sel.counted and args.index is None else docs[0], indent=2))
+        print(dumps(whole if sel.all_of_count else docs[0], indent=2))
     elif args.markdown:
         from ..core.review import plan_markdown
 
@@ -97,6 +95,10 @@ def plan_table(plan: ClusterPlan, name_from_file: bool = False) -> str:
         lines.append(f"network  {net.driver} {net.name} on {net.agent}"
                      + (f", mtu {net.mtu}" if net.mtu else "")
                      + (", encrypted" if net.encrypted else ""))
+    for m in plan.mounts:
+        what = (f"folder {m.folder} ({m.source}: made if missing, kept after destroy)"
+                if m.folder else m.source)
+        lines.append(f"mount    {what} -> {m.target}{' (read-only)' if m.read_only else ''}")
     lines = [printable(line) for line in lines]
     lines.append("")
     lines += table(("HOST", "ROLE", "AGENT", "CPU", "MEM", "SHMEM", "GPUS"), (
@@ -221,19 +223,11 @@ def _main(argv: list[str] | None) -> int:
         code = int(args.func(args))
         sys.stdout.flush()  # a reader that went away shows here, not after the exit code
         return code
-    except DefinitionError as exc:
-        for problem in exc.problems:
-            print(problem, file=sys.stderr)
-        return Exit.INVALID
-    except (CommandError, AgentsUnusable) as exc:
-        # our own messages may span lines (install instructions): print them as lines, each
-        # made printable (the names they quote are validated to hold no control characters)
-        first, *rest = str(exc).split("\n")
-        print(f"sessionctl {args.verb}: {printable(first)}", file=sys.stderr)
-        for line in rest:
-            print(printable(line), file=sys.stderr)
-        # agents that cannot be used are a missing prerequisite (contract 4)
-        return exc.code if isinstance(exc, CommandError) else Exit.MISSING
+    except ClusterSessionsError as exc:  # every error of ours: its class says the exit code
+        code, lines = outcome(args.verb, exc)
+        for line in lines:
+            print(line, file=sys.stderr)
+        return code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

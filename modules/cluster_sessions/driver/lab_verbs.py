@@ -10,6 +10,7 @@ engine and tagged ``cluster-sessions/debian-sshd:latest`` (``--no-image`` skips 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -17,7 +18,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..core.names import DEMO_IMAGE
+from ..core.names import DEMO_IMAGE, POOLS_DIR, STACKS_DIR
+from ..core.terminal import progress
 from ..lab.layout import MAX_AGENTS, layout_for
 from ..lab.processes import LabError
 from .errors import CommandError, Exit
@@ -51,7 +53,7 @@ def _lab_prerequisites() -> None:
 def default_lab_pool_file() -> Path:
     project = project_dir()
     base = project if project is not None else Path.cwd()
-    return base / "stacks" / "pools" / f"{LAB_POOL_NAME}.yaml"
+    return base / STACKS_DIR / POOLS_DIR / f"{LAB_POOL_NAME}.yaml"
 
 
 def check_pool_file_is_ours(path: Path, force: bool) -> None:
@@ -70,8 +72,7 @@ def check_pool_file_is_ours(path: Path, force: bool) -> None:
                            Exit.INVALID)
 
 
-def _progress(message: str) -> None:
-    print(f"lab: {message}", file=sys.stderr, flush=True)
+_progress = functools.partial(progress, prefix="lab: ")
 
 
 def import_lab_image(sockets: Sequence[Path]) -> str:
@@ -128,11 +129,8 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
     pool_file = None if args.no_pool else Path(args.pool_file or default_lab_pool_file())
     if pool_file is not None:
         check_pool_file_is_ours(pool_file, args.force)
-    try:
-        info = netns.lab_up(args.agents, Path(args.state_dir), pool_file, _progress,
-                            prefix=args.prefix, subnet=args.subnet)
-    except LabError as exc:
-        raise CommandError(str(exc), Exit.ENGINE) from None
+    info = netns.lab_up(args.agents, Path(args.state_dir), pool_file, _progress,
+                        prefix=args.prefix, subnet=args.subnet)  # LabError: an engine failure
     for a in info.agents:
         print(f"{a.name}  ssh {info.user}@{a.address}  {a.docker_host} (on the agent)")
     if info.pool_file:
@@ -156,10 +154,7 @@ def cmd_lab_down(args: argparse.Namespace) -> int:
     from ..lab import netns
 
     _lab_prerequisites()
-    try:
-        netns.lab_down(Path(args.state_dir), _progress, keep_keys=args.keep_keys)
-    except LabError as exc:
-        raise CommandError(str(exc), Exit.ENGINE) from None
+    netns.lab_down(Path(args.state_dir), _progress, keep_keys=args.keep_keys)
     return Exit.OK
 
 

@@ -38,9 +38,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ..agents.engine import session_containers
 from ..agents.facts import HeldContainer, held_from_inspect
 from ..core.loader import load_file
-from ..core.names import SESSION_LABEL
 from ..core.spec import Agent, Pool
 from ..core.terminal import printable, table
 from ..core.usage import Usage, agent_usage, usage_text, usage_to_dict
@@ -224,8 +224,7 @@ def listed(stack: str, outputs: Mapping[str, Any], project: Path, connect: Conne
             unreachable[name] = unreachable_cause(agent, exc)
             continue
         try:
-            for c in client.containers.list(all=True, ignore_removed=True, filters={
-                    "label": f"{SESSION_LABEL}={session['name']}"}):
+            for c in session_containers(client, session["name"]):
                 found.append(found_from_attrs(name, c.attrs))
                 held.setdefault(name, []).append(held_from_inspect(c.attrs))
         except Exception as exc:

@@ -20,8 +20,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..agents.engine import (
+    close_client,
+    container_facts,
+    network_facts,
+    open_client,
+    session_containers,
+)
 from ..core.loader import Loaded
-from ..core.names import HOST_LABEL, ROLE_LABEL, SESSION_LABEL
 from ..core.plan import ClusterPlan
 from ..core.spec import Agent
 from ..core.terminal import printable
@@ -48,27 +54,11 @@ class Found:
 
 
 def found_from_attrs(agent: str, attrs: Mapping[str, Any]) -> Found:
-    """A container from ``docker inspect`` attributes."""
-    state = attrs.get("State") or {}
-    config = attrs.get("Config") or {}
-    labels = config.get("Labels") or {}
-    status = state.get("Status", "unknown")
-    started = state.get("StartedAt") or None
-    if started and started.startswith("0001-01-01"):  # never started
-        started = None
-    return Found(
-        agent=agent,
-        id=str(attrs.get("Id", ""))[:12],
-        name=str(attrs.get("Name", "")).lstrip("/"),
-        host=labels.get(HOST_LABEL),
-        role=labels.get(ROLE_LABEL),
-        state=status,
-        health=(state.get("Health") or {}).get("Status"),
-        started_at=started,
-        exit_code=state.get("ExitCode") if status in ("exited", "dead") else None,
-        image=str(config.get("Image", "")),
-        finished_at=(state.get("FinishedAt") or None) if status in ("exited", "dead") else None,
-    )
+    """A container from ``docker inspect`` attributes (read by the engine room)."""
+    c = container_facts(attrs)
+    return Found(agent=agent, id=c.container_id[:12], name=c.name, host=c.host, role=c.role,
+                 state=c.state or "unknown", health=c.health, started_at=c.started_at,
+                 exit_code=c.exit_code, image=c.image, finished_at=c.finished_at)
 
 
 @dataclass(frozen=True)
@@ -94,27 +84,12 @@ Connect = Callable[[Agent], Any]
 
 
 def connect(agent: Agent) -> Any:
-    """A Docker client for the agent, through its connector: over SSH with the pool's key and
-    known_hosts when the agent has them, else its docker_host. ``close()`` on the result closes
-    the connection too (:meth:`Survey.close`)."""
-    from ..agents.connectors import connector_for
-
-    connector = connector_for(agent, timeout=DOCKER_TIMEOUT)
-    try:
-        client = connector.docker_client()
-        client.ping()
-    except BaseException:
-        connector.close()
-        raise
-    client.connector = connector
-    return client
+    """A Docker client for the agent (:func:`cluster_sessions.agents.engine.open_client`);
+    ``close()`` on the result closes the connection too (:meth:`Survey.close`)."""
+    return open_client(agent, DOCKER_TIMEOUT)
 
 
-def disconnect(client: Any) -> None:
-    client.close()
-    connector = getattr(client, "connector", None)
-    if connector is not None:
-        connector.close()
+disconnect = close_client
 
 
 @dataclass
@@ -155,8 +130,7 @@ def survey(plan: ClusterPlan, loaded: Loaded, agents: Sequence[str],
             continue
         result.clients[name] = client
         try:
-            listed = client.containers.list(
-                all=True, filters={"label": f"{SESSION_LABEL}={plan.name}"}, ignore_removed=True)
+            listed = session_containers(client, plan.name)
         except Exception as exc:
             result.unreachable[name] = unreachable_cause(agent, exc)
             continue
@@ -186,10 +160,9 @@ def network_state(plan: ClusterPlan, clients: Mapping[str, Any],
         return NetworkState(**base, state="missing")
     except Exception as exc:
         return NetworkState(**base, state="unknown", note=f"{type(exc).__name__}: {exc}")
-    attrs = found.attrs
-    return NetworkState(**base, state="present", id=str(attrs.get("Id", ""))[:12],
-                        actual_driver=attrs.get("Driver"),
-                        containers=len(attrs.get("Containers") or {}))
+    facts = network_facts(found.attrs)
+    return NetworkState(**base, state="present", id=facts.network_id[:12],
+                        actual_driver=facts.driver, containers=facts.containers)
 
 
 def label_for(sel: Selected, plan: ClusterPlan, host: str) -> str:

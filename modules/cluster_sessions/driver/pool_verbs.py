@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.loader import load_file
-from ..core.names import POOL_DEFINITION_KEY, config_key
+from ..core.names import POOL_DEFINITION_KEY, config_key, session_label_filter
 from ..core.spec import Pool
 from ..core.terminal import printable, table
 from .errors import CommandError, Exit
@@ -41,12 +41,9 @@ POOL_CONFIG = config_key(POOL_DEFINITION_KEY)
 def pool_path(ref: str) -> Path:
     """A pool file: a file as written, or found as a definition's ``pool:`` is
     (:func:`cluster_sessions.core.loader.find_pool`, the one lookup rule)."""
-    from ..core.loader import PoolNotFound, find_pool
+    from ..core.loader import find_pool
 
-    try:
-        return find_pool(ref, given=True)
-    except PoolNotFound as exc:
-        raise CommandError(str(exc), Exit.INVALID) from None
+    return find_pool(ref, given=True)  # PoolNotFound: invalid input
 
 
 def project_dir() -> Path | None:
@@ -346,7 +343,7 @@ def register(subparsers) -> None:
 
     p = verbs.add_parser("sweep", help="remove every container and network a session left",
                          description="Remove every container and network labelled "
-                         "cluster-sessions.session=NAME on every agent of the pool (overlays "
+                         f"{session_label_filter('NAME')} on every agent of the pool (overlays "
                          "through the swarm manager), then verify that none is left. Exit 0 "
                          "when clean, 1 otherwise.", formatter_class=fmt)
     p.add_argument("pool", metavar="POOL")

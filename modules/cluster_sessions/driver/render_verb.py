@@ -164,7 +164,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     if sel.pending is not None:
         raise CommandError(f"{args.file}: pending, nothing rendered: {sel.pending.reason}",
                            Exit.PENDING)
-    each = sel.counted and args.index is None  # DIR/<session>/<host>/ for each of the K
+    each = sel.all_of_count  # DIR/<session>/<host>/ for each of the K
     targets = [(plan, out / plan.name if each else out) for _, plan in sel.chosen]
     for plan, where in targets:  # every session's folders, before any is written
         if where.is_symlink():

@@ -18,7 +18,7 @@ from ..core.placement import Free
 from ..core.plan import ClusterPlan, build_plans, check_usable, session_copies
 from ..core.problems import DefinitionError, Problem
 from ..core.spec import Session
-from .errors import Exit
+from .errors import CommandError, Exit
 
 EPILOG = """exit codes: 0 ok, 1 engine failure, 2 invalid input, 3 session pending,
 4 missing prerequisite (e.g. the pulumi CLI), 5 batch job failed, 6 batch job lost
@@ -89,6 +89,21 @@ class Selected:
     @property
     def chosen(self) -> list[tuple[int, ClusterPlan]]:
         return [(i, self.plans[i - 1]) for i in self.indices]
+
+    @property
+    def all_of_count(self) -> bool:
+        """Several sessions, all acted on (no ``--index``): outputs name each one."""
+        return self.counted and len(self.indices) == len(self.plans)
+
+    def one(self, needs: str) -> ClusterPlan:
+        """The one session a verb (or option) that acts on a single session means; several
+        chosen is invalid input saying how to choose. ``needs``: who needs one, e.g.
+        ``--stack names one stack``."""
+        if len(self.indices) != 1:
+            raise CommandError(f"{needs}, but {self.loaded.session_file} makes "
+                               f"{len(self.plans)} sessions (count): choose one with --index I",
+                               Exit.INVALID)
+        return self.chosen[0][1]
 
     @property
     def pending(self) -> ClusterPlan | None:

@@ -28,12 +28,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..core.errors import EngineFailure
 from ..core.names import PROJECT as PROJECT_NAME
 
 LOCK_DIR = ".sessionctl-locks"
 
 
-class StackBusy(Exception):
+class StackBusy(EngineFailure):
     """Another run holds the stack; the message names it."""
 
 

@@ -24,6 +24,7 @@ from ..core.names import (
     POOL_DEFINITION_KEY,
     POOL_KEY,
     PROJECT,
+    STACKS_DIR,
     config_key,
 )
 from .errors import CommandError, Exit
@@ -39,7 +40,6 @@ CONFIG_POOL_DEFINITION = config_key(POOL_DEFINITION_KEY)
 OWNER_KEYS = (CONFIG_DEFINITION, CONFIG_POOL_DEFINITION)
 """The config keys that say which file a stack is made from: a session's definition, or a
 pool stack's pool file. One stack, one file."""
-STACKS_DIR = "stacks"
 STATE_DIR = ".pulumi-state"
 # Public on purpose: it lets a laptop or the lab run without setup, and protects nothing.
 DEFAULT_PASSPHRASE = "cluster-sessions-local-insecure"

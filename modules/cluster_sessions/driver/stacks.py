@@ -53,9 +53,10 @@ from typing import Any
 
 from ..agents.capacity import preflight
 from ..agents.cleanup import sweep
+from ..agents.folders import folder_refusals
 from ..agents.reach import LOCAL, reach_of
 from ..core.loader import Loaded
-from ..core.names import DEFAULT_DOCKER_HOST, DOCKER_CLIENT_ENV
+from ..core.names import DEFAULT_DOCKER_HOSTS, DOCKER_CLIENT_ENV, STACKS_DIR
 from ..core.plan import ClusterPlan
 from ..core.spec import Agent, Pool
 from .errors import CommandError, Exit
@@ -65,7 +66,6 @@ from .stack_settings import (
     CONFIRM,
     PASSPHRASE_WARNING,
     PROJECT_NAME,
-    STACKS_DIR,
     STATE_DIR,
     VERBS,
     EngineSettings,
@@ -135,7 +135,7 @@ def docker_answers(agent: Agent, timeout: float = 5) -> str | None:
 
 
 def start_hint(docker_host: str) -> str:
-    if docker_host in (DEFAULT_DOCKER_HOST, "unix:///run/docker.sock"):
+    if docker_host in DEFAULT_DOCKER_HOSTS:
         return "start it (as root: scripts/ensure-docker.sh, or `systemctl start docker`)"
     return ("start the engine serving that socket (the lab pool's agents: `sessionctl lab up`)")
 
@@ -344,9 +344,8 @@ def cmd_stack(args: argparse.Namespace) -> int:
     verb = args.verb
     definition = Path(args.file)
     sel = selected(args)  # DefinitionError -> exit 2 in cli.main
-    if args.stack is not None and len(sel.chosen) > 1:
-        raise CommandError(f"--stack names one stack, but {definition} makes "
-                           f"{len(sel.plans)} sessions (count): add --index I", Exit.INVALID)
+    if args.stack is not None:
+        sel.one("--stack names one stack")
     stacks = {plan.name: stack_name_for(plan.name, args.stack) for _, plan in sel.chosen}
     docs: list[dict[str, Any]] = []
 
@@ -387,7 +386,7 @@ def cmd_stack(args: argparse.Namespace) -> int:
                     held.enter_context(stack_lock(prepared.settings.backend_url, stack, verb))
             except StackBusy as exc:
                 report_all("busy", backend=prepared.settings.backend_url, error=str(exc))
-                raise CommandError(str(exc), Exit.ENGINE) from None
+                raise
         return run_stacks(args, verb, sel, stacks, prepared, docs, emit_docs, report_all)
 
 
@@ -411,6 +410,7 @@ def run_stacks(args: argparse.Namespace, verb: str, sel: Any, stacks: dict[str, 
         mine = [p.name for p in sel.plans]
         for agents in dict.fromkeys(p.agents for _, p in sel.chosen):
             preflight(sel.loaded.pool, agents, exclude_session=mine)
+        refuse_unusable_folders(definition, sel)
     try:
         refuse_taken_stacks([t for _, t in targets], prepared)
     except CommandError as exc:
@@ -438,6 +438,19 @@ def run_stacks(args: argparse.Namespace, verb: str, sel: Any, stacks: dict[str, 
                         + (f"; not attempted: {', '.join(left)}" if left else ""))
         raise CommandError(message, failures[0].code)
     return Exit.OK
+
+
+def refuse_unusable_folders(definition: Path, sel: Any) -> None:
+    """Before anything is created: a data folder that some agent's storage holds as a link,
+    a file or another user's directory is invalid input (exit 2), named by file and field;
+    nothing is made (agents.folders.folder_refusals)."""
+    found: list[str] = []
+    for _, plan in sel.chosen:
+        found += [f"{definition}: {path}: {message}"
+                  for path, message in folder_refusals(sel.loaded.pool, plan)]
+    if found:
+        raise CommandError("\n".join(dict.fromkeys(found)) + "\nnothing was created",
+                           Exit.INVALID)
 
 
 def refuse_taken_stacks(targets: Sequence[Target], prepared: Prepared) -> None:

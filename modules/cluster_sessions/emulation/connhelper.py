@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-DEFAULT_HOST = "unix:///var/run/docker.sock"
+from cluster_sessions.core.names import DEFAULT_DOCKER_HOST as DEFAULT_HOST
+
 SSH_TIMEOUT_FLAG = "-o ConnectTimeout=30"  # one argv element, as connhelper.go l. 88 adds it
 
 

@@ -19,7 +19,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from cluster_sessions.core.names import LABEL_PREFIX
+from cluster_sessions.agents import engine as engine_room
 
 from . import connhelper, provider
 from .engine import Registration
@@ -265,11 +265,10 @@ def tar_upload(upload: dict) -> bytes:
 
 def sweep_session(client, session: str) -> None:
     """Remove anything an interrupted earlier run of this session left on one engine."""
-    label = f"{LABEL_PREFIX}.session={session}"
-    for c in client.containers.list(all=True, filters={"label": label}):
-        c.remove(force=True)
-    for n in client.networks.list(filters={"label": label}):
-        n.remove()
+    for c in engine_room.session_containers(client, session):
+        engine_room.remove(client, "container", c.id)
+    for n in engine_room.session_network_attrs(client, session):
+        engine_room.remove(client, "network", n["Id"])
 
 
 def run_in(container, command: str, user: str = "work") -> tuple[int, str]:

@@ -43,11 +43,12 @@ from pulumi.runtime.settings import get_root_resource, reset_options
 from pulumi.runtime.sync_await import _sync_await
 
 from ..core.names import PROJECT as PROJECT_NAME
+from ..core.names import STACKS_DIR
 from . import provider
 
 PROJECT = Path(__file__).resolve().parents[3]  # the checkout: modules/cluster_sessions/emulation
 MAIN = PROJECT / "__main__.py"
-STACKS = PROJECT / "stacks"
+STACKS = PROJECT / STACKS_DIR
 SECRET_SIG = rpc._special_sig_key
 SECRET_VALUE = rpc._special_secret_sig
 DYNAMIC_PREFIX = "pulumi-python:dynamic"

@@ -25,7 +25,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.errors import EngineFailure
 from ..core.names import DEMO_IMAGE_REPOSITORY
+from ..core.terminal import progress as print_to_stderr
 
 Progress = Callable[[str], None]
 
@@ -76,13 +78,8 @@ RECIPE_VERSION = 1
 LABEL = "org.cluster-sessions.recipe"
 
 
-class ImageBuildError(RuntimeError):
+class ImageBuildError(EngineFailure, RuntimeError):
     """The image could not be built or imported; the message says why and what to do."""
-
-
-def print_to_stderr(message: str) -> None:
-    """Progress goes to stderr so a command's stdout stays machine-readable."""
-    print(message, file=sys.stderr, flush=True)
 
 
 def cache_dir() -> Path:

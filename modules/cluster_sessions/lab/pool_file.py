@@ -45,13 +45,23 @@ def pool_document(info: LabInfo, name: str = "lab") -> dict:
         ],
         "swarm": {"manager": info.agents[0].name},
         "network": {"mtu": 1450, "encrypted": False},
+        # one host directory, seen by every agent's engine (they share this machine's
+        # filesystem, as agents share an NFS mount): the data folders' root
+        "storage": {"data": str(storage_root(info.state_dir))},
     }
+
+
+def storage_root(state_dir: Path) -> Path:
+    """The lab's storage root for data folders (core/folders.py): root's, 0755, so that only
+    the engines (through the archive API) make folders in it, never a session user."""
+    return Path(state_dir) / "storage"
 
 
 
 def write_pool(info: LabInfo) -> None:
     if info.pool_file is None:
         return
+    storage_root(info.state_dir).mkdir(mode=0o755, exist_ok=True)
     doc = pool_document(info, info.pool_file.stem)
     text = (
         f"{POOL_FILE_HEADER} (cluster_sessions.lab.netns), rewritten on each up.\n"

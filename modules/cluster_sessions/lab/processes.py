@@ -14,11 +14,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..agents.polling import poll_until
+from ..core.errors import EngineFailure
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
-class LabError(RuntimeError):
+class LabError(EngineFailure, RuntimeError):
     """The lab cannot be brought up, inspected or torn down; the message says why."""
 
 

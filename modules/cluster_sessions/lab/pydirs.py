@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from cluster_sessions.core.errors import EngineFailure
 from cluster_sessions.lab.image import Progress, cache_dir, locked, print_to_stderr
 
 PYTHON_VERSION = "3.11"
@@ -54,7 +55,7 @@ TENSORFLOW = PackageDir("tensorflow", "tensorflow-cpu", "2.21.0", (), "about 1 m
 DIRS = {d.name: d for d in (TORCH, TENSORFLOW)}
 
 
-class InstallError(RuntimeError):
+class InstallError(EngineFailure, RuntimeError):
     """pip could not install the packages; the message carries pip's last lines."""
 
 

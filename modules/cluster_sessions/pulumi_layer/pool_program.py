@@ -17,17 +17,16 @@ from pathlib import Path
 
 import pulumi
 
+from ..core.errors import InvalidInput
 from ..core.loader import load_file
-from ..core.names import CONFIG_NAMESPACE, POOL_DEFINITION_KEY
+from ..core.names import CONFIG_NAMESPACE, POOL_DEFINITION_KEY, STACKS_DIR
 from ..core.problems import DefinitionError
 from ..core.spec import Pool
 from .program import resolve
 from .swarm import PoolSwarm
 
-STACKS_DIR = "stacks"
 
-
-class InvalidPool(pulumi.RunError):
+class InvalidPool(pulumi.RunError, InvalidInput):
     """The pool definition is invalid or has no swarm; one ``FILE: path: message`` per line."""
 
 

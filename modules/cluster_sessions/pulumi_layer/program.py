@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pulumi
 
+from ..core.errors import InvalidInput
 from ..core.loader import Loaded, load_session
 from ..core.names import (
     CONFIG_NAMESPACE,
@@ -30,15 +31,14 @@ from ..core.names import (
     INDEX_KEY,
     POOL_KEY,
     PROVIDER_STEERING_ENV,
+    STACKS_DIR,
 )
 from ..core.plan import ClusterPlan, build_plans, check_usable
 from ..core.problems import DefinitionError
 from .session import Session, SessionArgs, SessionPending
 
-STACKS_DIR = "stacks"
 
-
-class InvalidDefinition(pulumi.RunError):
+class InvalidDefinition(pulumi.RunError, InvalidInput):
     """The definition or its pool is invalid; one ``FILE: path: message`` line per problem."""
 
 
@@ -90,7 +90,7 @@ def chosen(plans: tuple[ClusterPlan, ...], index: str | None, stack: str) -> Clu
     return plans[int(index) - 1]
 
 
-class SteeredEnvironment(pulumi.RunError):
+class SteeredEnvironment(pulumi.RunError, InvalidInput):
     """The environment holds what the docker provider would follow instead of the pool."""
 
 

@@ -39,17 +39,19 @@ import pulumi_docker as docker
 from ..agents.reach import LOCAL, reach_of
 from ..core import keys
 from ..core.container_args import container_args, network_args
+from ..core.errors import Pending
 from ..core.names import BUNDLE_DIGEST_LABEL, DEFAULT_DOCKER_HOST
 from ..core.plan import ClusterPlan, ContainerPlan
 from ..core.provider_facts import NETWORK_IGNORED
 from ..core.render import BUNDLE_DIR, RenderedFile, pack, render_container
 from ..core.spec import SSH_PORT, Agent, Pool, agent_address
+from .folders import DataFolder
 from .keystore import SessionKeyStore
 
 TYPE_TOKEN = "cluster-sessions:index:Session"
 
 
-class SessionPending(pulumi.RunError):
+class SessionPending(pulumi.RunError, Pending):
     """The plan could not place the session; nothing was created.
 
     A ``RunError``: Pulumi fails the update with this message and no stack trace.
@@ -171,6 +173,7 @@ class Session(pulumi.ComponentResource):
                                 principals={c.host: [c.host, c.container_name]
                                             for c in plan.containers})
         self.docker_network = self._build_network()
+        self.folders = self._build_folders(name)
         material = self.keys.material()
         self.containers: dict[str, docker.Container] = {
             c.host: self._build_container(c, material) for c in plan.containers
@@ -239,16 +242,32 @@ class Session(pulumi.ComponentResource):
             ),
         )
 
+    def _build_folders(self, name: str) -> dict[str, list[DataFolder]]:
+        """Each data folder on each agent the containers use, made before them (never deleted:
+        pulumi_layer/folders.py)."""
+        plan, user = self.plan, self.plan.session.user
+        out: dict[str, list[DataFolder]] = {}
+        for agent in plan.agents:
+            out[agent] = [
+                DataFolder(f"{name}-folder-{agent}/{m.storage}/{m.folder}",
+                           self.pool.agent(agent), plan.session.image, m.root or "",
+                           m.folder or "", user.uid, user.gid,
+                           opts=pulumi.ResourceOptions(parent=self))
+                for m in plan.folders]
+        return out
+
     def _build_bundle(self, c: ContainerPlan, material: pulumi.Output[keys.SessionKeys]
                       ) -> tuple[list[docker.ContainerUploadArgs], pulumi.Output[str]]:
         """(the one upload of the bundle, a secret; the digest of its public files, not)."""
         plan = self.plan
+        # ``material`` is a secret, and so is all that is derived from it: the pack is secret
+        # without being marked again (few Outputs per container: each one is SDK work).
         packed = material.apply(
             lambda k: bundle_pack(check_rendered(render_container(plan, c, k), k, c.host)))
-        content = pulumi.Output.secret(packed.apply(lambda p: p[0]))
+        content = packed.apply(_first)
         # The keys resource is secret as a whole; the digest of the public files is not, so a
         # preview shows changes to the entrypoint and the public files.
-        digest = pulumi.Output.unsecret(packed.apply(lambda p: p[1]))
+        digest = pulumi.Output.unsecret(packed.apply(_second))
         # 0600 from the first byte on: it holds the private keys
         return [docker.ContainerUploadArgs(file=BUNDLE_PACK, content=content, executable=False,
                                            permissions=BUNDLE_PACK_PERMISSIONS)], digest
@@ -295,7 +314,7 @@ class Session(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(
                 parent=self,
                 provider=self.providers[c.agent],
-                depends_on=[self.docker_network],
+                depends_on=[self.docker_network, *self.folders.get(c.agent or "", [])],
                 delete_before_replace=True,  # fixed names: the old container must go first
             ),
         )
@@ -333,6 +352,14 @@ class Session(pulumi.ComponentResource):
             return {**base, "ports": published, "ssh": _ssh_hint(ssh, user, main1_key)}
 
         return pulumi.Output.all(container.ports, host_key).apply(lambda a: describe(*a))
+
+
+def _first(pair: tuple[str, str]) -> str:
+    return pair[0]
+
+
+def _second(pair: tuple[str, str]) -> str:
+    return pair[1]
 
 
 def _published(port, agent: Agent) -> dict:

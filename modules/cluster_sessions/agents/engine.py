@@ -1,0 +1,221 @@
+"""The engine room: the one place that talks to a Docker Engine about a session's objects.
+
+Everyone who needs a session's containers or networks asks here (``status``, ``logs``,
+``wait``, ``ls``, capacity probes, the clean-up, the emulated provider's sweep):
+
+- reach: :func:`open_client` gives a Docker SDK client for an agent through its connector
+  (:mod:`.connectors`, :mod:`.reach`: over SSH when the agent has an ``ssh`` block);
+- list by label: :func:`session_containers` and :func:`session_network_attrs` through the
+  SDK, :func:`labelled_inspect_command` over a shell (the label filter is
+  :func:`cluster_sessions.core.names.session_label_filter`);
+- inspect to typed facts: :func:`container_facts` and :func:`network_facts` read ``docker
+  inspect`` output (the same over a shell and through the API) into dataclasses, the only
+  readers of our labels and the engine's ``State``;
+- remove: :func:`remove` through the SDK, :func:`removal_command` over a shell.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..core.names import (
+    CPU_LABEL,
+    GPUS_LABEL,
+    HOST_LABEL,
+    MEM_LABEL,
+    ROLE_LABEL,
+    SESSION_ID_LABEL,
+    SESSION_LABEL,
+    session_label_filter,
+)
+
+Kind = Literal["container", "network"]
+
+
+# --- inspect -> typed facts (pure) ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ContainerFacts:
+    """What ``docker inspect`` says of one container, and what our labels on it say."""
+
+    container_id: str
+    name: str
+    session: str  # "" when the container has no session label
+    session_id: str
+    host: str | None  # the session's host name (main1, sub1, ...) from its label
+    role: str | None
+    state: str  # created | running | paused | restarting | removing | exited | dead
+    health: str | None  # healthy | unhealthy | starting, when the container has a healthcheck
+    started_at: str | None  # None when it never started
+    finished_at: str | None  # only once it exited or died
+    exit_code: int | None  # only once it exited or died
+    image: str
+    millicpu: int  # what it holds: our labels, else its HostConfig limits
+    mem: int
+    gpus: tuple[int, ...]
+
+
+def _int(value: Any, default: int = 0) -> int:
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        return default
+
+
+def container_facts(attrs: Mapping[str, Any]) -> ContainerFacts:
+    """A container from its ``docker inspect`` attributes (one object of the list)."""
+    state = attrs.get("State") or {}
+    config = attrs.get("Config") or {}
+    labels = config.get("Labels") or {}
+    host_cfg = attrs.get("HostConfig") or {}
+    status = str(state.get("Status", "") or "")
+    ended = status in ("exited", "dead")
+    started = state.get("StartedAt") or None
+    if started and str(started).startswith("0001-01-01"):  # never started
+        started = None
+    try:
+        millicpu = round(float(labels[CPU_LABEL]) * 1000)
+    except (KeyError, ValueError):
+        millicpu = _int(host_cfg.get("NanoCpus")) // 1_000_000
+    mem = _int(labels.get(MEM_LABEL), -1)
+    if mem < 0:
+        mem = _int(host_cfg.get("Memory"))
+    gpu_label = labels.get(GPUS_LABEL)
+    if gpu_label is not None:
+        gpus = tuple(int(g) for g in str(gpu_label).split(",") if g.strip().isdigit())
+    else:
+        gpus = tuple(int(g) for req in host_cfg.get("DeviceRequests") or ()
+                     for g in (req.get("DeviceIDs") or ()) if str(g).isdigit())
+    return ContainerFacts(
+        container_id=str(attrs.get("Id", "")),
+        name=str(attrs.get("Name", "")).lstrip("/"),
+        session=str(labels.get(SESSION_LABEL, "")),
+        session_id=str(labels.get(SESSION_ID_LABEL, "")),
+        host=labels.get(HOST_LABEL),
+        role=labels.get(ROLE_LABEL),
+        state=status,
+        health=(state.get("Health") or {}).get("Status"),
+        started_at=started,
+        finished_at=(state.get("FinishedAt") or None) if ended else None,
+        exit_code=state.get("ExitCode") if ended else None,
+        image=str(config.get("Image", "")),
+        millicpu=millicpu,
+        mem=mem,
+        gpus=gpus,
+    )
+
+
+@dataclass(frozen=True)
+class NetworkFacts:
+    """What ``docker network inspect`` (or ``ls``) says of one network."""
+
+    network_id: str
+    name: str
+    driver: str
+    scope: str  # local | swarm
+    session: str
+    session_id: str
+    containers: int  # attached containers this engine sees (0 in a listing)
+
+
+def network_facts(attrs: Mapping[str, Any]) -> NetworkFacts:
+    labels = attrs.get("Labels") or {}
+    return NetworkFacts(
+        network_id=str(attrs.get("Id", "")),
+        name=str(attrs.get("Name", "")),
+        driver=str(attrs.get("Driver", "")),
+        scope=str(attrs.get("Scope", "")),
+        session=str(labels.get(SESSION_LABEL, "")),
+        session_id=str(labels.get(SESSION_ID_LABEL, "")),
+        containers=len(attrs.get("Containers") or {}),
+    )
+
+
+# --- list by label ------------------------------------------------------------------------------
+
+
+def session_containers(client: Any, session: str | None = None) -> list[Any]:
+    """The SDK's container objects (all states, inspected) carrying our session label, of one
+    session or (no name) any; one removed meanwhile is left out."""
+    return client.containers.list(all=True, ignore_removed=True,
+                                  filters={"label": session_label_filter(session)})
+
+
+def session_network_attrs(client: Any, session: str | None = None) -> list[Mapping[str, Any]]:
+    """The networks carrying our session label that this engine sees, as the API lists them."""
+    return client.api.networks(filters={"label": session_label_filter(session)})
+
+
+def labelled_inspect_command(kind: Kind, session: str | None = None) -> str:
+    """A shell line that prints ``docker inspect`` of every container (or network) with our
+    label (``[]`` for none; an object gone between the listing and the inspect is left out,
+    not an error)."""
+    ls, inspect = (("docker ps -a", "docker inspect") if kind == "container"
+                   else ("docker network ls", "docker network inspect"))
+    flt = _single_quoted(f"label={session_label_filter(session)}")
+    return (f"ids=$({ls} -q --no-trunc --filter {flt}) || exit $?; "
+            f"if [ -z \"$ids\" ]; then echo '[]'; else {inspect} $ids 2>/dev/null; fi; exit 0")
+
+
+def _single_quoted(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+# --- remove -------------------------------------------------------------------------------------
+
+
+def remove(client: Any, kind: Kind, object_id: str) -> bool:
+    """Remove a container (with its anonymous volumes, running or not) or a network through
+    the API; False when it was gone already. Other engine errors propagate."""
+    import docker.errors
+
+    try:
+        if kind == "container":
+            client.api.remove_container(object_id, force=True, v=True)
+        else:
+            client.api.remove_network(object_id)
+    except docker.errors.NotFound:
+        return False
+    return True
+
+
+def removal_command(kind: Kind, ids: Sequence[str]) -> str:
+    """The shell line that removes the objects as :func:`remove` does."""
+    quoted = " ".join(shlex.quote(i) for i in ids)
+    return f"docker rm -f -v {quoted}" if kind == "container" else f"docker network rm {quoted}"
+
+
+def gone_already(stderr: str) -> bool:
+    """A removal over a shell that failed only because the object was gone."""
+    return "No such" in stderr or "not found" in stderr
+
+
+# --- reach --------------------------------------------------------------------------------------
+
+
+def open_client(agent: Any, timeout: float) -> Any:
+    """A Docker client for the agent, through its connector (over SSH with the pool's key and
+    known_hosts when the agent has them, else its docker_host), answering a ping.
+    :func:`close_client` closes the connection too."""
+    from .connectors import connector_for
+
+    connector = connector_for(agent, timeout=timeout)
+    try:
+        client = connector.docker_client()
+        client.ping()
+    except BaseException:
+        connector.close()
+        raise
+    client.connector = connector
+    return client
+
+
+def close_client(client: Any) -> None:
+    client.close()
+    connector = getattr(client, "connector", None)
+    if connector is not None:
+        connector.close()

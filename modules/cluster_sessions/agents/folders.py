@@ -1,0 +1,161 @@
+"""Data folders on an agent: look at ``<root>/<folder>`` without following links, and make it,
+owned by the session user, when nothing is there (core/folders.py says what is acceptable).
+
+The work is the engine's own, never a program's: a helper container is *created, never
+started*, with the storage root bound at :data:`HELPER_ROOT`; the engine's archive API then
+stats the folder (``HEAD /containers/ID/archive``, an ``lstat``: a link is reported as a link,
+never followed) and, when it is missing, extracts a one-entry tar holding the directory with
+the session user's uid, gid and mode (``PUT``), and the helper is removed. Nothing from the
+definition runs: the image only has to be on the agent (the session's own, which its
+containers need there anyway). Over SSH the agent's user needs only the docker group, as for
+everything else; the engine, which runs as root, makes the folder.
+
+A folder is never removed here or anywhere else: ``destroy`` removes containers and networks
+(agents/cleanup.py ``docker rm -f -v`` drops anonymous volumes only, never a bind's directory).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import tarfile
+import time
+from typing import Any
+
+from ..core.errors import InvalidInput
+from ..core.folders import FOLDER_MODE, MODE_DIR, FolderStat, folder_verdict
+from ..core.names import FOLDER_HELPER_LABEL as HELPER_LABEL
+
+HELPER_ROOT = "/cluster-session-storage"
+STAT_HEADER = "X-Docker-Container-Path-Stat"
+
+
+class FolderRefused(InvalidInput):
+    """What is at a folder's path is not a folder this session may use; nothing was made."""
+
+
+def _stat(api: Any, container: str, path: str) -> FolderStat | None:
+    import docker
+
+    url = api._url("/containers/{0}/archive", container)
+    res = api.head(url, params={"path": path})
+    if res.status_code == 404:
+        return None
+    try:
+        api._raise_for_status(res)
+    except docker.errors.NotFound:
+        return None
+    info = json.loads(base64.b64decode(res.headers[STAT_HEADER]))
+    mode = int(info.get("mode", 0))
+    uid = gid = None
+    if mode & MODE_DIR:
+        uid, gid = _owner(api, container, path)
+    return FolderStat(mode=mode, link_target=info.get("linkTarget") or "", uid=uid, gid=gid)
+
+
+def _owner(api: Any, container: str, path: str) -> tuple[int, int]:
+    """The directory's own uid and gid: the first header of its archive (the rest of the
+    stream, the folder's contents, is not read)."""
+    stream, _ = api.get_archive(container, path, chunk_size=tarfile.BLOCKSIZE)
+    head = b""
+    try:
+        for chunk in stream:
+            head += chunk
+            if len(head) >= tarfile.BLOCKSIZE:
+                break
+    finally:
+        close = getattr(stream, "close", None)
+        if close:
+            close()
+    info = tarfile.TarInfo.frombuf(head[:tarfile.BLOCKSIZE], "utf-8", "surrogateescape")
+    return info.uid, info.gid
+
+
+def _directory_tar(folder: str, uid: int, gid: int) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        entry = tarfile.TarInfo(folder)
+        entry.type = tarfile.DIRTYPE
+        entry.mode = FOLDER_MODE
+        entry.uid, entry.gid = uid, gid
+        entry.mtime = int(time.time())
+        tar.addfile(entry)
+    return out.getvalue()
+
+
+def ensure_folder(client: Any, image: str, root: str, folder: str, uid: int, gid: int,
+                  *, create: bool = True) -> str:
+    """``made``, ``kept`` (already this user's directory) or, with ``create`` False and nothing
+    there, ``missing``; :class:`FolderRefused` when something else is there (nothing is made).
+    ``client``: a Docker SDK client of the agent's engine (Connector.docker_client)."""
+    import docker
+    from docker.types import Mount
+
+    api = client.api
+    try:
+        helper = api.create_container(
+            image, command=["/nonexistent-never-started"], entrypoint=[],
+            network_disabled=True, labels={HELPER_LABEL: folder},
+            host_config=api.create_host_config(
+                mounts=[Mount(HELPER_ROOT, root, type="bind", read_only=not create)],
+                network_mode="none"))["Id"]
+    except docker.errors.APIError as exc:
+        if "bind source path does not exist" in str(exc):
+            raise FolderRefused(f"the storage root {root} does not exist on this agent: the "
+                                "pool's storage must be present on every agent") from None
+        raise
+    try:
+        path = f"{HELPER_ROOT}/{folder}"
+        found = _stat(api, helper, path)
+        problem = folder_verdict(found, uid)
+        if problem:
+            raise FolderRefused(f"{root}/{folder} {problem}")
+        if found is not None:
+            return "kept"
+        if not create:
+            return "missing"
+        api.put_archive(helper, HELPER_ROOT, _directory_tar(folder, uid, gid))
+        made = _stat(api, helper, path)
+        problem = folder_verdict(made, uid) if made is not None else "was not made"
+        if problem:
+            raise FolderRefused(f"{root}/{folder} {problem}")
+        return "made"
+    finally:
+        api.remove_container(helper, force=True)
+
+
+def folder_refusals(pool: Any, plan: Any) -> list[tuple[str, str]]:
+    """``(dotted path, message)`` for each data folder of ``plan`` that some agent it uses
+    refuses (a link, not a directory, another user's); read-only: nothing is made. The driver
+    asks this before ``up`` so that a refused folder is invalid input (exit 2) and nothing of
+    the session is created."""
+    import docker
+
+    from .connectors import AgentError, connector_for, short_error
+    from .errors import AgentsUnusable
+
+    found: list[tuple[str, str]] = []
+    if not plan.folders:
+        return found
+    index = {m.source: i for i, m in reversed(list(enumerate(plan.mounts)))}
+    user = plan.session.user
+    for name in plan.agents:
+        try:
+            with connector_for(pool.agent(name)) as conn:
+                client = conn.docker_client()
+                try:
+                    for m in plan.folders:
+                        try:
+                            ensure_folder(client, plan.session.image, m.root, m.folder,
+                                          user.uid, user.gid, create=False)
+                        except FolderRefused as exc:
+                            found.append((f"mounts.{index[m.source]}.folder",
+                                          f"on agent {name}: {exc}"))
+                finally:
+                    client.close()
+        except (AgentError, docker.errors.DockerException) as exc:
+            # the image missing there, the engine gone since the preflight: nothing is made
+            raise AgentsUnusable(f"agent {name}: could not check the session's data folders: "
+                                 f"{short_error(exc)}; nothing was created") from None
+    return found

@@ -1,0 +1,95 @@
+"""Data folders: a pool's storage roots and the folders sessions mount from them.
+
+A pool names storage roots (``storage: {data: /srv/vfolders}``), host directories present on
+every agent (an NFS mount, say). A definition mounts ``{folder: mydata, target: ...}``: the
+host path is ``<root>/<folder>``, made if missing, owned by the session user, and never
+removed by ``destroy`` (Backend.AI's storage folders, as opposed to the container's own files,
+which go with the session).
+
+A folder is one name below its root, never a path: no ``/``, no ``..``, no leading ``.``. What
+may already be at ``<root>/<folder>`` is judged by :func:`folder_verdict` from the engine's own
+``lstat`` (agents/folders.py): a directory owned by the session user is used, nothing there is
+made, anything else (a symbolic link above all, which the engine would follow when it binds the
+folder) is refused.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+FOLDER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}", re.ASCII)
+"""A folder's name (an allowlist): one path component, not hidden, at most 64 characters."""
+STORAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", re.ASCII)
+FOLDER_MODE = 0o750
+"""A new folder: the session user's, readable by its group, closed to others."""
+
+# Go's os.FileMode bits, as the engine's archive stat reports them (X-Docker-Container-Path-Stat)
+MODE_DIR = 1 << 31
+MODE_SYMLINK = 1 << 27
+
+
+def folder_name_problem(name: str) -> str | None:
+    if FOLDER_NAME.fullmatch(name):
+        return None
+    return (f"{name!r} is not a folder name: one name of at most 64 letters, digits, '_', '.' "
+            "or '-', not starting with '.' or '-' (a folder is a directory directly below the "
+            "pool's storage root, never a path)")
+
+
+def storage_of(storage: Mapping[str, str], wanted: str | None) -> tuple[str | None, str | None]:
+    """(the storage name a folder mount uses, or None; the problem, or None). Without
+    ``storage:`` the pool must have exactly one root: with several, naming one is required
+    (a default among several would be a guess the definition cannot see)."""
+    if wanted is None:
+        if len(storage) == 1:
+            return next(iter(storage)), None
+        if not storage:
+            return None, ("the pool has no storage roots (storage: {NAME: /host/dir}), so "
+                          "sessions on it mount no folders; ask the pool's operator")
+        return None, (f"the pool has several storage roots ({', '.join(storage)}): say which "
+                      "with storage: NAME")
+    if wanted in storage:
+        return wanted, None
+    close = difflib.get_close_matches(wanted, list(storage), n=1)
+    guess = f"; did you mean {close[0]!r}?" if close else ""
+    have = ", ".join(storage) or "none"
+    return None, f"the pool has no storage {wanted!r} (it has: {have}){guess}"
+
+
+def folder_path(root: str, folder: str) -> str:
+    """``<root>/<folder>`` on every agent."""
+    return root.rstrip("/") + "/" + folder
+
+
+@dataclass(frozen=True)
+class FolderStat:
+    """What the engine says is at a folder's path, without following a link."""
+
+    mode: int  # Go os.FileMode bits
+    link_target: str
+    uid: int | None = None
+    gid: int | None = None
+
+
+def folder_verdict(stat: FolderStat | None, uid: int) -> str | None:
+    """None when the folder can be used (or made: ``stat`` None, nothing there), else why not.
+
+    Refused: a symbolic link (the engine follows it when it binds the folder: a link to /etc
+    would give the container the agent's /etc), anything not a directory, and a directory
+    another uid owns (it is not this session user's folder; the group may differ)."""
+    if stat is None:
+        return None
+    if stat.mode & MODE_SYMLINK or stat.link_target:
+        return (f"is a symbolic link (to {stat.link_target!r}), which the engine would follow: "
+                "a folder must be a plain directory; remove the link")
+    if not stat.mode & MODE_DIR:
+        return "exists and is not a directory"
+    if stat.uid is not None and stat.uid != uid:
+        return (f"is owned by uid {stat.uid}, not the session user's {uid}: it is another "
+                "user's folder")
+    return None

@@ -1,0 +1,94 @@
+"""Data folders as Pulumi dynamic resources: ``<root>/<folder>`` on one agent, made if missing
+with the session user's uid and gid (agents/folders.py), and **never deleted**: ``destroy``
+forgets the resource and leaves the directory and what is in it (Backend.AI's storage
+folders outlive sessions). One resource per folder and agent the session uses; the session's
+containers depend on them, so a refused folder stops ``up`` before any container is made.
+
+Like the swarm resources, the provider holds only plain data and opens its connection inside
+each call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pulumi
+from pulumi.dynamic import (
+    CheckFailure,
+    CheckResult,
+    CreateResult,
+    DiffResult,
+    ReadResult,
+    ResourceProvider,
+    UpdateResult,
+)
+
+from ..agents.connectors import agent_props, connector_from_props
+from ..agents.folders import ensure_folder
+from ..core.folders import folder_name_problem
+from ..core.spec import Agent
+from .swarm import unknown
+
+COMMAND_TIMEOUT = 120.0
+# A change to these is another directory: a new resource (the old one's delete leaves it).
+REPLACES = ("root", "folder", "agent")
+
+
+def _ensure(props: Mapping[str, Any]) -> dict[str, Any]:
+    with connector_from_props(props["agent"], timeout=COMMAND_TIMEOUT) as conn:
+        client = conn.docker_client()
+        try:
+            outcome = ensure_folder(client, props["image"], props["root"], props["folder"],
+                                    int(props["uid"]), int(props["gid"]))
+        finally:
+            client.close()
+    return {**props, "outcome": outcome}
+
+
+class DataFolderProvider(ResourceProvider):
+    """Makes (or adopts) one data folder on one agent; delete leaves it."""
+
+    INPUTS = ("agent", "image", "root", "folder", "uid", "gid")
+
+    def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> CheckResult:
+        failures = []
+        folder = news.get("folder")
+        if not unknown(folder) and (not isinstance(folder, str) or folder_name_problem(folder)):
+            failures.append(CheckFailure("folder", "must be a folder name (core.folders)"))
+        root = news.get("root")
+        if not unknown(root) and (not isinstance(root, str) or not root.startswith("/")):
+            failures.append(CheckFailure("root", "must be an absolute host directory"))
+        return CheckResult(news, failures)
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        outs = _ensure(props)
+        return CreateResult(f"{props['agent']['name']}:{props['root']}/{props['folder']}", outs)
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        changed = [k for k in self.INPUTS if unknown(news.get(k)) or olds.get(k) != news.get(k)]
+        return DiffResult(changes=bool(changed), replaces=[k for k in changed if k in REPLACES],
+                          stables=[], delete_before_replace=False)
+
+    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        # another owner or image: the folder is checked (and made, if it went) again
+        return UpdateResult(_ensure(news))
+
+    def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
+        return ReadResult(id_, props)
+
+    def delete(self, _id: str, _props: dict[str, Any]) -> None:
+        """Nothing: a data folder outlives its sessions."""
+
+
+class DataFolder(pulumi.dynamic.Resource):
+    """``<root>/<folder>`` on ``agent``, owned by ``uid``:``gid``. Output ``outcome``: ``made``
+    or ``kept`` (it was there, this user's directory)."""
+
+    outcome: pulumi.Output[str]
+
+    def __init__(self, name: str, agent: Agent, image: str, root: str, folder: str, uid: int,
+                 gid: int, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(DataFolderProvider(), name, {
+            "agent": agent_props(agent), "image": image, "root": root, "folder": folder,
+            "uid": uid, "gid": gid, "outcome": None}, opts)
