@@ -327,6 +327,32 @@ class TestLab:
             netns.lab_up(2, tmp_path, None, prefix=PREFIX, subnet=SUBNET)
         assert netns.lab_status(lab.state_dir).state == "up"
 
+    def test_status_says_when_the_demo_image_is_missing(self, lab, capsys):
+        """An interrupted `lab up` leaves the engines up without the demo tag: `lab status`
+        says so per agent and how to get it (issue 23), and stops saying it once it is there."""
+        import docker
+
+        from cluster_sessions.core.names import DEMO_IMAGE
+        from cluster_sessions.driver.cli import main
+
+        def has(sock) -> bool:
+            client = docker.DockerClient(base_url=f"unix://{sock}")
+            try:
+                return any(DEMO_IMAGE in i.tags for i in client.images.list())
+            finally:
+                client.close()
+
+        present = {a.name: has(sock) for a, sock in zip(lab.agents, lab.sockets, strict=True)}
+        status = netns.lab_status(lab.state_dir)
+        assert {a.name: a.image for a in status.agents} == present
+        assert main(["lab", "status", "--state-dir", str(lab.state_dir)]) == 0
+        out, err = capsys.readouterr()
+        for name, there in present.items():
+            row = next(line for line in out.splitlines() if line.strip().startswith(name))
+            assert row.endswith("image yes" if there else "image missing"), row
+        lacking = [n for n, there in present.items() if not there]
+        assert (f"is missing on {', '.join(lacking)}" in err) == bool(lacking), err
+
 
 @pytest.mark.lab
 @pytest.mark.docker
