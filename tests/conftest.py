@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,88 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = (f"unexpected skip in CI: {reason} (CLUSTER_SESSIONS_REQUIRE_DOCKER=1; "
                            "install what it needs in .ci/run, or list it in "
                            "tests/conftest.py ALLOWED_SKIPS with the reason)")
+
+
+def engine_state() -> dict[str, dict[str, str]] | None:
+    """What a test run must leave on the host's engine as it found it: networks, containers,
+    volumes (name -> id) and the swarm state; ``None`` where no engine answers. Images are left
+    out: tests build and cache theirs (the demo image, the lab's), as set-up does."""
+    import docker
+
+    try:
+        client = docker.from_env(timeout=60)
+        try:
+            swarm = client.info()["Swarm"]
+            return {
+                "network": {n["Name"]: n["Id"][:12] for n in client.api.networks()},
+                "container": {c["Names"][0].lstrip("/") if c.get("Names") else c["Id"][:12]:
+                              c["Id"][:12] for c in client.api.containers(all=True)},
+                "volume": {v["Name"]: v["Name"]
+                           for v in client.api.volumes().get("Volumes") or []},
+                "swarm": {"state": swarm.get("LocalNodeState", ""),
+                          "node": swarm.get("NodeID", "")},
+            }
+        finally:
+            client.close()
+    except Exception:  # no engine: the docker tests say so themselves
+        return None
+
+
+def engine_changes(before: dict, after: dict) -> list[str]:
+    """Each difference, in words: what was left behind, removed or replaced."""
+    changes = []
+    for kind in ("network", "container", "volume"):
+        old, new = before[kind], after[kind]
+        changes += [f"{kind} {name} left behind" for name in sorted(new.keys() - old.keys())]
+        changes += [f"{kind} {name} removed" for name in sorted(old.keys() - new.keys())]
+        changes += [f"{kind} {name} replaced ({old[name]} -> {new[name]})"
+                    for name in sorted(old.keys() & new.keys()) if old[name] != new[name]]
+    if before["swarm"] != after["swarm"]:
+        changes.append(f"swarm {before['swarm']['state'] or '?'} -> "
+                       f"{after['swarm']['state'] or '?'} (node {before['swarm']['node'] or '-'}"
+                       f" -> {after['swarm']['node'] or '-'})")
+    return changes
+
+
+ENGINE_BEFORE = pytest.StashKey[dict]()
+ENGINE_CHANGES = pytest.StashKey[list]()
+
+
+def pytest_sessionstart(session):
+    """In CI, the host engine's state before the first test (see pytest_sessionfinish)."""
+    if require_docker():
+        state = engine_state()
+        if state is not None:
+            session.config.stash[ENGINE_BEFORE] = state
+
+
+def pytest_sessionfinish(session):
+    """In CI, a run that leaves the host's engine changed fails: a test uses an engine of its
+    own (the lab's) or restores what it changed (docs/testing.md). Containers being removed
+    get a few seconds to go."""
+    before = session.config.stash.get(ENGINE_BEFORE, None)
+    if before is None:
+        return
+    changes: list[str] = []
+    for _ in range(10):
+        after = engine_state()
+        changes = engine_changes(before, after) if after is not None else ["engine gone"]
+        if not changes:
+            return
+        time.sleep(1)
+    session.config.stash[ENGINE_CHANGES] = changes
+    if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    changes = config.stash.get(ENGINE_CHANGES, None)
+    if changes:
+        terminalreporter.section("the host's Docker Engine was left changed", red=True)
+        for change in changes:
+            terminalreporter.line(f"engine changed by the run: {change}")
+        terminalreporter.line("(CLUSTER_SESSIONS_REQUIRE_DOCKER=1: tests use an engine of their "
+                              "own or restore what they changed, docs/testing.md)")
 
 
 @pytest.fixture(scope="session")

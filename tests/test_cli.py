@@ -414,18 +414,12 @@ def test_agents_that_cannot_be_used_are_a_missing_prerequisite_exit_4(tmp_path, 
                                                                       monkeypatch):
     """The agents layer raises PreflightError without an exit code; the CLI makes it 4."""
     from cluster_sessions.agents import capacity
-    from cluster_sessions.agents.capacity import AgentReport, PreflightError
-    from cluster_sessions.core.spec import Pool
+    from cluster_sessions.agents.capacity import AgentReport
 
-    pool = Pool.model_validate({"kind": "AgentPool", "name": "p", "agents": [
-        {"name": "a1", "docker_host": "unix:///x", "capacity": {"cpu": 1, "mem": "1g"}}]})
     bad = AgentReport("a1")
     bad.fail("unreachable", "ssh root@h:22: Connection refused")
 
-    def refuse(*_args, **_kwargs):
-        raise PreflightError(pool, [bad], " to probe free capacity")
-
-    monkeypatch.setattr(capacity, "probe_free", refuse)
+    monkeypatch.setattr(capacity, "probe_pool", lambda *_args, **_kwargs: [bad])
     path = tmp_path / "s.yaml"
     path.write_text(SESSION_TEXT)
     assert main(["plan", str(path), "--probe"]) == 4

@@ -3,7 +3,7 @@ the others go on the exec of the user's program only. None is ever in the contai
 
 import pytest
 
-from cluster_sessions.core.clusterenv import read_at_startup, split_user_env
+from cluster_sessions.core.clusterenv import read_at_startup, replicas, split_user_env
 
 
 @pytest.mark.parametrize("name, value", [
@@ -30,3 +30,9 @@ def test_variables_a_program_reads_at_start_up_go_on_the_exec_only(name, value):
 def test_ordinary_variables_are_assigned_by_the_users_shell(name, value):
     assert not read_at_startup(name, value)
     assert split_user_env({name: value}) == ({name: value}, {})
+
+
+def test_replicas_counts_the_subs_from_a_size_of_two():
+    """BACKENDAI_CLUSTER_REPLICAS: main1 alone for size 1, ``sub:N`` from the first sub on."""
+    assert [replicas(n) for n in (1, 2, 3, 12)] == [
+        "main:1", "main:1,sub:1", "main:1,sub:2", "main:1,sub:11"]

@@ -6,8 +6,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 
-from tests.conftest import ALLOWED_SKIPS, PROJECT
+import pytest
+
+from tests.conftest import ALLOWED_SKIPS, PROJECT, engine_changes
 
 PROBE = '''
 import pytest
@@ -21,9 +24,9 @@ def test_marked():
 '''
 
 
-def run_probe(tmp_path, require: bool) -> subprocess.CompletedProcess:
+def run_probe(tmp_path, require: bool, source: str = PROBE) -> subprocess.CompletedProcess:
     probe = tmp_path / "test_probe.py"
-    probe.write_text(PROBE)
+    probe.write_text(source)
     env = {k: v for k, v in os.environ.items() if k != "CLUSTER_SESSIONS_REQUIRE_DOCKER"}
     if require:
         env["CLUSTER_SESSIONS_REQUIRE_DOCKER"] = "1"
@@ -44,3 +47,46 @@ def test_an_unexpected_skip_fails_ci_and_stays_a_skip_elsewhere(tmp_path):
 
 def test_every_allowed_skip_says_why():
     assert all(isinstance(why, str) and why.strip() for why in ALLOWED_SKIPS.values())
+
+
+ENGINE_PROBE = '''
+import docker
+
+def test_uses_a_volume():
+    client = docker.from_env()
+    volume = client.volumes.create("{name}")
+    if {remove}:
+        volume.remove()
+'''
+
+
+@pytest.mark.docker
+def test_a_run_that_leaves_the_engine_changed_fails_ci(tmp_path, docker_client):
+    """The check after the run (conftest pytest_sessionfinish): a volume left behind fails a run
+    whose every test passed; one removed again does not; outside CI nothing is checked."""
+    name = f"csguard-{uuid.uuid4().hex[:8]}"
+    try:
+        left = run_probe(tmp_path, True, ENGINE_PROBE.format(name=name, remove=False))
+        assert left.returncode == 1 and "1 passed" in left.stdout, left.stdout
+        assert f"engine changed by the run: volume {name} left behind" in left.stdout, left.stdout
+        docker_client.volumes.get(name).remove()
+        local = run_probe(tmp_path, False, ENGINE_PROBE.format(name=name, remove=False))
+        assert local.returncode == 0 and "engine changed" not in local.stdout, local.stdout
+        docker_client.volumes.get(name).remove()
+        tidy = run_probe(tmp_path, True, ENGINE_PROBE.format(name=name, remove=True))
+        assert tidy.returncode == 0 and "engine changed" not in tidy.stdout, tidy.stdout
+    finally:
+        for volume in docker_client.volumes.list(filters={"name": name}):
+            volume.remove(force=True)
+
+
+def test_engine_changes_name_what_was_left_removed_or_replaced():
+    before = {"network": {"bridge": "a1", "docker_gwbridge": "b1"}, "container": {"web": "c1"},
+              "volume": {}, "swarm": {"state": "inactive", "node": ""}}
+    assert engine_changes(before, before) == []
+    after = {"network": {"bridge": "a2", "cs-net": "d1"}, "container": {},
+             "volume": {"data": "data"}, "swarm": {"state": "active", "node": "n1"}}
+    assert engine_changes(before, after) == [
+        "network cs-net left behind", "network docker_gwbridge removed",
+        "network bridge replaced (a1 -> a2)", "container web removed", "volume data left behind",
+        "swarm inactive -> active (node - -> n1)"]

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from cluster_sessions.core.container_args import container_args, memory_mb, network_args
 from cluster_sessions.core.names import ENDPOINT_LABEL
 from cluster_sessions.core.plan import build_plan
-from cluster_sessions.core.provider_facts import CONTAINER_FORCE_NEW
+from cluster_sessions.core.provider_facts import CONTAINER_FORCE_NEW, cpus_read_back, parse_cpus
 from cluster_sessions.core.spec import Pool, Session
 from tests import factories
 
@@ -94,3 +94,62 @@ def test_the_same_plan_gives_the_same_arguments_in_the_same_order(size, cpu, env
     again = plan_of(cluster={"mode": "single-node", "size": size}, cpu=cpu, env=env)
     assert [container_args(first, c) for c in first.containers] == [
         container_args(again, c) for c in again.containers]
+
+
+ARGS_OF_A_RICH_PLAN = """
+import sys
+sys.path[:0] = [{project!r}, {modules!r}]
+from tests.test_container_args import rich_plan
+from cluster_sessions.core.container_args import container_args, network_args
+plan = rich_plan()
+print(repr(network_args(plan, "ssh://ops@agent1")))
+for c in plan.containers:
+    print(repr(container_args(plan, c, "ssh://ops@agent1")))
+"""
+
+
+def rich_plan():
+    """Every argument that holds a collection: envs, labels, mounts, ports, GPUs, options."""
+    return plan_of(
+        pool_over={"network": {"mtu": 1450}},
+        cluster={"mode": "single-node", "size": 3},
+        resources={"cpu": 2, "mem": "2g", "shmem": "64m", "gpu": 1},
+        mounts=[{"source": "/srv/a", "target": "/data/a"},
+                {"source": "vol1", "target": "/mnt/b", "read_only": True}],
+        ports=[{"container": 8888}, {"container": 6006, "host": 16006}],
+        distributed={"master_port": 29500})
+
+
+def test_the_arguments_are_the_same_text_in_every_process():
+    """No key reordering across runs: a set or hash order anywhere would show here as another
+    ordering under another PYTHONHASHSEED (and as a change on the next ``up``)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    project = Path(__file__).resolve().parent.parent
+    code = ARGS_OF_A_RICH_PLAN.format(project=str(project), modules=str(project / "modules"))
+    outputs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              check=True, env={**os.environ, "PYTHONHASHSEED": seed},
+                              timeout=120).stdout
+               for seed in ("0", "1", "4242")}
+    assert len(outputs) == 1, outputs
+    [text] = outputs
+    assert text.count("ContainerArgs(") == 3 and "BACKENDAI_DIST_MASTER_PORT=29500" in text
+    assert text.index("'/data/a'") < text.index("'/mnt/b'") and "device_ids=" not in text
+    assert "'device_ids': ('2',)" in text and "16006" in text
+
+
+@pytest.mark.parametrize(("cpu", "text"), [
+    (10, "10."), (20, "20."), (100, "100."), (1000, "1000."), (12, "12.0"), (64, "64.0"),
+    (0.5, "0.5"), (2, "2.0"), (10.5, "10.5"),
+])
+def test_cpus_is_passed_as_the_provider_reads_it_back_not_as_str_float(cpu, text):
+    """Whole numbers of ten and more whose nine-decimal text has exactly nine zeros come back
+    from the provider as ``10.``, not ``10.0`` (``str(float)``): anything else is a diff on
+    every ``up`` (provider_facts.cpus_read_back)."""
+    plan = plan_of(cpu=cpu, agents=[factories.agent(cpu=2048)])
+    [args] = [container_args(plan, c) for c in plan.containers]
+    assert args.cpus == text == cpus_read_back(round(cpu * 10**9))
+    assert parse_cpus(args.cpus) == round(cpu * 10**9)

@@ -120,3 +120,41 @@ def test_image_carries_no_host_keys_and_sshd_serves_with_its_own(docker_client, 
     output = _run(docker_client, tag, script)
     assert "baked-in host key" not in output
     assert "[127.0.0.1]:2200 ssh-ed25519 " in output, output
+
+
+def test_an_interrupted_parallel_import_stops_at_once_and_says_which_engine(monkeypatch):
+    """Ctrl-C while the image is imported into the lab's engines: `lab up` stops within a
+    moment, not when the slowest import ends; each engine's lines say which engine."""
+    import contextlib
+    import signal
+    import threading
+    import time
+
+    release = threading.Event()
+    said: list[str] = []
+
+    def slow_import(client, tarball, tag, progress):
+        progress(f"docker import into {client}")
+        release.wait(10)
+
+    monkeypatch.setattr(image, "_has_image", lambda client, tag: False)
+    monkeypatch.setattr(image, "locked", lambda *a, **k: contextlib.nullcontext())
+    monkeypatch.setattr(image, "ensure_tarball", lambda *a, **k: "rootfs.tar")
+    monkeypatch.setattr(image, "_import", slow_import)
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            image.ensure_images(["a", "b"], progress=said.append)
+        elapsed = time.monotonic() - started
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        release.set()
+    assert elapsed < 3, elapsed
+    assert sorted(said) == ["engine 1/2: docker import into a", "engine 2/2: docker import into b"]

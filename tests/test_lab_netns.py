@@ -290,18 +290,25 @@ class TestLab:
 
     def test_the_walkthroughs_multi_node_demo_fits_the_labs_own_pool(self, lab, capsys):
         """README's lab walkthrough, one pool: `plan multi-demo --pool <lab's pool> --probe`
-        plans against what the lab's agents really have, says so, and fits (issue 12)."""
+        plans against what the lab's agents really have, says so, and fits (issue 12); until
+        `pool up` forms the lab's swarm it is pending, as `pool check` says (issue 23)."""
         from cluster_sessions.driver.cli import main
         from tests.conftest import STACKS
 
         code = main(["plan", str(STACKS / "sessions" / "multi-demo.yaml"), "--pool",
                      str(lab.pool_file), "--probe", "--json"])
         out, err = capsys.readouterr()
-        assert code == 0, err
+        assert code == 3, err
         lines = err.splitlines()
         assert lines[0] == f"probed pool {lab.pool_file.stem} ({lab.pool_file}), free now:"
-        assert [line.split(":")[0].strip() for line in lines[1:]] == ["agent1", "agent2"]
-        assert all(", mem " in line and "cpu " in line for line in lines[1:])
+        assert [line.split(":")[0].strip() for line in lines[1:3]] == ["agent1", "agent2"]
+        assert all(", mem " in line and "cpu " in line for line in lines[1:3])
+        assert lines[3].endswith(": pending: the swarm is not formed: multi-agent sessions "
+                                 f"cannot be placed until `sessionctl pool up {lab.pool_file}`")
+        assert main(["pool", "check", str(lab.pool_file)]) == 1
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            f"pool {lab.pool_file.stem}: the swarm is not formed: multi-agent sessions cannot "
+            f"be placed until `sessionctl pool up {lab.pool_file}`")
         plan = json.loads(out)
         assert plan["status"] == "scheduled" and len(plan["containers"]) == 8
         per_agent = [c["agent"] for c in plan["containers"]]
@@ -319,6 +326,32 @@ class TestLab:
         with pytest.raises(LabError, match="already up from state dir"):
             netns.lab_up(2, tmp_path, None, prefix=PREFIX, subnet=SUBNET)
         assert netns.lab_status(lab.state_dir).state == "up"
+
+    def test_status_says_when_the_demo_image_is_missing(self, lab, capsys):
+        """An interrupted `lab up` leaves the engines up without the demo tag: `lab status`
+        says so per agent and how to get it (issue 23), and stops saying it once it is there."""
+        import docker
+
+        from cluster_sessions.core.names import DEMO_IMAGE
+        from cluster_sessions.driver.cli import main
+
+        def has(sock) -> bool:
+            client = docker.DockerClient(base_url=f"unix://{sock}")
+            try:
+                return any(DEMO_IMAGE in i.tags for i in client.images.list())
+            finally:
+                client.close()
+
+        present = {a.name: has(sock) for a, sock in zip(lab.agents, lab.sockets, strict=True)}
+        status = netns.lab_status(lab.state_dir)
+        assert {a.name: a.image for a in status.agents} == present
+        assert main(["lab", "status", "--state-dir", str(lab.state_dir)]) == 0
+        out, err = capsys.readouterr()
+        for name, there in present.items():
+            row = next(line for line in out.splitlines() if line.strip().startswith(name))
+            assert row.endswith("image yes" if there else "image missing"), row
+        lacking = [n for n, there in present.items() if not there]
+        assert (f"is missing on {', '.join(lacking)}" in err) == bool(lacking), err
 
 
 @pytest.mark.lab

@@ -111,6 +111,12 @@ def test_master_port_in_range_is_accepted(tree, port):
         ("{'A-B': x}", "env.A-B", "not a valid variable name"),
         ("{'A B': x}", "env.A B", "not a valid variable name"),
         ("{BACKENDAI_CLUSTER_SIZE: '9'}", "env.BACKENDAI_CLUSTER_SIZE", "cannot be overridden"),
+        # every BACKENDAI_* variable, not only BACKENDAI_CLUSTER_* (issue 25)
+        ("{BACKENDAI_SESSION_NAME: x}", "env.BACKENDAI_SESSION_NAME", "cannot be overridden"),
+        ("{BACKENDAI_KERNEL_ID: x}", "env.BACKENDAI_KERNEL_ID", "cannot be overridden"),
+        ("{BACKENDAI_DIST_MASTER_PORT: '1'}", "env.BACKENDAI_DIST_MASTER_PORT",
+         "cannot be overridden"),
+        ("{BACKENDAI_: x}", "env.BACKENDAI_", "cannot be overridden"),
         ("{FOO: 1}", "env.FOO", "quote it"),
         ("{FOO: [a]}", "env.FOO", "string"),
     ],
@@ -313,7 +319,10 @@ NOT_DATA = "not where a user's data goes"
     ["//opt/cluster-session", "//run/cluster-session/", "/opt/./cluster-session", "/", "//",
      "/proc", "/proc/sys/kernel", "//sys", "/dev/shm", "/etc/ld.so.preload", "/usr/local/bin",
      "/run/sshd", "/var/run", "/home/work", "//home/work/", "/home", "/home/work/.ssh",
-     "/home/work/.ssh/authorized_keys", "/home/work/./.ssh", "//data/../etc"],
+     "/home/work/.ssh/authorized_keys", "/home/work/./.ssh", "//data/../etc",
+     # below the bundle and the run directory, not only at them (issue 25)
+     "/opt/cluster-session/entrypoint.sh", "/opt/cluster-session/ssh",
+     "/run/cluster-session/env", "/opt/cluster-session/ssh/authorized_keys"],
 )
 @pytest.mark.parametrize("read_only", ["true", "false"])
 def test_mount_targets_are_checked_as_docker_cleans_them(tree, target, read_only):

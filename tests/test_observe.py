@@ -598,3 +598,61 @@ def test_logs_with_timestamps_interleave_real_containers_by_time(docker_client, 
             ("main1", "one"), ("sub1", "two"), ("main1", "three")]
     finally:
         remove_session(docker_client, plan.name)
+
+
+# --- issue 25: fault states and job outcomes, without an engine --------------------------------
+
+
+def found(host: str, state: str, exit_code: int | None = None) -> observe.Found:
+    return observe.Found(agent="agent1", id="0123456789ab", name=f"x-{host}", host=host,
+                         role="main" if host == "main1" else "sub", state=state, health=None,
+                         started_at=None, exit_code=exit_code, image="img")
+
+
+@pytest.mark.parametrize(("state", "fault"), [
+    ("running", None), ("unknown", None), ("missing", "sub1: no container (is the session up?)"),
+    ("restarting", "sub1: restarting"), ("dead", "sub1: dead"), ("paused", "sub1: paused"),
+    ("created", "sub1: created"), ("exited", "sub1: exited"),
+])
+def test_every_state_but_running_is_a_fault_of_a_planned_host(tmp_path, state, fault):
+    """A planned host is a fault in any state but running (``unknown``: its agent did not
+    answer, reported as unreachable instead); a container the plan does not have is none."""
+    file, plan = make_session(tmp_path, "busybox", size=2)
+    net = observe.NetworkState(plan.network.name, "agent1", "bridge", "present")
+    rows = (status.Row("main1", "main", "agent1", "running"),
+            status.Row("sub1", "sub", "agent1", state))
+    report = status.Report(plan, rows, net, {})
+    assert report.faults == ([fault] if fault else [])
+    assert report.ok == (fault is None)
+    leftover = (*rows[:1], status.Row("sub7", "sub", "agent1", state, planned=False))
+    assert status.Report(plan, leftover, net, {}).faults == []
+    assert not status.Report(plan, rows[:1], net, {"agent2": "refused"}).ok
+
+
+def test_a_job_ends_by_main1_s_exit_code_or_by_a_sub_that_stopped_first(tmp_path):
+    """job_outcome: main1 exited decides (0 or 5, its code kept), whatever the subs do; before
+    that a sub not running or gone, or main1 gone, ends the wait with 6; else it goes on."""
+    file, plan = make_session(tmp_path, "busybox", size=3)
+    running = {h: found(h, "running") for h in ("main1", "sub1", "sub2")}
+    assert wait_verb.job_outcome(plan, running) is None
+    ok = wait_verb.job_outcome(plan, {**running, "main1": found("main1", "exited", 0)})
+    assert (ok.code, ok.job_exit_code) == (Exit.OK, 0) and "succeeded" in ok.message
+    failed = wait_verb.job_outcome(plan, {**running, "main1": found("main1", "exited", 3),
+                                        "sub1": found("sub1", "exited", 1)})
+    assert (failed.code, failed.job_exit_code) == (Exit.JOB_FAILED, 3)
+    assert failed.message == "the job on main1 failed with exit code 3"
+    dead = wait_verb.job_outcome(plan, {**running, "main1": found("main1", "dead", 137)})
+    assert (dead.code, dead.job_exit_code) == (Exit.JOB_FAILED, 137)
+    lost = wait_verb.job_outcome(plan, {k: v for k, v in running.items() if k != "main1"})
+    assert lost.code == Exit.JOB_LOST and "main1: container" in lost.message
+    assert lost.job_exit_code is None
+    gone = wait_verb.job_outcome(plan, {k: v for k, v in running.items() if k != "sub2"})
+    assert (gone.code, gone.message) == (Exit.JOB_LOST, "sub2 disappeared before the job ended")
+    sub_died = wait_verb.job_outcome(plan, {**running, "sub1": found("sub1", "exited", 137)})
+    assert (sub_died.code, sub_died.message) == (
+        Exit.JOB_LOST, "sub1 is exited (exit code 137) before the job ended")
+    restarting = wait_verb.job_outcome(plan, {**running, "sub2": found("sub2", "restarting")})
+    assert restarting.message == "sub2 is restarting before the job ended"
+    exited_without_code = wait_verb.job_outcome(plan, {**running,
+                                                     "main1": found("main1", "exited")})
+    assert exited_without_code is None  # no code yet: still ending

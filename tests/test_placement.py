@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster_sessions.core.placement import Free, Request, place
+from cluster_sessions.core.placement import Free, Placement, Request, place, take
 
 requests = st.builds(
     Request,
@@ -141,3 +141,39 @@ def test_pending_multi_node_reason_counts_what_the_pool_holds():
     reason = place("multi-node", 4, req, agents).reason
     assert reason.startswith("the pool holds only 3 of 4 containers")
     assert reason.endswith("short of cpu")
+
+
+def test_take_leaves_each_agent_what_the_placement_did_not_use():
+    """count: K plans each session on what the ones before it left: CPU, memory and the GPU
+    ids its containers took are gone from their agents, the other agents untouched."""
+    gib = 1024**3
+    req = Request(millicpu=1500, mem=2 * gib, gpus=1)
+    agents = [Free("a1", 4000, 5 * gib, (0, 1, 2)), Free("a2", 8000, 16 * gib, (4, 5))]
+    placement = place("multi-node", 3, req, agents)
+    assert [s.agent for s in placement.slots] == ["a1", "a1", "a2"]
+    assert take(agents, placement, req) == [
+        Free("a1", 1000, 1 * gib, (2,)), Free("a2", 6500, 14 * gib, (5,))]
+    assert take(agents, Placement(reason="pending"), req) == agents
+
+
+def test_a_single_node_reason_names_every_short_resource_and_counts_the_rest():
+    """At most five agents are described, each with every resource it is short of; the others
+    are counted."""
+    req = Request(millicpu=2000, mem=4 * 1024**3, gpus=0)
+    agents = [Free(f"agent{i}", 1000, 1024**3) for i in range(1, 8)]
+    reason = place("single-node", 2, req, agents).reason
+    assert reason == ("no single agent can hold all 2 containers (cpu=2, mem=4g, gpu=0 each): "
+                      + "; ".join(f"agent{i} holds 0 (short of cpu, mem)" for i in range(1, 6))
+                      + ", and 2 more agents")
+    assert place("single-node", 2, req, agents[:5]).reason.endswith("(short of cpu, mem)")
+    assert place("single-node", 2, req, agents[:6]).reason.endswith(", and 1 more agents")
+    assert place("single-node", 1, req, agents[:1]).reason == (
+        "no single agent can hold the container (cpu=2, mem=4g, gpu=0 each): "
+        "agent1 holds 0 (short of cpu, mem)")
+
+
+def test_a_multi_node_reason_names_every_resource_the_pool_is_equally_short_of():
+    req = Request(millicpu=1000, mem=1024**3, gpus=0)
+    agents = [Free("a1", 2000, 2 * 1024**3), Free("a2", 1000, 1024**3)]
+    assert place("multi-node", 4, req, agents).reason == (
+        "the pool holds only 3 of 4 containers (cpu=1, mem=1g, gpu=0 each); short of cpu, mem")

@@ -231,3 +231,68 @@ def test_live_capacity_that_spreads_a_session_in_a_pool_without_a_swarm_makes_it
         "multi-node needs a swarm manager, but pool 'lab' has no swarm.manager, and no one "
         "agent holds the whole session")
     assert plan.network.agent is None and all(c.agent is None for c in plan.containers)
+
+
+# --- issue 25 item 9: any pool, size, mode and count plans within declared capacity ----------
+
+
+@st.composite
+def pools_and_sessions(draw):
+    """A pool of 1-6 agents (declared CPU, memory, GPU ids; a swarm manager or not) and a
+    definition asking for any size, mode, count and resources."""
+    agents = []
+    next_gpu = 0
+    for i in range(draw(st.integers(1, 6))):
+        gpus = draw(st.integers(0, 4))
+        agents.append({"name": f"agent{i + 1}", "docker_host": "unix:///s", "capacity": {
+            "cpu": draw(st.integers(1, 16)), "mem": f"{draw(st.integers(4, 128))}g",
+            "gpus": list(range(next_gpu, next_gpu + gpus))}})
+        next_gpu += draw(st.sampled_from([0, gpus]))  # ids shared between agents, or not
+    data = {"kind": "AgentPool", "name": "lab", "agents": agents}
+    if draw(st.sampled_from([True, True, False])):
+        data["swarm"] = {"manager": "agent1"}
+    mem_gib = draw(st.integers(1, 8))
+    definition = factories.session(
+        "prop", "lab", "img:1", size=draw(st.integers(1, 12)),
+        mode=draw(st.sampled_from(["single-node", "multi-node", "multi-node"])),
+        cpu=draw(st.sampled_from([0.5, 1, 2, 3.25, 8])), mem=f"{mem_gib}g", shmem="64m",
+        count=draw(st.integers(1, 3)))
+    definition["resources"]["gpu"] = draw(st.sampled_from([0, 0, 1, 2]))
+    return Pool.model_validate(data), Session.model_validate(definition)
+
+
+@settings(max_examples=150, deadline=None)
+@given(pools_and_sessions())
+def test_any_pool_size_mode_and_count_plans_within_declared_capacity_or_says_why(pair):
+    """Every container on an agent of the pool, the agents' declared CPU, memory and GPUs
+    never exceeded by all the definition's sessions together, no GPU given twice, single-node
+    on one agent, several agents only with a swarm; or every session pending with a reason
+    and no agent."""
+    pool, definition = pair
+    plans = build_plans(definition, pool)
+    assert len(plans) == definition.count
+    if any(p.pending for p in plans):
+        assert all(p.pending and p.reason and p.reason.strip() for p in plans)
+        assert all(c.agent is None and c.gpus == () for p in plans for c in p.containers)
+        assert all(p.reason == plans[0].reason for p in plans)
+        return
+    capacity = {a.name: a.capacity for a in pool.agents}
+    used_cpu: dict[str, int] = {}
+    used_mem: dict[str, int] = {}
+    used_gpus: dict[str, list[int]] = {}
+    res = definition.resources
+    for plan in plans:
+        assert plan.reason is None and len(plan.containers) == definition.cluster.size
+        if definition.cluster.mode == "single-node" or pool.swarm is None:
+            assert len(plan.agents) == 1, plan.agents
+        assert plan.network.driver == ("overlay" if len(plan.agents) > 1 else "bridge")
+        for c in plan.containers:
+            assert c.agent in capacity
+            used_cpu[c.agent] = used_cpu.get(c.agent, 0) + res.millicpu
+            used_mem[c.agent] = used_mem.get(c.agent, 0) + res.mem
+            assert len(c.gpus) == res.gpu
+            used_gpus.setdefault(c.agent, []).extend(c.gpus)
+    for name, cpu in used_cpu.items():
+        assert cpu <= capacity[name].millicpu and used_mem[name] <= capacity[name].mem
+        assert len(used_gpus[name]) == len(set(used_gpus[name]))
+        assert set(used_gpus[name]) <= set(capacity[name].gpus)

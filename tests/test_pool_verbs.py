@@ -185,6 +185,44 @@ def test_pool_check_exits_1_when_the_swarm_is_not_formed(tmp_path, capsys, monke
     assert "not formed" in out and "the swarm is not formed" in err
 
 
+def test_plan_probe_and_pool_check_give_one_answer_while_the_swarm_is_not_formed(
+        tmp_path, capsys, monkeypatch):
+    """Capacity places a multi-node session on two agents, but their swarm is not formed:
+    ``plan --probe`` says pending (exit 3) with the sentence ``pool check`` ends with, and a
+    session that fits on one agent is placed (issue 23: one answer, from one place)."""
+    from cluster_sessions.agents import capacity, facts
+    from cluster_sessions.core.placement import Free
+
+    def report(name: str) -> capacity.AgentReport:
+        return capacity.AgentReport(
+            name, via="test", reachable=True,
+            engine=facts.EngineInfo("20.10.24", f"id-{name}", name, 2, 2**33,
+                                    facts.SwarmState("inactive")),
+            free=Free(name, 2000, 2 * 2**30))
+
+    monkeypatch.setattr(capacity, "probe_pool", lambda pool, **_: [
+        report(a.name) for a in pool.agents])
+    pool = write_pool(tmp_path / "pair.yaml", agent("one", "unix:///one.sock"),
+                      agent("two", "unix:///two.sock"), swarm="one")
+    assert cli.main(["pool", "check", str(pool)]) == Exit.ENGINE
+    check_says = capsys.readouterr().err.strip().splitlines()[-1]
+    assert check_says.startswith("pool pair: the swarm is not formed")
+
+    spread = factories.write(tmp_path / "spread.yaml", factories.session(
+        "spread", str(pool), size=2, mode="multi-node", cpu=2, mem="1g"))
+    assert cli.main(["plan", str(spread), "--probe"]) == Exit.PENDING
+    out, err = capsys.readouterr()
+    pending = [line for line in err.splitlines() if ": pending: " in line]
+    assert [line.split(": pending: ", 1)[1] for line in pending] == [
+        check_says.removeprefix("pool pair: ")]
+    assert "is the pool's swarm manager but its swarm state is inactive" in err  # as check
+
+    alone = factories.write(tmp_path / "alone.yaml", factories.session(
+        "alone", str(pool), size=2, cpu=1, mem="512m"))
+    assert cli.main(["plan", str(alone), "--probe"]) == Exit.OK
+    assert "pending" not in capsys.readouterr().err
+
+
 def test_an_agent_that_is_not_an_ssh_server_is_one_line_not_a_traceback(tmp_path):
     """paramiko logs a banner failure with its traceback; the check says it in one line.
     (In a process of its own: pytest's log capture would hide what a user's terminal shows.)"""

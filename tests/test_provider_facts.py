@@ -105,14 +105,39 @@ def test_review_takes_replace_or_update_from_the_providers_schema(monkeypatch):
     assert actions(base, more_memory) == {(review.UPDATE, ("resources",))}
 
 
+SWARM_NETWORKS = ("docker_gwbridge", "ingress")
+
+
+def restore_networks(client, names: set[str]) -> None:
+    """Remove the networks joining a swarm made that were not there before (leaving it keeps
+    docker_gwbridge). Only those: other networks may be another test run's."""
+    import contextlib
+    import time
+
+    for _ in range(20):
+        extra = [n for n in client.networks.list(names=list(SWARM_NETWORKS))
+                 if n.name in SWARM_NETWORKS and n.name not in names]
+        if not extra:
+            return
+        for network in extra:
+            with contextlib.suppress(Exception):  # in use while the swarm winds down: again
+                network.remove()
+        time.sleep(0.5)
+    raise AssertionError(f"networks left on the engine: {[n.name for n in extra]}")
+
+
 @pytest.mark.docker
 def test_docker_adds_its_own_option_to_an_overlay_which_the_provider_would_read_back(
         docker_client):
     """The evidence for NETWORK_IGNORED: the provider writes every one of Docker's ``Options``
-    into the state (rnf.go 185-194), and an overlay's include one nobody asked for."""
+    into the state (rnf.go 185-194), and an overlay's include one nobody asked for.
+
+    An overlay needs a swarm: one made here is left again, and the networks joining it made
+    (``docker_gwbridge``, ``ingress``) are removed, so the engine is as it was (conftest)."""
     import uuid
 
     joined = docker_client.info()["Swarm"]["LocalNodeState"] == "active"
+    networks_before = {n.name for n in docker_client.networks.list()}
     if not joined:
         docker_client.swarm.init(advertise_addr="127.0.0.1")
     try:
@@ -126,5 +151,6 @@ def test_docker_adds_its_own_option_to_an_overlay_which_the_provider_would_read_
     finally:
         if not joined:
             docker_client.swarm.leave(force=True)
+            restore_networks(docker_client, networks_before)
     assert options["com.docker.network.driver.mtu"] == "1450"
     assert set(options) - {"com.docker.network.driver.mtu"}, options  # e.g. vxlanid_list

@@ -97,3 +97,12 @@ def test_the_readme_s_lint_command_is_the_one_ci_runs():
     ci = (PROJECT / ".ci" / "run").read_text()
     [lint] = [line.strip() for line in ci.splitlines() if "ruff" in line]
     assert f"`{lint}`" in README, lint
+
+
+def test_the_plugin_version_the_readme_names_is_the_one_pinned():
+    """The README's `pulumi plugin install resource docker X` must install the provider the
+    pinned pulumi-docker SDK asks for, or the first `up` fetches another one anyway."""
+    pinned = re.search(r"^pulumi-docker==(\S+)$",
+                       (PROJECT / "requirements.txt").read_text(), re.M).group(1)
+    named = re.findall(r"pulumi plugin install resource docker (\S+?)`", README)
+    assert named == [pinned]

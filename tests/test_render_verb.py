@@ -304,3 +304,31 @@ def test_a_count_session_refuses_a_folder_of_the_users_in_any_of_its_sessions(tm
     assert main(["render", str(session), "--pool", str(pool), "--out", str(out)]) == 0
     assert main(["render", str(session), "--pool", str(pool), "--out", str(out)]) == 0
     assert (out / "render-verb-2" / "sub2" / MARK).is_file()
+
+
+def test_a_count_session_refuses_an_out_that_is_a_link(tmp_path, capsys):
+    """``count: K`` with ``--out`` a symbolic link: refused before anything is written through
+    it (issue 25)."""
+    target, before = victim(tmp_path)
+    session, pool = definition(tmp_path)
+    session.write_text(session.read_text() + "count: 2\n")
+    out = tmp_path / "out"
+    out.symlink_to(target)
+    assert main(["render", str(session), "--pool", str(pool), "--out", str(out)]) == 2
+    assert "symbolic link" in capsys.readouterr().err
+    assert snapshot(tmp_path / "victim") == before and out.is_symlink()
+
+
+def test_a_count_session_refuses_a_session_folder_that_is_a_link(tmp_path, capsys):
+    """DIR/<name>-<i> as a link to the user's folder: refused for every session, the first
+    one's folder not written either."""
+    target, before = victim(tmp_path)
+    session, pool = definition(tmp_path)
+    session.write_text(session.read_text() + "count: 2\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "render-verb-2").symlink_to(target)
+    assert main(["render", str(session), "--pool", str(pool), "--out", str(out)]) == 2
+    assert "symbolic link" in capsys.readouterr().err
+    assert snapshot(tmp_path / "victim") == before
+    assert sorted(p.name for p in out.iterdir()) == ["render-verb-2"]

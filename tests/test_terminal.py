@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 
 from hypothesis import given
@@ -74,3 +75,31 @@ def test_the_guard_spells_what_the_encoding_cannot_hold():
     TerminalGuard(stream).write("main1 → sub1 … é ┃\n")
     stream.flush()
     assert raw.getvalue() == b"main1 \\u2192 sub1 \\u2026 \\xe9 \\u2503\n"
+
+
+def test_progress_lines_from_threads_are_never_spliced(monkeypatch):
+    """The lab imports its image into every agent in parallel; each thread's progress line
+    reaches stderr in one write, whole (print() writes the text and the newline apart)."""
+    import io
+    import sys
+    import threading
+
+    from cluster_sessions.core.terminal import progress
+
+    writes: list[str] = []
+
+    class Recording(io.StringIO):
+        def write(self, text: str) -> int:
+            writes.append(text)
+            return len(text)
+
+    monkeypatch.setattr(sys, "stderr", Recording())
+    threads = [threading.Thread(target=lambda n=n: [progress(f"engine {n}: line {i}", "lab: ")
+                                                    for i in range(200)])
+               for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(writes) == 800
+    assert all(re.fullmatch(r"lab: engine \d: line \d+\n", w) for w in writes), writes[:4]

@@ -257,10 +257,29 @@ def probe_free(pool: Pool, exclude_session: Excluded = None) -> list[Free]:
 
     Raises :class:`PreflightError` naming each agent that cannot be probed.
     """
-    reports = probe_pool(pool, exclude_session=exclude_session)
+    return free_of(pool, probe_pool(pool, exclude_session=exclude_session))
+
+
+def free_of(pool: Pool, reports: Sequence[AgentReport]) -> list[Free]:
+    """The free capacity in ``reports``; :class:`PreflightError` when an agent failed."""
     if not all(r.ok for r in reports):
         raise PreflightError(pool, reports, " to probe free capacity")
     return [r.free for r in reports if r.free is not None]
+
+
+def swarm_unready(pool: Pool, reports: Sequence[AgentReport], names: Sequence[str],
+                  pool_ref: str | None = None) -> tuple[str, list[AgentError]] | None:
+    """Why a session across ``names`` cannot be placed now although the agents work (the swarm
+    is not formed), with one error per problem; None when it can. The one answer ``pool check``
+    and ``plan --probe`` give."""
+    names = list(dict.fromkeys(names))
+    if len(names) < 2:
+        return None
+    problems = check_swarm(pool, reports, names, pool_ref=pool_ref)
+    if not problems:
+        return None
+    return (f"the swarm is not formed: multi-agent sessions cannot be placed until "
+            f"`sessionctl pool up {pool_ref or pool.name}`", problems)
 
 
 def preflight(pool: Pool, agent_names: Iterable[str], *, overlay: bool | None = None,

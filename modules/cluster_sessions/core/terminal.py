@@ -19,6 +19,7 @@ import contextlib
 import json
 import re
 import sys
+import threading
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TextIO
@@ -54,10 +55,17 @@ def printable(text: object, keep: str = "") -> str:
     return "".join(_escape(c) if is_hidden(c) and c not in keep else c for c in text)
 
 
+_PROGRESS_LOCK = threading.Lock()
+
+
 def progress(message: str, prefix: str = "") -> None:
     """A progress line on stderr, flushed at once, so a command's stdout stays
-    machine-readable (the lab, image builds)."""
-    print(f"{prefix}{message}", file=sys.stderr, flush=True)
+    machine-readable (the lab, image builds). One write per line under a lock: threads (the
+    lab's parallel image imports) never splice their lines together."""
+    line = f"{prefix}{message}\n"
+    with _PROGRESS_LOCK:
+        sys.stderr.write(line)
+        sys.stderr.flush()
 
 
 def _json_escape(match: re.Match[str]) -> str:

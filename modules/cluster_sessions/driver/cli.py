@@ -33,18 +33,20 @@ from .session_args import (
 )
 
 
-def probed_free(args: argparse.Namespace, loaded: Loaded) -> list[Free]:
-    """Live free capacity (``plan --probe``), said on stderr: which pool, what it found."""
-    from ..agents.capacity import probe_free
+def probed_free(args: argparse.Namespace, loaded: Loaded) -> tuple[list[Free], list]:
+    """Live free capacity (``plan --probe``), said on stderr: which pool, what it found; with
+    the agents' reports, from which the swarm's readiness is judged."""
+    from ..agents.capacity import free_of, probe_pool
 
     exclude = [s.name for s in session_copies(loaded.session)]
-    free = probe_free(loaded.pool, exclude_session=exclude)
+    reports = probe_pool(loaded.pool, exclude_session=exclude)
+    free = free_of(loaded.pool, reports)
     print(f"probed pool {printable(loaded.pool.name)} ({printable(loaded.pool_file)}), "
           "free now:", file=sys.stderr)
     for f in free:
         print(f"  {printable(f.name)}: cpu {f.millicpu / 1000:g}, mem {format_size(f.mem)}, "
               f"gpus {','.join(map(str, f.gpus)) or '-'}", file=sys.stderr)
-    return free
+    return free, reports
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -60,7 +62,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     loaded = load_definition(Path(args.file), Path(args.pool) if args.pool is not None else None)
-    sel = select(loaded, args.index, probed_free(args, loaded) if args.probe else None)
+    free, reports = probed_free(args, loaded) if args.probe else (None, [])
+    sel = select(loaded, args.index, free)
     plans = [p for _, p in sel.chosen]
     if args.json:
         docs = [plan_to_dict(p) for p in plans]
@@ -79,6 +82,20 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"{printable(args.file)}: pending: {printable(sel.pending.reason)}",
               file=sys.stderr)
         return Exit.PENDING
+    if args.probe:  # placed on capacity; across agents it also needs the swarm (as pool check)
+        from ..agents.capacity import swarm_unready
+
+        named = args.pool or loaded.session.pool  # as `pool up` takes it from here
+        ref = named if "/" not in named and not named.endswith((".yaml", ".yml")) \
+            else str(loaded.pool_file)
+        for plan in plans:
+            unready = swarm_unready(loaded.pool, reports, plan.agents, pool_ref=ref)
+            if unready:
+                print(f"{printable(args.file)}: pending: {printable(unready[0])}",
+                      file=sys.stderr)
+                for problem in unready[1]:
+                    print(f"  {printable(str(problem))}", file=sys.stderr)
+                return Exit.PENDING
     return Exit.OK
 
 
@@ -173,7 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "network)")
     p.add_argument("--probe", action="store_true",
                    help="plan against live free capacity read from the agents (over SSH); "
-                   "says which pool and what it found")
+                   "says which pool and what it found; a session across agents whose swarm is "
+                   "not formed is pending (exit 3), as `pool check` says")
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("schema", help="print the JSON Schema of the definition kinds",

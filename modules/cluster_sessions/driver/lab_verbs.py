@@ -171,8 +171,14 @@ def cmd_lab_status(args: argparse.Namespace) -> int:
         for a in status.agents:
             parts = [f"{k} {'up' if getattr(a, k) else 'down'}"
                      for k in ("netns", "containerd", "dockerd", "sshd")]
+            if a.image is not None:
+                parts.append(f"image {'yes' if a.image else 'missing'}")
             print(f"  {a.name}  {a.address}  {', '.join(parts)}"
                   + (f"  ({a.error})" if a.error else ""))
+        lacking = [a.name for a in status.agents if a.image is False]
+        if lacking:  # an interrupted `lab up`, or --no-image: the engines are up, the image not
+            print(f"the demo image {IMAGE_LATEST} is missing on {', '.join(lacking)}: "
+                  "`sessionctl lab up` again imports it (the lab is kept)", file=sys.stderr)
     return Exit.OK if status.state == "up" else Exit.ENGINE
 
 

@@ -126,7 +126,7 @@ def report_document(pool: Pool, reports: Sequence[Any], notes: Sequence[str],
 
 
 def cmd_pool_check(args: argparse.Namespace) -> int:
-    from ..agents.capacity import check_swarm, probe_pool
+    from ..agents.capacity import probe_pool, swarm_unready
 
     pool, _path = load_pool(args.pool)
     reports = probe_pool(pool, encryption=pool.network.encrypted,
@@ -141,9 +141,10 @@ def cmd_pool_check(args: argparse.Namespace) -> int:
             r.warnings.append(f"encrypted overlay support unknown: {enc.detail}")
     notes = []
     swarm_problems = []
+    unready = None
     if pool.swarm is not None and len(pool.agents) > 1:
-        swarm_problems = check_swarm(pool, reports, [a.name for a in pool.agents],
-                                     pool_ref=args.pool)
+        unready = swarm_unready(pool, reports, [a.name for a in pool.agents], pool_ref=args.pool)
+        swarm_problems = unready[1] if unready else []
         if swarm_problems:
             notes.append(f"swarm of {pool.swarm.manager} not formed or incomplete; multi-agent "
                          f"sessions need `sessionctl pool up {args.pool}`:")
@@ -169,9 +170,8 @@ def cmd_pool_check(args: argparse.Namespace) -> int:
         print(f"pool {pool.name}: {len(failing)} of {len(reports)} agent(s) failed the check",
               file=sys.stderr)
         return Exit.ENGINE
-    if swarm_problems:  # every agent works, but a session across them would not
-        print(f"pool {pool.name}: the swarm is not formed: multi-agent sessions cannot be "
-              f"placed until `sessionctl pool up {args.pool}`", file=sys.stderr)
+    if unready:  # every agent works, but a session across them would not
+        print(f"pool {pool.name}: {unready[0]}", file=sys.stderr)
         return Exit.ENGINE
     return Exit.OK
 

@@ -161,6 +161,23 @@ def engine_id(sock: Path, timeout: float = 5.0) -> str:
         return ""
 
 
+def has_tag(sock: Path, tag: str, timeout: float = 5.0) -> bool | None:
+    """Whether the engine has the image ``tag``; None when it does not answer."""
+    import docker.errors
+
+    try:
+        client = docker_client(sock, timeout)
+        try:
+            client.images.get(tag)
+            return True
+        except docker.errors.ImageNotFound:
+            return False
+        finally:
+            client.close()
+    except Exception:  # any other failure to ask it: unknown
+        return None
+
+
 def stop_containers(sock: Path) -> None:
     """Stop every running container of one engine at once (no 10 s grace per container)."""
     try:

@@ -86,6 +86,7 @@ class AgentStatus:
     sshd: bool = False
     engine_id: str = ""
     error: str = ""
+    image: bool | None = None  # the demo image's tag is on its engine (None: not asked)
 
     @property
     def up(self) -> bool:

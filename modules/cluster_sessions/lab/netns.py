@@ -52,10 +52,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ..core.names import DEMO_IMAGE
 from .engines import (
     DOCKERD_GRACE,
     ENGINE_TIMEOUT,
     engine_id,
+    has_tag,
     log_tails,
     spawn_containerd,
     spawn_dockerd,
@@ -321,6 +323,7 @@ def lab_status(state_dir: Path) -> LabStatus:
             a.containerd = pid_matching(p.get("containerd"), str(lay.agent_dir(k))) is not None
             a.dockerd = pid_matching(p.get("dockerd"), str(lay.exec_root(k))) is not None
             a.engine_id = engine_id(lay.socket(k), timeout=2) if a.dockerd else ""
+            a.image = has_tag(lay.socket(k), DEMO_IMAGE, timeout=2) if a.engine_id else None
             a.sshd = pid_matching(p.get("sshd"), str(lay.agent_dir(k))) is not None and (
                 sshd_answers(lay.address(k))
             )
