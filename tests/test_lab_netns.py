@@ -395,6 +395,30 @@ def test_lab_down_leaves_nothing_behind(tmp_path):
 
 @pytest.mark.lab
 @pytest.mark.docker
+def test_lab_down_keeps_data_folders_and_removes_an_empty_storage_root(tmp_path):
+    """The lab's storage root holds data folders, which outlive sessions: `lab down` removes
+    the root when it is empty and keeps it (saying so) when a folder is in it."""
+    from cluster_sessions.lab.pool_file import storage_root
+
+    require_lab()
+    clear_stale_lab(PREFIX2)
+    state = tmp_path / "lab"
+    said: list[str] = []
+    try:
+        netns.lab_up(1, state, tmp_path / "pool.yaml", prefix=PREFIX2, subnet=SUBNET2)
+        (storage_root(state) / "mydata").mkdir()
+        (storage_root(state) / "mydata" / "result.txt").write_text("42\n")
+        netns.lab_down(state, said.append)
+        assert (storage_root(state) / "mydata" / "result.txt").read_text() == "42\n"
+        assert any("kept the lab's data folders" in line for line in said), said
+        assert sorted(p.name for p in state.iterdir()) == ["storage"]
+    finally:
+        netns.lab_down(state)
+    assert _leftovers(PREFIX2, state) == []
+
+
+@pytest.mark.lab
+@pytest.mark.docker
 def test_failed_lab_up_removes_what_it_created(tmp_path, monkeypatch):
     require_lab()
     clear_stale_lab(PREFIX2)

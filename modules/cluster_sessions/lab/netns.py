@@ -92,7 +92,7 @@ from .network import (
     netns_exists,
     remove_network,
 )
-from .pool_file import POOL_FILE_HEADER, write_pool
+from .pool_file import POOL_FILE_HEADER, storage_root, write_pool
 from .processes import (
     LabError,
     alive,
@@ -453,6 +453,11 @@ def _forget(lay: Layout, agents: int, pool_file: str | None, progress: Progress,
         path.unlink(missing_ok=True)
     for k in range(1, agents + 1):
         shutil.rmtree(lay.agent_dir(k), ignore_errors=True)
+    storage = storage_root(lay.state_dir)
+    with contextlib.suppress(OSError):  # its data folders outlive sessions, and the lab too
+        storage.rmdir()
+    if storage.exists():
+        progress(f"kept the lab's data folders in {storage} (remove them yourself)")
     with contextlib.suppress(OSError):
         lay.state_dir.rmdir()
     if lay.state_dir.exists():
