@@ -736,18 +736,8 @@ def _port_problems(session: Session) -> list[tuple[str, str]]:
     the base, TF_CONFIG gives rank r the port base + r. The base is env MASTER_PORT when it is
     a port (cluster-env.sh keeps the user's value), else distributed.master_port."""
     size = session.cluster.size
-    if size <= 1:
-        return []  # nothing is derived for one container
     found: list[tuple[str, str]] = []
-    bases = []
-    user_port = session.env.get("MASTER_PORT")
-    if user_port is not None and re.fullmatch(r"[1-9][0-9]{0,4}", user_port, re.ASCII) \
-            and int(user_port) <= 65535:
-        bases.append(("env.MASTER_PORT", int(user_port)))
-    if session.distributed is not None:
-        bases.append(("distributed.master_port", session.distributed.master_port))
-    for path, base in bases:
-        last = base + size - 1
+    for path, base, last in _derived_ports(session):  # none for one container
         if base <= SSH_PORT <= last:
             what = "is sshd's port" if base == SSH_PORT else (
                 f"gives TF_CONFIG ports {base}-{last} for {size} containers, which include "
