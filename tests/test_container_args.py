@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import cluster_sessions
 from cluster_sessions.core.container_args import container_args, memory_mb, network_args
 from cluster_sessions.core.names import ENDPOINT_LABEL
 from cluster_sessions.core.plan import build_plan
@@ -129,7 +130,8 @@ def test_the_arguments_are_the_same_text_in_every_process():
     from pathlib import Path
 
     project = Path(__file__).resolve().parent.parent
-    code = ARGS_OF_A_RICH_PLAN.format(project=str(project), modules=str(project / "modules"))
+    modules = Path(cluster_sessions.__file__).resolve().parents[1]  # where this run imports it from
+    code = ARGS_OF_A_RICH_PLAN.format(project=str(project), modules=str(modules))
     outputs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               check=True, env={**os.environ, "PYTHONHASHSEED": seed},
                               timeout=120).stdout

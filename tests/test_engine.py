@@ -13,13 +13,15 @@ from pathlib import Path
 
 import pytest
 
+import cluster_sessions
 from cluster_sessions.agents import engine
 from cluster_sessions.core.names import HOST_LABEL, SESSION_ID_LABEL, SESSION_LABEL
 
 from .test_observe import tiny_image  # noqa: F401, F811 (a fixture, used by name)
 
 DATA = Path(__file__).parent / "data" / "agents"
-PACKAGE = Path(__file__).resolve().parents[1] / "modules" / "cluster_sessions"
+# where the package is imported from (the checkout's modules/, or a mutation run's copy)
+PACKAGE = Path(cluster_sessions.__file__).resolve().parent
 
 
 def captured(name: str) -> list[dict]:

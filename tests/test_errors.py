@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
+import cluster_sessions
 from cluster_sessions.core import errors
 from cluster_sessions.core.errors import ClusterSessionsError, Exit
 from cluster_sessions.core.problems import DefinitionError, Problem
 from cluster_sessions.driver.errors import CommandError, outcome
 
-PACKAGE = Path(__file__).resolve().parents[1] / "modules" / "cluster_sessions"
+# where the package is imported from (the checkout's modules/, or a mutation run's copy)
+PACKAGE = Path(cluster_sessions.__file__).resolve().parent
 # The emulation stands in for the Pulumi CLI and the docker provider: its errors are theirs.
 NOT_OURS = ("emulation",)
 DOCUMENTED = {"EngineFailure": 1, "InvalidInput": 2, "Pending": 3, "MissingPrerequisite": 4,

@@ -91,3 +91,15 @@ def test_a_big_session_is_folded_per_agent_and_beyond_a_few_agents():
     assert many.count("subgraph") == MAX_AGENTS
     assert "12 more agents, 12 containers" in labels
     assert len(many.split("\n")) < 60
+
+
+def test_an_agent_with_exactly_the_most_shown_draws_them_all_and_folds_nothing():
+    boxes = [Box(f"sub{i}", "a1") for i in range(MAX_PER_AGENT)]
+    chart = placement_chart(boxes, None)
+    labels = check_syntax(chart)
+    assert labels == ["agent a1", *(f"sub{i}" for i in range(MAX_PER_AGENT))]
+    assert "more" not in chart and "net" not in chart
+
+
+def test_a_network_without_a_driver_is_shown_by_its_name_alone():
+    assert '  net(("s-net"))' in placement_chart([Box("main1", "a1")], "s-net").split("\n")

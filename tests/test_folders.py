@@ -16,7 +16,9 @@ from cluster_sessions.core.folders import (
     MODE_SYMLINK,
     FolderStat,
     folder_name_problem,
+    folder_path,
     folder_verdict,
+    storage_of,
 )
 from cluster_sessions.core.loader import load_session
 from cluster_sessions.core.plan import build_plan, plan_to_dict
@@ -209,3 +211,48 @@ def test_the_program_makes_each_folder_on_each_agent_before_the_containers_and_n
              "readOnly": False, "type": "bind"}]
     provider = folder_resources.DataFolderProvider()
     assert provider.delete("agent1:/srv/vfolders/mydata", {}) is None  # nothing is removed
+
+
+# --- the messages, word for word (the loader prints them after the file and field) -------------
+
+def test_a_bad_folder_name_is_told_what_a_folder_name_is():
+    assert folder_name_problem("a/b") == (
+        "'a/b' is not a folder name: one name of at most 64 letters, digits, '_', '.' or '-', "
+        "not starting with '.' or '-' (a folder is a directory directly below the pool's "
+        "storage root, never a path)")
+
+
+@pytest.mark.parametrize(("storage", "wanted", "answer"), [
+    ({"data": "/srv/d"}, None, ("data", None)),
+    ({}, None, (None, "the pool has no storage roots (storage: {NAME: /host/dir}), so sessions "
+                      "on it mount no folders; ask the pool's operator")),
+    ({"data": "/d", "scratch": "/s"}, None,
+     (None, "the pool has several storage roots (data, scratch): say which with storage: NAME")),
+    ({"data": "/d", "scratch": "/s"}, "scratch", ("scratch", None)),
+    ({"data": "/d", "date": "/e"}, "dat",
+     (None, "the pool has no storage 'dat' (it has: data, date); did you mean 'date'?")),
+    ({"data": "/d", "scratch": "/s"}, "zzz",
+     (None, "the pool has no storage 'zzz' (it has: data, scratch)")),
+    ({}, "data", (None, "the pool has no storage 'data' (it has: none)")),
+])
+def test_storage_of_picks_the_root_or_says_why_not(storage, wanted, answer):
+    assert storage_of(storage, wanted) == answer
+
+
+@pytest.mark.parametrize(("root", "path"), [("/srv/vfolders", "/srv/vfolders/mydata"),
+                                            ("/srv/vfolders/", "/srv/vfolders/mydata"),
+                                            ("/srv/X", "/srv/X/mydata")])
+def test_folder_path_joins_root_and_name_once(root, path):
+    assert folder_path(root, "mydata") == path
+
+
+def test_the_verdicts_say_what_is_in_the_way():
+    link = folder_verdict(FolderStat(MODE_SYMLINK, ""), 1000)
+    assert link == ("is a symbolic link (to ''), which the engine would follow: a folder must "
+                    "be a plain directory; remove the link")
+    assert folder_verdict(FolderStat(0, "/etc"), 1000).startswith("is a symbolic link (to '/etc')")
+    assert folder_verdict(FolderStat(0o644, ""), 1000) == "exists and is not a directory"
+    assert folder_verdict(FolderStat(MODE_DIR | 0o750, "", 1001, 1000), 1000) == (
+        "is owned by uid 1001, not the session user's 1000: it is another user's folder")
+    assert folder_verdict(FolderStat(MODE_DIR | 0o750, "", 1000, 5), 1000) is None
+    assert folder_verdict(None, 1000) is None

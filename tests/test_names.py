@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
+import cluster_sessions
 from cluster_sessions.core import names
 from cluster_sessions.core.plan import container_labels, network_labels
 
-PACKAGE = Path(__file__).resolve().parents[1] / "modules" / "cluster_sessions"
+# where the package is imported from (the checkout's modules/, or a mutation run's copy)
+PACKAGE = Path(cluster_sessions.__file__).resolve().parent
 NAMES = PACKAGE / "core" / "names.py"
 # Pulumi's own file backend keeps stacks under .pulumi/stacks: its layout, not our folder
 OTHER_STACKS = {PACKAGE / "emulation" / "automation.py"}

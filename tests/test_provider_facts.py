@@ -54,6 +54,21 @@ def test_values_the_provider_reads_back_differently_have_no_spelling(cpu):
     assert cpus_argument(cpu) is None
 
 
+@pytest.mark.parametrize(("cpu", "near"), [
+    (0.001, 0.011), (0.005, 0.011), (0.01, 0.011),  # never 0, never below: the next one up
+    (0.08, 0.081), (707.001, 707.0), (707.002, 707.0), (10.001, 10.0), (707.009, 707.011),
+])
+def test_the_hint_for_a_value_without_a_spelling_is_the_nearest_one_with(cpu, near):
+    assert stable_cpus_near(cpu) == near and cpus_argument(near) is not None
+
+
+@pytest.mark.parametrize(("text", "nano"), [("2", 2 * 10**9), ("10", 10 * 10**9),
+                                            ("10.", 10 * 10**9), ("1.5", 15 * 10**8),
+                                            ("0.001", 10**6), (".5", 5 * 10**8)])
+def test_parse_cpus_reads_the_texts_the_provider_writes(text, nano):
+    assert parse_cpus(text) == nano
+
+
 def test_the_table_covers_every_argument_the_session_passes():
     run = Run("train-demo")
     for c in run.plan.containers:

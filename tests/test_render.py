@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import cluster_sessions
 from cluster_sessions.core.keys import generate_session_keys, new_keypair
 from cluster_sessions.core.plan import build_plan
 from cluster_sessions.core.render import (
@@ -303,8 +304,8 @@ def test_render_imports_no_pulumi_and_touches_nothing():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('pulumi', 'pulumi_docker', 'docker', 'paramiko')))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True, env={"PYTHONPATH": str(Path(__file__).parents[1]
-                                                               / "modules")})
+                            check=True, env={"PYTHONPATH": str(Path(cluster_sessions.__file__)
+                                                               .resolve().parents[1])})
     assert result.stdout.strip() == "[]"
 
 

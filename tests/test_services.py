@@ -86,6 +86,25 @@ def test_a_full_range_is_a_reason_naming_the_agent_and_the_range():
                    agent="gpu1")
     assert not got.ok and got.ports == {}
     assert "30000-30000 of agent gpu1" in got.reason and "'b'" in got.reason
+    assert allocate([svc("a", 1), svc("b", 2)], PortRange(first=30000, last=30000), ()).reason \
+        == ("the service port range 30000-30000 has no free port left for service 'b' (main1's "
+            "agent publishes all of them): widen the pool's service_ports, or destroy a session "
+            "that holds some")
+
+
+def test_only_public_services_are_warned_of_each_with_where_it_is_published():
+    from types import SimpleNamespace as Shown
+    shown = [Shown(name="ssh", public=False, port=22, bind="127.0.0.1", agent="gpu1"),
+             Shown(name="web", public=True, port=8080, bind="10.0.0.11", agent="gpu1"),
+             Shown(name="tb", public=True, port=6006, bind="0.0.0.0", agent="local")]
+    assert public_warnings(shown) == [
+        "service 'web' is public: port 8080 of main1 is published on agent gpu1's address "
+        "10.0.0.11, not on its loopback; anyone who reaches it reaches the app, with no login in "
+        "front of it (Backend.AI's AppProxy would stand there)",
+        "service 'tb' is public: port 6006 of main1 is published on every address of this "
+        "machine (a local agent has no address of its own), not on its loopback; anyone who "
+        "reaches it reaches the app, with no login in front of it (Backend.AI's AppProxy would "
+        "stand there)"]
 
 
 # --- where it is bound, and its URL -------------------------------------------------------------

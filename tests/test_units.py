@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import jsonschema
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cluster_sessions.core.units import format_size, parse_size
+from cluster_sessions.core.units import format_size, parse_size, size_json_schema
 
 
 @pytest.mark.parametrize(
@@ -48,3 +49,36 @@ def test_bounds_are_inclusive_and_named_in_the_message():
         parse_size("6291455", minimum=6 * 1024**2)
     with pytest.raises(ValueError, match="at most 1g"):
         parse_size("1025m", maximum=1024**3)
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    (True, "expected a size such as 512m or 4g, not a boolean"),
+    (1.5, "expected a size such as 512m or 4g"),
+    (None, "expected a size such as 512m or 4g"),
+    (0, "must be greater than zero"),
+    ("0g", "must be greater than zero"),
+])
+def test_each_refusal_says_what_a_size_is(value, message):
+    """The loader prints these after the file and field: each must say what was wrong."""
+    with pytest.raises(ValueError) as refused:
+        parse_size(value, minimum=0)
+    assert str(refused.value) == message
+
+
+def test_leading_zeros_up_to_the_digit_guard_are_still_a_size():
+    """The digit guard keeps huge numbers out of the arithmetic, not 40 written digits."""
+    assert parse_size("0" * 39 + "1") == 1
+    with pytest.raises(ValueError, match="too large"):
+        parse_size("0" * 40 + "1")
+
+
+@pytest.mark.parametrize(("minimum", "maximum"), [(1, 2**63 - 1), (6 * 1024**2, 1024**3)])
+def test_the_schema_of_a_size_accepts_the_spellings_parse_size_reads(minimum, maximum):
+    """``sessionctl schema`` describes sizes with the same pattern and bounds as the loader."""
+    schema = size_json_schema(minimum, maximum)
+    validator = jsonschema.Draft202012Validator(schema)
+    for good in ["512m", " 4G ", "1.5gb", "2Gi", "64k", "1000", minimum, maximum]:
+        assert validator.is_valid(good), good
+    for bad in ["", "g", "4x", "-1g", "1e9", "4 gg", "1.g", minimum - 1, maximum + 1, 1.5, True]:
+        assert not validator.is_valid(bad), bad
+    assert schema["description"].startswith("a size: a number with k, m, g or t (1024-based)")

@@ -48,3 +48,24 @@ def test_more_than_declared_is_said():
 def test_an_unknown_declaration_counts_as_nothing_declared():
     u = agent_usage("a1", None, [held("s", "running", 1, G)])
     assert (u.declared_millicpu, u.declared_mem, u.over) == (0, 0, True)
+
+
+def test_one_container_of_one_session_is_said_in_the_singular():
+    u = agent_usage("a1", CAP, [held("s1", "running", 1, G), held("s1", "exited", 1, G)])
+    assert usage_text(u) == ("a1: cpu 1/8, mem 1g/16g, gpus 0/4, 1 container of 1 session "
+                             "(1 stopped)")
+    two = agent_usage("a1", CAP, [held("s1", "running", 1, G), held("s1", "running", 1, G)])
+    assert usage_text(two).endswith("2 containers of 1 session")
+
+
+def test_the_json_of_an_agent_has_every_key_ls_and_pool_usage_print():
+    u = agent_usage("a1", Capacity(cpu=1, mem="1g"), [held("s2", "running", 2, G),
+                                                      held("s1", "exited", 1, G)])
+    assert usage_to_dict(u) == {
+        "agent": "a1",
+        "declared": {"cpu": 1.0, "mem": G, "gpus": []},
+        "allocated": {"cpu": 2.0, "mem": G, "gpus": [], "containers": 1},
+        "sessions": ["s2"],
+        "stopped_containers": 1,
+        "over": True,
+    }

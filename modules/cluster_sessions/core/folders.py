@@ -55,7 +55,7 @@ def storage_of(storage: Mapping[str, str], wanted: str | None) -> tuple[str | No
                       "with storage: NAME")
     if wanted in storage:
         return wanted, None
-    close = difflib.get_close_matches(wanted, list(storage), n=1)
+    close = difflib.get_close_matches(wanted, list(storage))  # best first
     guess = f"; did you mean {close[0]!r}?" if close else ""
     have = ", ".join(storage) or "none"
     return None, f"the pool has no storage {wanted!r} (it has: {have}){guess}"
