@@ -4,6 +4,7 @@ depend on the session's (the hostfiles and peers derived at start by cluster-hos
 
 from __future__ import annotations
 
+import base64
 import shutil
 import subprocess
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from cluster_sessions.core import keys
 from cluster_sessions.core.plan import build_plan
@@ -102,6 +104,72 @@ def test_a_certificate_of_another_ca_or_key_does_not_match():
                                  two.hosts["sub1"].public_openssh, ["sub1"])
     assert not keys.cert_matches("ssh-ed25519 AAAA", one.ca.public_openssh,
                                  one.hosts["sub1"].public_openssh, ["sub1"])
+
+
+def test_a_user_certificate_starts_a_minute_before_now_but_never_before_the_epoch():
+    material = keys.generate_session_keys(["main1"])
+    mine = keys.new_keypair().public_openssh
+    cert = parsed(keys.user_certificate(material.ca, mine, "work", "me", seconds=600,
+                                        now=1_000_000.9))
+    assert (cert.valid_after, cert.valid_before) == (999_940, 1_000_600)
+    early = parsed(keys.user_certificate(material.ca, mine, "work", "me", now=30))
+    assert (early.valid_after, early.valid_before) == (0, 3630)
+
+
+def test_a_certificate_is_signed_only_by_an_ed25519_ca():
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    ca = keys.KeyPair(
+        rsa_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                              serialization.NoEncryption()).decode(),
+        openssh(rsa_key.public_key()))
+    host = keys.new_keypair().public_openssh
+    with pytest.raises(ValueError) as refused:
+        keys.host_certificate(ca, host, ["main1"], key_id="main1")
+    assert str(refused.value) == "the session CA must be an ED25519 key"
+    with pytest.raises(ValueError) as refused:
+        keys.user_certificate(ca, host, "work", "me")
+    assert str(refused.value) == "the session CA must be an ED25519 key"
+
+
+def test_a_certificate_matches_with_or_without_comments_on_the_keys():
+    material = keys.generate_session_keys(HOSTS)
+    assert keys.cert_matches(material.host_certs["sub1"],
+                             material.ca.public_openssh + " session-ca@demo\n",
+                             material.hosts["sub1"].public_openssh + " root@sub1",
+                             ["sub1"])
+
+
+def test_a_plain_key_a_damaged_signature_or_other_principals_do_not_match():
+    material = keys.generate_session_keys(HOSTS)
+    ca, host = material.ca.public_openssh, material.hosts["sub1"].public_openssh
+    cert = material.host_certs["sub1"]
+    kind, blob = cert.split()
+    raw = bytearray(base64.b64decode(blob))
+    raw[-1] ^= 0x01  # the last byte of the CA's signature
+    damaged = f"{kind} {base64.b64encode(bytes(raw)).decode()}"
+    parsed(damaged)  # still a certificate, only its signature is wrong
+    assert keys.cert_matches(cert, ca, host, ["sub1"])
+    assert not keys.cert_matches(damaged, ca, host, ["sub1"])
+    assert not keys.cert_matches(host, ca, host, ["sub1"])  # a key, not a certificate
+    assert not keys.cert_matches(cert, ca, host, ["sub1", "demo-sub1"])
+    assert not keys.cert_matches(cert, ca, host, [])
+
+
+def test_stored_material_with_no_whole_ca_is_material_from_before_the_ca():
+    stored = keys.to_dict(keys.generate_session_keys(["main1", "sub1"]))
+    assert set(stored) == {"user_private", "user_public", "host_private", "host_public",
+                           "ca_private", "ca_public", "host_cert"}
+    again = keys.from_dict(stored)
+    assert again.ca is not None and dict(again.host_certs) == stored["host_cert"]
+    for missing in ("ca_public", "ca_private"):
+        half = {k: v for k, v in stored.items() if k != missing}
+        material = keys.from_dict(half)
+        assert material.ca is None, missing
+        # certificates without their CA are not kept: with_hosts signs them anew
+        assert material.host_certs == {}, missing
+    old = {k: v for k, v in stored.items() if not k.startswith("ca_")}
+    assert set(keys.to_dict(keys.from_dict(old))) == {
+        "user_private", "user_public", "host_private", "host_public"}
 
 
 # --- the key store: made once, kept, and old stacks get a CA ---------------------------------

@@ -17,7 +17,7 @@ Private keys are plain strings here; callers keep them out of logs (Pulumi marks
 
 from __future__ import annotations
 
-import os
+import secrets
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -123,7 +123,7 @@ def host_certificate(ca: KeyPair, host_public: str, principals: Sequence[str],
                .public_key(serialization.load_ssh_public_key(host_public.encode()))
                .type(serialization.SSHCertificateType.HOST)
                .key_id(key_id.encode())
-               .serial(int.from_bytes(os.urandom(8), "big"))
+               .serial(secrets.randbits(64))
                .valid_principals([p.encode() for p in principals])
                .valid_after(0)
                .valid_before(FOREVER))
@@ -140,7 +140,7 @@ def user_certificate(ca: KeyPair, user_public: str, principal: str, key_id: str,
                .public_key(serialization.load_ssh_public_key(user_public.strip().encode()))
                .type(serialization.SSHCertificateType.USER)
                .key_id(key_id.encode())
-               .serial(int.from_bytes(os.urandom(8), "big"))
+               .serial(secrets.randbits(64))
                .valid_principals([principal.encode()])
                .valid_after(max(0, start - USER_CERT_SKEW))
                .valid_before(start + seconds))
