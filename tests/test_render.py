@@ -6,6 +6,7 @@ containers in tests/test_runtime.py.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import os
 import re
@@ -15,23 +16,34 @@ import sys
 import tempfile
 from pathlib import Path
 
+import jinja2
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cluster_sessions
-from cluster_sessions.core.keys import generate_session_keys, new_keypair
+from cluster_sessions.core import render as render_module
+from cluster_sessions.core.keys import KeyPair, generate_session_keys, new_keypair
 from cluster_sessions.core.plan import build_plan
 from cluster_sessions.core.render import (
     BUNDLE_DIR,
     RUN_DIR,
     TEMPLATES,
     RenderedFile,
+    certificate,
     entrypoint_argv,
+    known_hosts,
     pack,
     pack_entrypoint_argv,
+    public_key,
     render_container,
     render_session,
+    session_hosts_joined,
+    shname,
+    shquote,
+    shwords,
+    without_comment_lines,
+    word,
 )
 from cluster_sessions.core.spec import SSH_PORT, Pool, Session
 
@@ -500,7 +512,8 @@ def test_a_real_sshd_accepts_the_rendered_config(tmp_path):
 def test_files_the_same_in_every_container_are_rendered_once_per_session():
     plan, keys, bundles = render(size=3)
     shared = {path: [by_path(files)[path].content for files in bundles.values()]
-              for path in ("ssh/config", "ssh/known_hosts", "ssh/authorized_keys")}
+              for path in ("ssh/config", "ssh/known_hosts", "ssh/authorized_keys", "hostfile",
+                           "hostfile.hydra")}
     for path, texts in shared.items():
         assert all(t is texts[0] for t in texts), f"{path} rendered once per container"
     # another session, or the same plan with other keys, never gets the first one's files
@@ -576,3 +589,317 @@ def test_hostfiles_list_every_host_in_rank_order_with_its_slots(over, slots):
         assert files["hostfile.hydra"].content == "".join(
             f"{h}:{slots}\n" for h in ("main1", "sub1", "sub2"))
         assert files["hostfile"].mode == 0o644 and not files["hostfile"].secret
+
+
+# --- the pure parts, value by value (mutation testing found them unchecked) ----------------------
+
+def test_a_rendered_files_repr_shows_its_size_or_that_it_is_secret():
+    assert repr(RenderedFile("a b", "xyz\n", 0o644)) == (
+        "RenderedFile('a b', <4 characters>, mode=644, secret=False)")
+    assert repr(RenderedFile("ssh/k", "KEY", 0o600, secret=True)) == (
+        "RenderedFile('ssh/k', <secret>, mode=600, secret=True)")
+
+
+def test_the_quoting_filters_quote_each_value_as_one_word():
+    assert shquote(3) == "3" and shquote("a b") == "'a b'" and shquote("") == "''"
+    assert shquote("it's") == "'it'\"'\"'s'"
+    assert shwords(["a b", 1, "", "$x"]) == "'a b' 1 '' '$x'"
+    assert shwords([]) == ""
+    assert shname("_A1") == "_A1" and word("user@host:/p,q+r=s~t-u_v.w") == (
+        "user@host:/p,q+r=s~t-u_v.w")
+    key = "ssh-ed25519 AAAAC3Nza+/9=="
+    assert public_key(f"  {key}\n") == key
+    assert certificate(" ssh-ed25519-cert-v01@openssh.com AAAA/+1=\n") == (
+        "ssh-ed25519-cert-v01@openssh.com AAAA/+1=")
+
+
+@pytest.mark.parametrize("check, value, message", [
+    (shname, "1A", "not a shell variable name: '1A'"),
+    (shname, "A-B", "not a shell variable name: 'A-B'"),
+    (shname, "", "not a shell variable name: ''"),
+    (word, "a b", "cannot be written into an ssh configuration file: 'a b'"),
+    (word, "a#b", "cannot be written into an ssh configuration file: 'a#b'"),
+    (word, "", "cannot be written into an ssh configuration file: ''"),
+    (public_key, "ssh-rsa AAAA", "not an ssh-ed25519 public key in OpenSSH format"),
+    (public_key, "ssh-ed25519 AAAA=== x", "not an ssh-ed25519 public key in OpenSSH format"),
+    (public_key, "ssh-ed25519-cert-v01@openssh.com AAAA",
+     "not an ssh-ed25519 public key in OpenSSH format"),
+    (certificate, "ssh-ed25519 AAAA", "not an ssh-ed25519 certificate in OpenSSH format"),
+    (certificate, "ssh-ed25519-cert-v01@opensshXcom AAAA",
+     "not an ssh-ed25519 certificate in OpenSSH format"),
+])
+def test_the_filters_refuse_what_their_format_cannot_carry(check, value, message):
+    with pytest.raises(ValueError) as refused:
+        check(value)
+    assert str(refused.value) == message
+
+
+@pytest.mark.parametrize("hosts, joined", [
+    (["main1"], "main1"),
+    (["main1", "sub1", "sub2"], "main1,sub1,sub2"),
+    ([], ""),
+    (["main1", "sub2"], ""),
+    (["main1", "sub1", "sub3"], ""),
+    (["main2", "sub1"], ""),
+    (["sub1", "main1"], ""),
+    (["main1", "main1"], ""),
+])
+def test_session_hosts_are_spelled_out_only_when_they_are_the_usual_names(hosts, joined):
+    assert session_hosts_joined(hosts) == joined
+
+
+@pytest.mark.parametrize("source, kept", [
+    ("#!/bin/sh\n# a comment\n  # indented\n\t# tabbed\necho 1 # not a whole line\n"
+     "# shellcheck disable=SC2016\n#!not the first line\nx='\n# in a value\n'\n#\n#last",
+     "#!/bin/sh\necho 1 # not a whole line\n# shellcheck disable=SC2016\n#!not the first line\n"
+     "x='\n'\n#last"),
+    ("# what made this file\n# more\nPort 2200\n", "# what made this file\nPort 2200\n"),
+    ("# only a first line", "# only a first line"),
+    ("", ""),
+    ("a\n#shellcheck without a space\n", "a\n"),
+])
+def test_without_comment_lines_keeps_the_first_line_and_shellcheck_directives(source, kept):
+    assert without_comment_lines(source) == kept
+
+
+def test_a_container_is_sent_its_files_without_comment_lines_and_without_hostfiles():
+    plan = build_plan(make_session(3), POOL)
+    keys = generate_session_keys(plan.hosts)
+    out = by_path(render_container(plan, plan.containers[1], keys, directory=True))
+    sent = by_path(render_container(plan, plan.containers[1], keys))  # the default
+    assert set(out) - set(sent) == {"hostfile", "hostfile.hydra"} and set(sent) <= set(out)
+    for path, f in sent.items():
+        assert f.mode == out[path].mode and f.secret == out[path].secret, path
+        first, *rest = f.content.splitlines()
+        assert first == out[path].content.splitlines()[0], path
+        comments = [line for line in rest if line.lstrip().startswith("#")
+                    and not line.lstrip().startswith(("#!", "# shellcheck "))]
+        assert comments == [], path
+        if path in ("entrypoint.sh", "ssh/known_hosts", "sshd_config"):
+            assert len(out[path].content) > len(f.content), path
+    # the session-wide files of one kind are never given out as the other's
+    again = by_path(render_container(plan, plan.containers[2], keys, directory=True))
+    assert again["ssh/known_hosts"].content == out["ssh/known_hosts"].content
+    assert by_path(render_container(plan, plan.containers[0], keys))[
+        "ssh/known_hosts"].content == sent["ssh/known_hosts"].content
+    assert render_session(plan, keys, directory=False)["sub1"] == list(sent.values())
+
+
+def test_known_hosts_is_what_every_container_is_sent():
+    plan = build_plan(make_session(2), POOL)
+    keys = generate_session_keys(plan.hosts)
+    sent = by_path(render_container(plan, plan.containers[0], keys))["ssh/known_hosts"]
+    text = known_hosts("render-test", keys.ca.public_openssh)
+    assert text == sent.content
+    port = SSH_PORT
+    assert text == (
+        "# the session CA of render-test -- rendered by cluster_sessions.render. It signed every\n"
+        f"@cert-authority main1,sub?,sub??,sub???,sub????,[main1]:{port},[sub?]:{port},"
+        f"[sub??]:{port},[sub???]:{port},[sub????]:{port} {keys.ca.public_openssh}\n")
+
+
+def test_the_secret_files_hold_each_private_key_exactly_with_one_final_newline():
+    plan = build_plan(make_session(2), POOL)
+    keys = generate_session_keys(plan.hosts)
+    files = by_path(render_container(plan, plan.containers[1], keys))
+    assert keys.user.private_openssh.endswith("\n")
+    assert files["ssh/id_cluster"].content == keys.user.private_openssh
+    assert files["ssh/ssh_host_ed25519_key"].content == keys.hosts["sub1"].private_openssh
+    assert files["ssh/ssh_host_ed25519_key-cert.pub"].content == keys.host_certs["sub1"] + "\n"
+    assert files["ssh/user_ca.pub"].content == keys.ca.public_openssh + "\n"
+    bare = dataclasses.replace(keys, user=KeyPair(keys.user.private_openssh.rstrip("\n"),
+                                                  keys.user.public_openssh))
+    files = by_path(render_container(plan, plan.containers[1], bare))
+    assert files["ssh/id_cluster"].content == keys.user.private_openssh
+
+
+NO_CA = "the session keys have no CA or not every host certificate (keys.with_hosts adds them)"
+
+
+def test_keys_without_a_host_key_a_ca_or_a_certificate_are_refused_word_for_word():
+    plan = build_plan(make_session(4), POOL)
+    complete = generate_session_keys(plan.hosts)
+    render_container(plan, plan.containers[0], complete)  # checked once, then remembered
+    few = generate_session_keys(["main1", "sub2"])
+    cases = [
+        (few, "the session keys have no host key for sub1, sub3"),
+        (dataclasses.replace(complete, ca=None),
+         "the session keys have no CA or not every host certificate (keys.with_hosts adds them)"),
+        (dataclasses.replace(complete, host_certs={h: c for h, c in complete.host_certs.items()
+                                                   if h != "sub3"}),
+         "the session keys have no CA or not every host certificate (keys.with_hosts adds them)"),
+    ]
+    for keys, message in cases:
+        with pytest.raises(ValueError) as refused:
+            render_container(plan, plan.containers[0], keys)
+        assert str(refused.value) == message
+    bigger = build_plan(make_session(6), POOL)  # the remembered keys, another plan: checked
+    with pytest.raises(ValueError) as refused:
+        render_container(bigger, bigger.containers[0], complete)
+    assert str(refused.value) == "the session keys have no host key for sub4, sub5"
+
+
+@pytest.mark.parametrize("rank", [-1, 2, 3])
+def test_a_container_whose_rank_is_not_its_place_in_the_plan_is_refused(rank):
+    plan = build_plan(make_session(2), POOL)
+    keys = generate_session_keys(plan.hosts)
+    stray = dataclasses.replace(plan.containers[1], local_rank=rank)
+    with pytest.raises(ValueError) as refused:
+        render_container(plan, stray, keys)
+    assert str(refused.value) == "sub1 is not a container of session 'render-test'"
+
+
+SMALL = [RenderedFile("run", "#!/bin/sh\n", 0o755), RenderedFile("ssh/config", "c", 0o644),
+         RenderedFile("ssh/k", "k", 0o600, secret=True), RenderedFile("ssh/k.pub", "p\n", 0o644),
+         RenderedFile("docs/a b", "it's", 0o640), RenderedFile("bin/x", "", 0o700)]
+
+
+def test_a_pack_is_this_script():
+    """The whole script, for a bundle with a secret, an executable and a public directory:
+    one rm, a umask per change of mode, a chmod per executable mode."""
+    assert pack(SMALL) == """\
+# cluster-session pack, written by cluster_sessions.core.render.pack: /bin/sh PACK DIR
+# shellcheck disable=SC1003,SC2016
+set -eu
+if [ "$#" -ne 1 ] || [ -z "$1" ]; then echo "usage: /bin/sh PACK DIR" >&2; exit 64; fi
+[ -d "$1" ] || (umask 022 && mkdir -p -- "$1")
+if [ -d "$1"/ssh ]; then chmod 700 -- "$1"/ssh; else mkdir -m 700 -- "$1"/ssh; fi
+[ -d "$1"/docs ] || mkdir -m 755 -- "$1"/docs
+[ -d "$1"/bin ] || mkdir -m 755 -- "$1"/bin
+set -- "$1" "$1"/run "$1"/ssh/config "$1"/ssh/k "$1"/ssh/k.pub "$1"/'docs/a b' "$1"/bin/x
+d=$1
+shift
+for f do if [ -e "$f" ] || [ -L "$f" ]; then rm -f -- "$@"; break; fi; done
+set -- "$d"
+umask 022
+printf '%s' '#!/bin/sh
+' > "$1"/run
+printf '%s' c > "$1"/ssh/config
+umask 066
+printf '%s' k > "$1"/ssh/k
+umask 022
+printf '%s' 'p
+' > "$1"/ssh/k.pub
+umask 026
+printf '%s' 'it'"'"'s' > "$1"/'docs/a b'
+umask 066
+printf '%s' '' > "$1"/bin/x
+chmod 700 -- "$1"/bin/x
+chmod 755 -- "$1"/run
+"""
+    assert pack([]) == "\n".join(pack(SMALL).splitlines()[:5]) + "\n"
+
+
+@pytest.mark.parametrize("shell", sorted(SHELLS))
+def test_a_pack_makes_its_directories_and_modes_whatever_the_umask_and_says_nothing(shell,
+                                                                                   tmp_path):
+    command = shell_command(shell)
+    files = [*SMALL, RenderedFile("a/b/x", "1", 0o645), RenderedFile("a/c/y", "2", 0o4644),
+             RenderedFile("a/b/z/w", "3", 0o2640), RenderedFile("t", "4", 0o1604),
+             RenderedFile("u", "5", 0o604)]
+    script = tmp_path / "bundle.pack"
+    script.write_text(pack(files))
+    target = tmp_path / "new" / "bundle"
+    for _ in range(2):  # into nothing, then over the first (docker restart)
+        done = subprocess.run(["sh", "-c", 'umask 077 && exec "$@"', "sh", *command,
+                               str(script), str(target)], capture_output=True, text=True,
+                              check=False)
+        assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+        assert_unpacked(target, files)
+        modes = {str(p.relative_to(tmp_path)): p.stat().st_mode & 0o7777
+                 for p in (tmp_path / "new").rglob("*") if p.is_dir()}
+        assert modes == {"new/bundle": 0o755, "new/bundle/ssh": 0o700,
+                         "new/bundle/docs": 0o755, "new/bundle/bin": 0o755,
+                         "new/bundle/a": 0o755, "new/bundle/a/b": 0o755,
+                         "new/bundle/a/c": 0o755, "new/bundle/a/b/z": 0o755}
+
+
+@pytest.mark.parametrize("args", [[], ["a", "b"], [""]], ids=["none", "two", "empty"])
+def test_a_pack_run_without_one_directory_says_how_to_run_it(args, tmp_path):
+    command = shell_command("dash")
+    script = tmp_path / "bundle.pack"
+    script.write_text(pack(SMALL))
+    done = subprocess.run([*command, str(script), *args], capture_output=True, text=True,
+                          check=False, cwd=tmp_path)
+    assert (done.returncode, done.stdout, done.stderr) == (64, "", "usage: /bin/sh PACK DIR\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle.pack"]
+
+
+@pytest.mark.parametrize("path", [".", "..", "/etc/passwd", "../x", "a/../../x", "./a", "",
+                                  "a//b", "a/", "a/.", ".."])
+def test_a_pack_refuses_paths_outside_the_bundle_word_for_word(path):
+    with pytest.raises(ValueError) as refused:
+        pack([RenderedFile("ok", "x", 0o644), RenderedFile(path, "x", 0o644)])
+    assert str(refused.value) == f"refusing to pack a path outside the bundle: {path!r}"
+
+
+def test_the_pack_entrypoint_unpacks_with_a_fixed_path_and_nothing_else_and_says_nothing(
+        tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("the pack entrypoint insists on root, as the entrypoint does")
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    # a pack is any sh script: this one shows what the packs run with
+    (bundle / "a.pack").write_text(
+        'printf "%s|" "$#" "$1" "$PATH" "${LC_ALL-unset}" "${HOME-unset}" "${X-unset}" '
+        '> "$1/seen"\n')
+    (bundle / "b.pack").write_text(pack([RenderedFile("entrypoint.sh", 'echo "$@"\n', 0o755)]))
+    out = subprocess.run([*pack_entrypoint(bundle), "a", "b"], capture_output=True, text=True,
+                         check=False, env={"PATH": os.environ["PATH"], "HOME": "/h", "X": "x"})
+    assert (out.returncode, out.stdout, out.stderr) == (0, "a b\n", "")
+    assert (bundle / "seen").read_text() == (
+        f"1|{bundle}|/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin|C|unset|unset|")
+
+
+def test_the_pack_entrypoint_refusals_word_for_word(tmp_path):
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv (util-linux)")
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "a.pack").write_text(pack([RenderedFile("entrypoint.sh", "echo ran\n", 0o755)]))
+    (bundle / "b.pack").write_text("exit 3\n")
+    (bundle / "c.pack").write_text(pack([RenderedFile("c", "c\n", 0o644)]))
+    out = subprocess.run([*pack_entrypoint(bundle), "true"], capture_output=True, text=True,
+                         check=False)
+    assert (out.returncode, out.stdout, out.stderr) == (
+        70, "", f"cluster-session: error: cannot unpack {bundle}/b.pack into {bundle}\n")
+    assert not (bundle / "c").exists(), "went on after a pack failed"
+
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    out = subprocess.run([*nobody, *pack_entrypoint(bundle), "true"], capture_output=True,
+                         text=True, check=False)
+    assert (out.returncode, out.stdout, out.stderr) == (
+        64, "", "cluster-session: error: must run as root (it creates the user and starts sshd);"
+        " do not set the container's user\n")
+
+    for p in bundle.glob("*.pack"):
+        p.unlink()
+    (bundle / "dir.pack").mkdir()  # not a pack
+    out = subprocess.run([*pack_entrypoint(bundle), "true"], capture_output=True, text=True,
+                         check=False)
+    assert (out.returncode, out.stdout, out.stderr) == (
+        70, "", f"cluster-session: error: no *.pack in {bundle}\n")
+
+
+@pytest.mark.parametrize("compact", [False, True], ids=["render-out", "uploaded"])
+def test_the_template_environment_keeps_shell_text_literal_and_refuses_unknown_names(compact):
+    env = render_module._environment(compact=compact)
+    template = env.from_string(
+        "{## a template comment ##}\n"
+        "{% for v in values %}\n"
+        "    {% if v %}\n"
+        "x={{ v|shquote }} <&'\"> ${#x} {# not a comment #} {{ values|shwords }}\n"
+        "    {% endif %}\n"
+        "{% endfor %}\n"
+        "end\n")
+    assert template.render(values=["a b", ""]) == (
+        "x='a b' <&'\"> ${#x} {# not a comment #} 'a b' ''\nend\n")
+    with pytest.raises(jinja2.UndefinedError):
+        template.render()
+    names = ("shquote", "shwords", "shname", "word", "public_key", "certificate")
+    assert {n: env.filters.get(n) for n in names} == {n: getattr(render_module, n)
+                                                      for n in names}
+    source = (TEMPLATES / "sshd_config.j2").read_text()
+    loaded = env.loader.get_source(env, "sshd_config.j2")[0]
+    assert loaded == (without_comment_lines(source) if compact else source)
+    assert render_module._environment().loader.get_source(env, "sshd_config.j2")[0] == source

@@ -224,7 +224,7 @@ def pack(files: Sequence[RenderedFile]) -> str:
         'if [ "$#" -ne 1 ] || [ -z "$1" ]; then echo "usage: /bin/sh PACK DIR" >&2; exit 64; fi',
         '[ -d "$1" ] || (umask 022 && mkdir -p -- "$1")',
     ]
-    private_dirs = {posixpath.dirname(f.path) for f in files if f.secret} - {""}
+    private_dirs = {posixpath.dirname(f.path) for f in files if f.secret}
     made: set[str] = set()
     targets: list[str] = []
     writes: list[str] = []
