@@ -763,8 +763,11 @@ def test_a_pack_is_this_script():
 set -eu
 if [ "$#" -ne 1 ] || [ -z "$1" ]; then echo "usage: /bin/sh PACK DIR" >&2; exit 64; fi
 [ -d "$1" ] || (umask 022 && mkdir -p -- "$1")
+[ ! -L "$1"/ssh ] || rm -f -- "$1"/ssh
 if [ -d "$1"/ssh ]; then chmod 700 -- "$1"/ssh; else mkdir -m 700 -- "$1"/ssh; fi
+[ ! -L "$1"/docs ] || rm -f -- "$1"/docs
 [ -d "$1"/docs ] || mkdir -m 755 -- "$1"/docs
+[ ! -L "$1"/bin ] || rm -f -- "$1"/bin
 [ -d "$1"/bin ] || mkdir -m 755 -- "$1"/bin
 set -- "$1" "$1"/run "$1"/ssh/config "$1"/ssh/k "$1"/ssh/k.pub "$1"/'docs/a b' "$1"/bin/x
 d=$1
@@ -903,3 +906,30 @@ def test_the_template_environment_keeps_shell_text_literal_and_refuses_unknown_n
     loaded = env.loader.get_source(env, "sshd_config.j2")[0]
     assert loaded == (without_comment_lines(source) if compact else source)
     assert render_module._environment().loader.get_source(env, "sshd_config.j2")[0] == source
+
+
+@pytest.mark.parametrize("shell", sorted(SHELLS))
+def test_a_link_planted_in_place_of_a_directory_is_replaced_not_followed(shell, tmp_path):
+    command = shell_command(shell)
+    files = [RenderedFile("ssh/config", "c\n", 0o644),
+             RenderedFile("ssh/k", "k\n", 0o600, secret=True),
+             RenderedFile("docs/a", "a\n", 0o644)]
+    target = tmp_path / "bundle"
+    unpack(command, pack(files), target)
+    victims = {}
+    for name in ("ssh", "docs"):
+        victim = tmp_path / f"victim-{name}"
+        victim.mkdir(mode=0o755)
+        (victim / "config").write_text("v")
+        shutil.rmtree(target / name)
+        (target / name).symlink_to(victim)
+        victims[name] = victim
+    done = unpack(command, pack(files), target)
+    assert (done.stdout, done.stderr) == (b"", b"")
+    assert_unpacked(target, files)
+    for name, victim in victims.items():
+        assert not (target / name).is_symlink(), name
+        assert sorted(p.name for p in victim.iterdir()) == ["config"], name
+        assert (victim / "config").read_text() == "v" and victim.stat().st_mode & 0o777 == 0o755
+    assert (target / "ssh").stat().st_mode & 0o777 == 0o700
+    assert (target / "docs").stat().st_mode & 0o777 == 0o755

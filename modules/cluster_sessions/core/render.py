@@ -204,8 +204,8 @@ def pack(files: Sequence[RenderedFile]) -> str:
     Each file gets its exact text (``printf '%s'`` of a single-quoted word: quotes, ``$(...)``,
     backticks, newlines and a missing final newline survive byte for byte; the text holds no
     NUL) and its mode. The old files are removed first (one ``rm``, none when there are none),
-    so every file is created afresh, never written through a link, with its mode from the
-    umask it is created under: a
+    so every file is created afresh, never written through a link (a link in place of a
+    directory is removed too), with its mode from the umask it is created under: a
     private key is never readable by others, not even for a moment. Only modes with execute
     bits need a ``chmod`` (one per mode). A directory created for a file is 0755, one holding a
     secret file 0700 (as ``sessionctl render`` makes them). Few processes on purpose: a pack
@@ -241,6 +241,8 @@ def pack(files: Sequence[RenderedFile]) -> str:
                 continue
             made.add(parent)
             where = '"$1"/' + shlex.quote(parent)
+            # a link in place of a directory is removed, never followed (by chmod, by a file)
+            lines.append(f"[ ! -L {where} ] || rm -f -- {where}")
             if parent in private_dirs:  # an earlier pack may have made it 0755
                 lines.append(f"if [ -d {where} ]; then chmod 700 -- {where}; "
                              f"else mkdir -m 700 -- {where}; fi")
