@@ -847,8 +847,10 @@ def test_the_pack_entrypoint_unpacks_with_a_fixed_path_and_nothing_else_and_says
         'printf "%s|" "$#" "$1" "$PATH" "${LC_ALL-unset}" "${HOME-unset}" "${X-unset}" '
         '> "$1/seen"\n')
     (bundle / "b.pack").write_text(pack([RenderedFile("entrypoint.sh", 'echo "$@"\n', 0o755)]))
+    # the container's env may name anything: nothing in it steers the unpacking
     out = subprocess.run([*pack_entrypoint(bundle), "a", "b"], capture_output=True, text=True,
-                         check=False, env={"PATH": os.environ["PATH"], "HOME": "/h", "X": "x"})
+                         check=False, env={"PATH": os.environ["PATH"], "HOME": "/h", "X": "x",
+                                           "env": "/bin/false", "found": "1"})
     assert (out.returncode, out.stdout, out.stderr) == (0, "a b\n", "")
     assert (bundle / "seen").read_text() == (
         f"1|{bundle}|/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin|C|unset|unset|")
@@ -875,6 +877,15 @@ def test_the_pack_entrypoint_refusals_word_for_word(tmp_path):
         64, "", "cluster-session: error: must run as root (it creates the user and starts sshd);"
         " do not set the container's user\n")
 
+    if shutil.which("unshare"):  # no /proc/self/status: not root, whatever the env says
+        no_proc = ["unshare", "-m", "sh", "-c", 'mount -t tmpfs none /proc && exec "$@"', "sh"]
+        out = subprocess.run([*no_proc, *pack_entrypoint(bundle), "true"], capture_output=True,
+                             text=True, check=False, env={"PATH": os.environ["PATH"],
+                                                          "euid": "0"})
+        if "mount" not in out.stderr:
+            assert out.returncode == 64, out.stderr
+            assert out.stderr.endswith("do not set the container's user\n"), out.stderr
+
     for p in bundle.glob("*.pack"):
         p.unlink()
     (bundle / "dir.pack").mkdir()  # not a pack
@@ -888,7 +899,7 @@ def test_the_pack_entrypoint_refusals_word_for_word(tmp_path):
 def test_the_template_environment_keeps_shell_text_literal_and_refuses_unknown_names(compact):
     env = render_module._environment(compact=compact)
     template = env.from_string(
-        "{## a template comment ##}\n"
+        "{## a template comment, ${#x} and #} in it ##}\n"
         "{% for v in values %}\n"
         "    {% if v %}\n"
         "x={{ v|shquote }} <&'\"> ${#x} {# not a comment #} {{ values|shwords }}\n"

@@ -280,8 +280,7 @@ def pack_entrypoint_argv() -> list[str]:
     the same files.
     """
     bundle = shlex.quote(BUNDLE_DIR)
-    unpack = "\n".join([
-        "found=''",
+    unpack = "\n".join([  # under env -i: no variable is set but PATH and LC_ALL
         'for pack in "$1"/*.pack; do',
         '  [ -f "$pack" ] || continue',
         "  found=1",
