@@ -944,3 +944,13 @@ def test_a_link_planted_in_place_of_a_directory_is_replaced_not_followed(shell, 
         assert (victim / "config").read_text() == "v" and victim.stat().st_mode & 0o777 == 0o755
     assert (target / "ssh").stat().st_mode & 0o777 == 0o700
     assert (target / "docs").stat().st_mode & 0o777 == 0o755
+
+
+def test_each_session_of_any_size_gets_its_static_env_without_a_list_of_hosts():
+    lines = []
+    for size in (3, 5, 3):  # one session after another, as a program rendering several
+        plan, _, bundles = render(size=size)
+        static = by_path(bundles["sub1"])["static-env.sh"].content
+        assert "main1,sub" not in static, size
+        lines.append(len(static.splitlines()))
+    assert lines[0] == lines[1] == lines[2], lines
