@@ -63,7 +63,8 @@ def why(review, host: str) -> tuple[str, ...]:
 def test_identical_definitions_change_nothing():
     review = review_of("identical")
     assert not review.changed
-    assert actions(review) == {"main1": "same", "sub1": "same"}
+    assert [(c.host, c.action, c.old_agent, c.new_agent, c.why) for c in review.containers] == [
+        ("main1", "same", "agent1", "agent1", ()), ("sub1", "same", "agent1", "agent1", ())]
     assert review.network.action == "same"
     assert review.summary == "train: no changes"
 
@@ -173,7 +174,12 @@ def test_an_agent_pointing_at_another_engine_is_flagged():
         ("agent1", "unix:///var/run/docker.sock", "ssh://ops@gpu-box-2.example")]
     assert set(actions(review).values()) == {"replace"}
     assert "agent1's docker_host" in why(review, "main1")
-    assert any("old containers stay behind" in w for w in review.warnings)
+    assert [(c.what, c.old, c.new) for c in review.network.changes] == [
+        ("agent1's docker_host", "unix:///var/run/docker.sock", "ssh://ops@gpu-box-2.example")]
+    assert review.warnings == (
+        "agent agent1 now points at ssh://ops@gpu-box-2.example (was unix:///var/run/docker.sock)"
+        ": resources are recreated through the new host, and if that is another engine the old "
+        "containers stay behind there; destroy with the old definition first.",)
 
 
 def test_a_renamed_session_is_a_new_stack_and_the_old_one_keeps_running():
@@ -195,7 +201,7 @@ def test_a_pending_new_definition_changes_nothing():
 def test_an_added_file_creates_everything():
     review = review_of("added", old=None)
     assert actions(review) == {"main1": "add", "sub1": "add"}
-    assert review.network.action == "add"
+    assert review.network == NetworkAction("train-net", "add", "bridge", "agent1")
 
 
 def test_a_deleted_file_removes_everything_through_destroy():
@@ -844,6 +850,11 @@ def test_a_change_of_user_or_readiness_rewrites_the_rendered_files(tmp_path):
         review = diff_plans(old, new, hosts, hosts)
         assert [(c.action, c.why) for c in review.containers] == [
             ("replace", ("rendered files",))] * 2, change
+    both = {**base, "user": {"name": "alice", "uid": 1234, "gid": 1234},
+            "readiness": {"timeout": 300}}
+    new, _ = side(factories.write_pair(tmp_path, both, pool))
+    assert [c.what for c in diff_plans(old, new, hosts, hosts).definition] == [
+        "user", "readiness.timeout"]  # in the definition's order, not the alphabet's
 
 
 def test_a_container_that_moves_to_another_agent_says_so(tmp_path):
@@ -876,3 +887,13 @@ def test_an_argument_the_providers_schema_does_not_list_is_taken_to_replace(monk
 def test_a_long_value_in_a_table_cell_keeps_its_pipes_escaped():
     value = "a|b" * 40  # 79 characters shown: 26 times "a|b", and "a"
     assert code(value, cell=True) == "`" + "a\\|b" * 26 + f"a…` (120 characters, {digest(value)})"
+
+
+def test_an_agent_the_session_does_not_use_may_point_elsewhere_unremarked(tmp_path):
+    pool = factories.pool("p", factories.agent("agent1"),
+                          factories.agent("spare", "ssh://ops@spare.example"))
+    path = factories.write_pair(tmp_path, factories.session("solo", size=2), pool)
+    plan, hosts = side(path)
+    assert {c.agent for c in plan.containers} == {"agent1"}
+    review = diff_plans(plan, plan, hosts, {**hosts, "spare": "ssh://ops@other.example"})
+    assert review.agents == () and review.warnings == () and not review.changed

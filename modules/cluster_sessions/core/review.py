@@ -256,7 +256,6 @@ def diff_plans(old: ClusterPlan | None, new: ClusterPlan | None,
                         "first.")
 
     network: NetworkAction | None = None
-    net_replaced = False
     if new is not None and not new.pending:
         if base is None:
             network = NetworkAction(new.network.name, ADD, new.network.driver, new.network.agent)
@@ -267,13 +266,13 @@ def diff_plans(old: ClusterPlan | None, new: ClusterPlan | None,
                 changes.append(Change(f"{base.network.agent}'s docker_host",
                                       old_hosts.get(base.network.agent or ""),
                                       new_hosts.get(base.network.agent or "")))
-            net_replaced = bool(changes)
             network = NetworkAction(new.network.name, REPLACE if changes else SAME,
                                     new.network.driver, new.network.agent, tuple(changes))
     elif new is None and base is not None:
         network = NetworkAction(base.network.name, REMOVE, base.network.driver,
                                 base.network.agent)
 
+    net_replaced = network is not None and network.action == REPLACE
     actions: list[ContainerAction] = []
     cluster_changes: dict[str, list[Change]] = {}
     if new is not None and not new.pending:
