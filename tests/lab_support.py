@@ -9,6 +9,7 @@ twice), so two modules run at once never share a lab.
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -93,9 +94,9 @@ def lab_pool(tmp_path_factory, prefix: str, subnet: str, agents: int, *,
             doc = yaml.safe_load(info.pool_file.read_text())
             doc["name"] = name or doc["name"]
             for a in doc["agents"]:
-                if capacity is not None:
-                    a["capacity"] = dict(capacity(a["name"]) if callable(capacity)
-                                         else capacity)
+                if capacity is not None:  # a copy each: yaml would write one as an alias
+                    a["capacity"] = copy.deepcopy(capacity(a["name"]) if callable(capacity)
+                                                  else capacity)
             doc.update(pool_fields)
             pool_file = state / f"{doc['name']}.yaml"
             pool_file.write_text(yaml.safe_dump(doc, sort_keys=False))
