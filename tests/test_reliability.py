@@ -35,6 +35,7 @@ from cluster_sessions.core.names import LABEL_PREFIX
 from cluster_sessions.core.plan import build_plan
 from cluster_sessions.driver import cli
 from cluster_sessions.driver.errors import Exit
+from cluster_sessions.driver.stack_lock import LOCK_DIR
 from cluster_sessions.emulation.automation import Backend
 from cluster_sessions.emulation.docker_builder import FAULT_ENV, run_in, wait_until_ready
 from cluster_sessions.emulation.sessionctl import install
@@ -389,13 +390,21 @@ def test_an_agent_unreachable_during_up_is_named_and_nothing_is_created(
 # --- 5. two changes of one stack at once --------------------------------------------------------
 
 
+def holding(auto: Automation, stack: str, proc: subprocess.Popen, timeout: float = 120) -> None:
+    """Until ``proc`` holds the stack's lock (it holds it to its end): a wait on what the lock
+    file says, not a guess at how long a loaded machine takes to start a driver."""
+    lock = auto.state / LOCK_DIR / f"{stack}.lock"
+    assert poll(lambda: lock.is_file() and f"(pid {proc.pid}," in lock.read_text(), timeout), \
+        f"{proc.args[3]} (pid {proc.pid}) did not take the lock on {stack} in {timeout} s"
+
+
 def test_two_ups_or_an_up_during_destroy_of_one_stack_never_interleave(
         lab, automation, tmp_path, capsys):
     name = f"rel-lock-{uuid.uuid4().hex[:4]}"
     automation.names.append(name)
     path = str(lab.session(tmp_path, name, 2, cpu=0.5))
     first = driver(automation, "up", path, "--yes", fault=f"{name}-sub1:before:PAUSE=8")
-    time.sleep(4)  # the first is in its pause, holding the stack
+    holding(automation, name, first)
     code, _out, err = ctl(capsys, "up", path, "--yes")
     assert code == Exit.ENGINE, err
     assert f"stack {name} is being changed by sessionctl up (pid {first.pid}" in err, err
@@ -407,7 +416,7 @@ def test_two_ups_or_an_up_during_destroy_of_one_stack_never_interleave(
 
     # an `up` while a destroy runs: refused the same way; the destroy finishes
     gone = driver(automation, "destroy", path, "--yes", fault=f"{name}-main1:delete:PAUSE=8")
-    time.sleep(4)
+    holding(automation, name, gone)
     code, _out, err = ctl(capsys, "up", path, "--yes")
     assert code == Exit.ENGINE, err
     assert f"stack {name} is being changed by sessionctl destroy (pid {gone.pid}" in err, err
