@@ -897,3 +897,47 @@ def test_an_agent_the_session_does_not_use_may_point_elsewhere_unremarked(tmp_pa
     assert {c.agent for c in plan.containers} == {"agent1"}
     review = diff_plans(plan, plan, hosts, {**hosts, "spare": "ssh://ops@other.example"})
     assert review.agents == () and review.warnings == () and not review.changed
+
+
+def test_changes_particular_to_one_container_have_an_environment_section_of_their_own():
+    review = Review(name="train", old_name="train", network=None, definition=(), user_env=(),
+                    containers=(ContainerAction("main1", "same", "agent1", "agent1"),
+                                ContainerAction("sub1", "replace", "agent1", "agent1",
+                                                ("cluster variables",))),
+                    cluster_env=(), agents=(),
+                    host_env={"sub1": (Change("BACKENDAI_CLUSTER_LOCAL_RANK", "0", "1"),)})
+    assert to_markdown(review) == """\
+### `sessionctl diff`: train
+
+**train: containers 1 to replace, 1 unchanged**
+
+`old` → `new`
+
+Containers are deleted before their replacements start: the session is interrupted while `up` runs.
+
+| host | agent | `pulumi up` | why |
+|---|---|---|---|
+| main1 | agent1 | unchanged |  |
+| sub1 | agent1 | **replace** | cluster variables |
+
+#### Placement after the change
+
+```mermaid
+flowchart LR
+  subgraph a0 ["agent agent1"]
+    a0c0["main1"]
+    a0c1["sub1 (replace)"]
+  end
+```
+
+#### Environment
+
+Cluster variables of sub1:
+
+- `BACKENDAI_CLUSTER_LOCAL_RANK`: `0` → `1`
+"""
+
+
+def test_two_replaced_containers_of_two_are_every_container():
+    md = to_markdown(review_of("moved"))
+    assert "\n\n`pulumi up` replaces **every** existing container.\n\n" in md
