@@ -114,7 +114,24 @@ def stage(target: str, only: list[str], staging: Path) -> None:
     (staging / "pyproject.toml").write_text(pyproject)
     # subprocesses (``python -m cluster_sessions...``) import the mutated package too
     conftest = staging / "tests" / "conftest.py"
-    conftest.write_text(conftest.read_text().replace('PROJECT / "modules"', 'PROJECT / "src"'))
+    conftest.write_text(conftest.read_text().replace('PROJECT / "modules"', 'PROJECT / "src"')
+                        + QUICKEST_FIRST)
+
+
+QUICKEST_FIRST = '''
+
+def pytest_collection_modifyitems(session, config, items):
+    """(scripts/mutation.py) A mutant's tests, quickest first: mutmut stops at the first
+    failure, so a mutant a quick test kills costs that test, not the slow ones before it.
+    The durations are those mutmut's statistics run recorded."""
+    import json as _json
+    from pathlib import Path as _Path
+
+    stats = _Path("mutmut-stats.json")
+    if stats.is_file():
+        durations = _json.loads(stats.read_text()).get("duration_by_test", {})
+        items.sort(key=lambda item: durations.get(item.nodeid, 0.0))
+'''
 
 
 def tally(staging: Path) -> dict[str, Counter]:
