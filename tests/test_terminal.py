@@ -148,3 +148,11 @@ def test_progress_lines_from_threads_are_never_spliced(monkeypatch):
         t.join()
     assert len(writes) == 800
     assert all(re.fullmatch(r"lab: engine \d: line \d+\n", w) for w in writes), writes[:4]
+
+
+def test_printable_escapes_only_hidden_characters_and_keeps_what_it_is_told_to():
+    """Visible characters stay as they are (a backslash too: only hidden ones become
+    escapes), and ``keep`` keeps a hidden one (the tab of log lines) while others go."""
+    assert printable("C:\\temp\x1b[2J") == "C:\\temp\\x1b[2J"
+    assert printable("a\tb\x00", keep="\t") == "a\tb\\x00"
+    assert printable("a\tb\x00") == "a\\tb\\x00"
