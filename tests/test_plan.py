@@ -473,6 +473,16 @@ def test_mounts_resolve_folders_below_their_storage_root():
         PlannedMount("", "/home/work/mine", True, "mine", None, None),)
 
 
+def test_a_folder_mount_uses_the_storage_it_names():
+    s = session(mounts=[{"folder": "mine", "storage": "scratch", "target": "/home/work/a"},
+                        {"folder": "mine", "storage": "nfs", "target": "/home/work/b"}])
+    plan = build_plan(s, pool((64, 0), storage={"nfs": "/srv/nfs", "scratch": "/scratch"}))
+    assert plan.mounts == (
+        PlannedMount("/scratch/mine", "/home/work/a", False, "mine", "scratch", "/scratch"),
+        PlannedMount("/srv/nfs/mine", "/home/work/b", False, "mine", "nfs", "/srv/nfs"))
+    assert plan.folders == plan.mounts
+
+
 def test_the_same_folder_mounted_twice_is_made_once():
     s = session(mounts=[{"folder": "mine", "target": "/home/work/a"},
                         {"folder": "mine", "target": "/home/work/b", "read_only": True}])
