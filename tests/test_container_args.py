@@ -7,15 +7,27 @@ disagree about what a change does (before issue 20 the Session published ports o
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cluster_sessions
-from cluster_sessions.core.container_args import container_args, memory_mb, network_args
+from cluster_sessions.core.container_args import (
+    MIB,
+    ContainerArgs,
+    MountArgs,
+    NetworkArgs,
+    PortArgs,
+    container_args,
+    memory_mb,
+    network_args,
+)
 from cluster_sessions.core.names import ENDPOINT_LABEL
-from cluster_sessions.core.plan import build_plan
+from cluster_sessions.core.plan import build_plan, with_service_ports
 from cluster_sessions.core.provider_facts import CONTAINER_FORCE_NEW, cpus_read_back, parse_cpus
+from cluster_sessions.core.render import pack_entrypoint_argv
 from cluster_sessions.core.spec import Pool, Session
 from tests import factories
 
@@ -155,3 +167,119 @@ def test_cpus_is_passed_as_the_provider_reads_it_back_not_as_str_float(cpu, text
     [args] = [container_args(plan, c) for c in plan.containers]
     assert args.cpus == text == cpus_read_back(round(cpu * 10**9))
     assert parse_cpus(args.cpus) == round(cpu * 10**9)
+
+
+# --- every argument, word for word (mutants of container_args.py survived) --------------------
+
+
+def two_container_plan(**over):
+    return plan_of(pool_over={"network": {"mtu": 1450}},
+                   cluster={"mode": "single-node", "size": 2},
+                   resources={"cpu": 2, "mem": "1500m", "shmem": "65m", "gpu": 1},
+                   mounts=[{"source": "/srv/a", "target": "/data/a"},
+                           {"source": "vol1", "target": "/mnt/b", "read_only": True}],
+                   ports=[{"container": 8888},
+                          {"container": 6006, "host": 16006, "host_ip": "0.0.0.0",
+                           "protocol": "udp"}],
+                   services=[{"name": "web", "port": 80}], restart="on-failure",
+                   command=["python3", "x.py"], **over)
+
+
+SESSION_ID = "13471ad2-457d-5bc3-8c41-6cfb9f79754d"  # main1's kernel id
+SUB1_ID = "caba6761-9542-5e09-a682-511d3730bb8d"
+
+
+def expected_args(host: str, role: str, kernel: str, rank: int, gpu: str,
+                  ports: tuple[PortArgs, ...]) -> ContainerArgs:
+    return ContainerArgs(
+        name=f"args-test-{host}", image="img", hostname=host, network="args-test-net-mtu1450",
+        aliases=(host,),
+        envs=("BACKENDAI_SESSION_NAME=args-test", f"BACKENDAI_SESSION_ID={SESSION_ID}",
+              "BACKENDAI_CLUSTER_MODE=single-node", "BACKENDAI_CLUSTER_SIZE=2",
+              "BACKENDAI_CLUSTER_HOSTS=main1,sub1", "BACKENDAI_CLUSTER_REPLICAS=main:1,sub:1",
+              f"BACKENDAI_KERNEL_ID={kernel}", f"BACKENDAI_CLUSTER_HOST={host}",
+              f"BACKENDAI_CLUSTER_ROLE={role}", "BACKENDAI_CLUSTER_IDX=1",
+              f"BACKENDAI_CLUSTER_LOCAL_RANK={rank}"),
+        entrypoints=tuple(pack_entrypoint_argv()),
+        command=("python3", "x.py"),
+        cpus="2.0", memory=1500, memory_swap=1500, shm_size=65,
+        device_requests=({"driver": "nvidia", "device_ids": (gpu,), "capabilities": ("gpu",)},),
+        mounts=(MountArgs("/data/a", "/srv/a", "bind", False),
+                MountArgs("/mnt/b", "vol1", "volume", True)),
+        labels=(("cluster-sessions.session", "args-test"),
+                ("cluster-sessions.session-id", SESSION_ID),
+                ("cluster-sessions.host", host), ("cluster-sessions.role", role),
+                ("cluster-sessions.kernel-id", kernel), ("cluster-sessions.cpu", "2"),
+                ("cluster-sessions.mem", "1572864000"), ("cluster-sessions.gpus", gpu),
+                ("cluster-sessions.endpoint", "ssh://ops@agent1")),
+        restart="on-failure", must_run=True, init=True, wait=False, ports=ports)
+
+
+def test_every_argument_of_main1_and_a_sub_word_for_word():
+    """main1 publishes the definition's ports, its sshd on loopback and each service; a sub
+    nothing. docker-init is PID 1, nobody waits on a healthcheck, an interactive container
+    runs again after a stop (must_run)."""
+    plan = two_container_plan()
+    main, sub = (container_args(plan, c, "ssh://ops@agent1") for c in plan.containers)
+    assert main == expected_args("main1", "main", SESSION_ID, 0, "0", (
+        PortArgs(8888, None, "127.0.0.1", "tcp"), PortArgs(6006, 16006, "0.0.0.0", "udp"),
+        PortArgs(2200, None, "127.0.0.1", "tcp"), PortArgs(80, None, "127.0.0.1", "tcp")))
+    assert sub == expected_args("sub1", "sub", SUB1_ID, 1, "1", ())
+
+
+def test_a_service_port_chosen_at_up_is_published_on_its_bind_address():
+    plan = with_service_ports(plan_of(services=[{"name": "web", "port": 80, "public": True}]),
+                              {"web": 30001})
+    assert container_args(plan, plan.containers[0]).ports == (
+        PortArgs(2200, None, "127.0.0.1", "tcp"), PortArgs(80, 30001, "0.0.0.0", "tcp"))
+
+
+def test_a_udp_port_2200_does_not_stand_in_for_main1s_sshd():
+    plan = plan_of(ports=[{"container": 2200, "host": 2222, "protocol": "udp"}])
+    assert container_args(plan, plan.containers[0]).ports == (
+        PortArgs(2200, 2222, "127.0.0.1", "udp"), PortArgs(2200, None, "127.0.0.1", "tcp"))
+
+
+def test_a_batch_job_is_never_restarted_and_its_subs_stay_up():
+    plan = plan_of(type="batch", command=["python3", "job.py"], restart="always",
+                   cluster={"mode": "single-node", "size": 2})
+    main, sub = (container_args(plan, c) for c in plan.containers)
+    assert (main.command, main.restart, main.must_run) == (("python3", "job.py"), "no", False)
+    assert (sub.command, sub.restart, sub.must_run) == (("sleep", "infinity"), "always", True)
+
+
+def test_without_an_endpoint_no_endpoint_label_is_set():
+    plan = two_container_plan()
+    labels = dict(container_args(plan, plan.containers[0]).labels)
+    assert ENDPOINT_LABEL not in labels and len(labels) == 8
+    assert ENDPOINT_LABEL not in dict(network_args(plan).labels)
+
+
+def test_changed_names_each_provider_argument_once():
+    plan = two_container_plan()
+    args = container_args(plan, plan.containers[0])
+    moved = replace(args, network="other-net", aliases=("x",), memory=1, init=False)
+    assert moved.changed(args) == ("networks_advanced", "memory", "init")
+    assert replace(args, aliases=("x",)).changed(args) == ("networks_advanced",)
+    assert args.changed(args) == ()
+
+
+def test_an_encrypted_overlay_is_attachable_with_both_options():
+    two = [factories.agent("a1", cpu=1), factories.agent("a2", cpu=1)]
+    plan = plan_of({"network": {"mtu": 1400, "encrypted": True}, "swarm": {"manager": "a1"}},
+                   agents=two, cluster={"mode": "multi-node", "size": 2})
+    assert network_args(plan, "ssh://ops@h1") == NetworkArgs(
+        name="args-test-net-mtu1400-enc", driver="overlay", attachable=True,
+        options=(("com.docker.network.driver.mtu", "1400"), ("encrypted", "true")),
+        labels=(("cluster-sessions.session", "args-test"),
+                ("cluster-sessions.session-id", SESSION_ID),
+                ("cluster-sessions.mtu", "1400"), ("cluster-sessions.encrypted", "true"),
+                ("cluster-sessions.endpoint", "ssh://ops@h1")))
+    bridge = network_args(plan_of())
+    assert (bridge.driver, bridge.attachable, bridge.options) == ("bridge", None, ())
+
+
+@pytest.mark.parametrize(("size", "mib"), [(1, 1), (MIB - 1, 1), (MIB, 1), (MIB + 1, 2),
+                                           (1536 * MIB, 1536)])
+def test_memory_is_whole_mib_rounded_up(size, mib):
+    assert memory_mb(size) == mib

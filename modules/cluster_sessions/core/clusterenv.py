@@ -54,7 +54,7 @@ LOCALE_NAMES = frozenset({"LANG", "LANGUAGE", "LC_ALL", "LC_ADDRESS", "LC_COLLAT
                           "LC_NAME", "LC_NUMERIC", "LC_PAPER", "LC_TELEPHONE", "LC_TIME"})
 
 
-def read_at_startup(name: str, value: str = "") -> bool:
+def read_at_startup(name: str, value: str) -> bool:
     """True for a variable that must never be in effect for a root process (see above)."""
     return (name.startswith(STARTUP_PREFIXES) or name in STARTUP_NAMES
             or (name in LOCALE_NAMES and "/" in value))

@@ -350,7 +350,9 @@ def _plan(session: Session, pool: Pool, placement: Placement) -> ClusterPlan:
     agents = placement.agents
     overlay = len(agents) > 1
     if overlay:
-        net_agent = pool.swarm.manager if pool.swarm else None
+        # build_plans spreads a session over several agents only in a pool with a swarm
+        assert pool.swarm is not None
+        net_agent = pool.swarm.manager
     else:
         net_agent = agents[0] if agents else None
     encrypted = overlay and pool.network.encrypted
