@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from cluster_sessions.core.loader import load_file, load_session
+from cluster_sessions.core import loader
+from cluster_sessions.core.loader import (
+    BUILTIN_POOLS,
+    PoolNotFound,
+    as_json_numbers,
+    find_pool,
+    load_file,
+    load_session,
+    named_by_file,
+    parse_yaml,
+    pool_candidates,
+    pool_dirs,
+    to_model,
+)
 from cluster_sessions.core.problems import DefinitionError
+from cluster_sessions.core.spec import Session
 from cluster_sessions.driver.session_args import validate_files
 
 POOL = """\
@@ -1008,3 +1023,304 @@ def test_a_name_from_the_file_is_checked_like_a_written_one_and_says_so(tree):
 
 def test_a_written_name_is_not_from_the_file(tree):
     assert not load_session(tree(SESSION)).name_from_file
+
+
+INTEGERS = ("; write integers in plain decimal without leading zeros, signs or separators "
+            "(e.g. 1750), or quote the value if you mean text (line 1)")
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "message"),
+    [
+        ("? [a]\n: 1\n", "line 1, column 3", "invalid YAML: a key must be a plain value"),
+        ("a: 1\nb: 2\na: 3\n", "line 3, column 1",
+         "invalid YAML: key 'a' appears twice (first on line 1)"),
+        ("a: &x 1\nb: *x\n", "line 2, column 4", "invalid YAML: aliases (*name) are not allowed"),
+        ("[" * 65 + "]" * 65, "line 1, column 65", "invalid YAML: nested deeper than 64 levels"),
+        ("a: b: c\n", "line 1, column 5",
+         "invalid YAML: mapping values are not allowed in this context"),
+        ("", "(whole file)", "expected exactly one YAML document, found 0"),
+        ("---\na: 1\n---\nb: 2\n", "(whole file)", "expected exactly one YAML document, found 2"),
+        ("a: 0x1f\n", "a", "'0x1f' is hexadecimal (31)" + INTEGERS),
+        ("a: !!int -0X1f\n", "a", "'-0X1f' is hexadecimal" + INTEGERS),
+        ("a: !!int +0x1\n", "a", "'+0x1' is hexadecimal (1)" + INTEGERS),
+        ("a: 0b11\n", "a", "'0b11' is binary (3)" + INTEGERS),
+        ("a: !!int 0B11\n", "a", "'0B11' is binary" + INTEGERS),
+        ("a: !!int x\n", "a", "'x' is not a plain decimal integer" + INTEGERS),
+        ("a: !!int X01\n", "a", "'X01' is not a plain decimal integer" + INTEGERS),
+        ("a: !!int '-'\n", "a", "'-' is not a plain decimal integer" + INTEGERS),
+        ("a: !!int 1_0x\n", "a", "'1_0x' is written with '_' separators" + INTEGERS),
+        ("a: !!float 1e3\n", "a", "'1e3' is not a plain decimal number; write numbers such as "
+         "2 or 0.5, without signs, separators or ':' (quote it if you mean text) (line 1)"),
+        ("a: 017\n", "a", "'017' is octal in YAML 1.1 (a leading zero) (15)" + INTEGERS),
+        ("a: 1_000\n", "a", "'1_000' is written with '_' separators (1000)" + INTEGERS),
+        ("a: +5\n", "a", "'+5' is written with a '+' sign (5)" + INTEGERS),
+        ("a: +1_0\n", "a", "'+1_0' is written with '_' separators (10)" + INTEGERS),
+        ("a: -1_0\n", "a", "'-1_0' is written with '_' separators (-10)" + INTEGERS),
+        ("a: 1:30\n", "a", "'1:30' is a base-60 (sexagesimal) number in YAML 1.1 (90)"
+         + INTEGERS),
+        ("a: !!int 0:0x1\n", "a", "'0:0x1' is a base-60 (sexagesimal) number in YAML 1.1"
+         + INTEGERS),
+        ("a: -0\n", "a", None),
+        ("a: 0\n", "a", None),
+        ("a: 9223372036854775807\n", "a", None),
+        ("a: -9223372036854775807\n", "a", None),
+        ("a: 9223372036854775808\n", "a",
+         "an integer of 19 digits is too large (at most 9223372036854775807) (line 1)"),
+        ("a: -9223372036854775808\n", "a",
+         "an integer of 19 digits is too large (at most 9223372036854775807) (line 1)"),
+        ("a: 12345678901234567890\n", "a",
+         "an integer of 20 digits is too large (at most 9223372036854775807) (line 1)"),
+        ("a: -0000000000000000001\n", "a", "'-0000000000000000001' is octal in YAML 1.1 "
+         "(a leading zero) (-1)" + INTEGERS),
+        # a value beyond int64 is not shown; nor is one of more than 100 characters
+        ("a: 0x8000000000000000\n", "a", "'0x8000000000000000' is hexadecimal" + INTEGERS),
+        ("a: 0x7fffffffffffffff\n", "a",
+         "'0x7fffffffffffffff' is hexadecimal (9223372036854775807)" + INTEGERS),
+        ("a: -0x7fffffffffffffff\n", "a",
+         "'-0x7fffffffffffffff' is hexadecimal (-9223372036854775807)" + INTEGERS),
+        ("a: 0b" + "0" * 97 + "1\n", "a", f"'0b{'0' * 97}1' is binary (1)" + INTEGERS),
+        ("a: 0b" + "0" * 98 + "1\n", "a", f"'0b{'0' * 98}1' is binary" + INTEGERS),
+        ("a: yes\n", "a", "'yes' is a boolean (true) only in YAML 1.1; write true or false, or "
+         "quote the value if you mean text (line 1)"),
+        ("a: On\n", "a", "'On' is a boolean (true) only in YAML 1.1; write true or false, or "
+         "quote the value if you mean text (line 1)"),
+        ("a: NO\n", "a", "'NO' is a boolean (false) only in YAML 1.1; write true or false, or "
+         "quote the value if you mean text (line 1)"),
+        ("a: off\n", "a", "'off' is a boolean (false) only in YAML 1.1; write true or false, or "
+         "quote the value if you mean text (line 1)"),
+        ("a: TRUE\n", "a", None),
+        ("a: False\n", "a", None),
+        ("a: 1.5\n", "a", None),
+        ("a: -.5\n", "a", None),
+        ("a: 1.5e-3\n", "a", None),
+        ("a: .inf\n", "a", "'.inf' is not a finite number; write a decimal number such as 2 or "
+         "0.5 (quote it if you mean text) (line 1)"),
+        ("a: -.Inf\n", "a", "'-.Inf' is not a finite number; write a decimal number such as 2 or "
+         "0.5 (quote it if you mean text) (line 1)"),
+        ("a: .NaN\n", "a", "'.NaN' is not a finite number; write a decimal number such as 2 or "
+         "0.5 (quote it if you mean text) (line 1)"),
+        ("a: +1.5\n", "a", "'+1.5' is not a plain decimal number; write numbers such as 2 or "
+         "0.5, without signs, separators or ':' (quote it if you mean text) (line 1)"),
+        ("0x10\n", "(whole file)", "'0x10' is hexadecimal (16)" + INTEGERS),
+        ("[1, 0x10]\n", "1", "'0x10' is hexadecimal (16)" + INTEGERS),
+        ("{0x1: a}\n", "0x1", "'0x1' is hexadecimal (1)" + INTEGERS),
+        ("a: {b: [x, 0x1]}\n", "a.b.1", "'0x1' is hexadecimal (1)" + INTEGERS),
+        ("? [b]\n: 0x1\n", "?", "'0x1' is hexadecimal (1)" + INTEGERS[:-2] + "2)"),
+        ("{[b]: 0x1}\n", "?", "'0x1' is hexadecimal (1)" + INTEGERS),
+    ],
+)
+def test_yaml_refusals_word_for_word(text, where, message):
+    """What the loader prints after the file: where, and the message, exactly."""
+    if message is None:
+        assert parse_yaml(text, "f.yaml") is not None
+        return
+    with pytest.raises(DefinitionError) as err:
+        parse_yaml(text, "f.yaml")
+    assert [(p.file, p.path, p.message) for p in err.value.problems] == [
+        ("f.yaml", where, message)]
+
+
+BASE = {"kind": "ClusterSession", "name": "train-demo", "pool": "lab", "image": "img"}
+KINDS_WANTED = "expected one of ClusterSession, AgentPool"
+
+
+@pytest.mark.parametrize(
+    ("data", "path", "message"),
+    [
+        ([1], "(whole file)", "expected a mapping with a 'kind' key"),
+        ({"name": "x"}, "kind", "required; " + KINDS_WANTED),
+        ({"kind": "Session"}, "kind", "unknown kind 'Session'; " + KINDS_WANTED),
+        ({"kind": 5}, "kind", "unknown kind 5; " + KINDS_WANTED),
+        ({"kind": ["a"]}, "kind", "unknown kind ['a']; " + KINDS_WANTED),
+        ({**BASE, "imagee": "x"}, "imagee", "unknown key; did you mean 'image'? (allowed: kind, "
+         "name, pool, image, type, count, cluster, resources, mounts, env, distributed, user, "
+         "command, ports, services, readiness, restart)"),
+        ({**BASE, "resources": {"typo": 1}}, "resources.typo",
+         "unknown key (allowed: cpu, mem, shmem, gpu)"),
+        ({**BASE, "mounts": [{"sourc": "/a", "target": "/data"}]}, "mounts.0.sourc",
+         "unknown key; did you mean 'source'? (allowed: source, folder, storage, target, "
+         "read_only)"),
+        ({**BASE, "distributed": {"master_prt": 1}}, "distributed.master_prt",
+         "unknown key; did you mean 'master_port'? (allowed: master_port, slots)"),
+        ({**BASE, "ports": [{"container": 1, "x": 1}]}, "ports.0.x",
+         "unknown key (allowed: container, host, host_ip, protocol)"),
+        ({**BASE, "cluster": {"mode": "multi"}}, "cluster.mode",
+         "must be 'single-node' or 'multi-node', got 'multi'"),
+        ({**BASE, "cluster": {"size": "4"}}, "cluster.size",
+         "must be an integer written in plain decimal (e.g. 1750), got '4'"),
+        ({**BASE, "cluster": {"size": 2.5}}, "cluster.size", "must be a valid integer"),
+        ({**BASE, "cluster": {"size": 0}}, "cluster.size", "must be greater than or equal to 1"),
+        ({**BASE, "cluster": 5}, "cluster",
+         "must be a valid dictionary or instance of ClusterShape"),
+        ({**BASE, "name": 1234}, "name", "must be a string, got 1234 (quote it in YAML)"),
+        ({**BASE, "name": {"a": 1}}, "name", "must be a valid string"),
+        ({**BASE, "name": [1]}, "name", "must be a valid string"),
+        ({**BASE, "env": {"A": {"x": 1}}}, "env.A", "must be a valid string"),
+        ({**BASE, "env": {5: "x"}}, "env.5", "must be a string, got 5 (quote it in YAML)"),
+        ({**BASE, "user": {"uid": 5}}, "user.uid", "must be a user account's id, 1000-59999 or "
+         "65536-2147483646: 0-999 are system accounts, 60000-65535 are reserved (Debian "
+         "policy), 65534 is nobody"),
+        ({**BASE, "command": []}, "command", "must have at least 1 item, not 0"),
+        ({**BASE, "mounts": [{"source": "v", "target": f"/data/{i}"} for i in range(65)]},
+         "mounts", "must have at most 64 items, not 65"),
+        ({**BASE, "mounts": [{"target": "/data", "read_only": "yes"}]}, "mounts.0.read_only",
+         "must be a valid boolean"),
+        ({k: v for k, v in BASE.items() if k != "image"}, "image", "required"),
+    ],
+)
+def test_model_refusals_word_for_word(data, path, message):
+    with pytest.raises(DefinitionError) as err:
+        to_model(data, "s.yaml")
+    assert [(p.file, p.path, p.message) for p in err.value.problems] == [
+        ("s.yaml", path, message)]
+
+
+def test_the_kind_a_caller_expects_is_checked_word_for_word():
+    with pytest.raises(DefinitionError) as err:
+        to_model(BASE, "s.yaml", expect="AgentPool")
+    assert [(p.path, p.message) for p in err.value.problems] == [
+        ("kind", "expected AgentPool, got ClusterSession")]
+    assert isinstance(to_model(BASE, "s.yaml", expect="ClusterSession"), Session)
+    assert isinstance(to_model(BASE, "s.yaml", expect=None), Session)
+
+
+def test_a_name_from_the_file_says_so_only_on_the_name():
+    data = {"kind": "ClusterSession", "pool": "lab", "image": "a b"}
+    with pytest.raises(DefinitionError) as err:
+        to_model(data, "stacks/ab.yaml")
+    assert [(p.file, p.path, p.message) for p in err.value.problems] == [
+        ("stacks/ab.yaml", "name", "must be 4-64 characters of letters, digits, '_', '.' or "
+         "'-', starting and ending with a letter, digit or '_' (the name comes from the file "
+         "name: add a `name:` or rename the file)"),
+        ("stacks/ab.yaml", "image", "must not contain whitespace")]
+    with pytest.raises(DefinitionError) as err:  # a model error on the name says so too
+        to_model({**data, "image": "img", "cluster": 5}, "stacks/12.yaml")
+    assert [(p.path, p.message) for p in err.value.problems] == [
+        ("cluster", "must be a valid dictionary or instance of ClusterShape")]
+    with pytest.raises(DefinitionError) as err:  # a written name is the writer's
+        to_model({**data, "name": "ab"}, "stacks/ab.yaml")
+    assert [(p.path, p.message) for p in err.value.problems][0] == (
+        "name", "must be 4-64 characters of letters, digits, '_', '.' or '-', starting and "
+        "ending with a letter, digit or '_'")
+    assert to_model({**data, "image": "img"}, "stacks/night-run.yaml").name == "night-run"
+
+
+def test_only_a_session_without_a_name_is_named_by_its_file():
+    assert named_by_file({"kind": "ClusterSession"})
+    assert not named_by_file({"kind": "ClusterSession", "name": "x"})
+    assert not named_by_file({"kind": "AgentPool"})
+    assert not named_by_file({})
+    assert not named_by_file(["kind", "ClusterSession"])
+
+
+def test_whole_floats_are_integers_as_json_schema_reads_them():
+    out = as_json_numbers({"a": [2.0, 2.5, {"b": 3.0}], "c": True, "d": "2.0", "e": -0.0})
+    assert out == {"a": [2, 2.5, {"b": 3}], "c": True, "d": "2.0", "e": 0}
+    assert [type(v) for v in (out["a"][0], out["a"][1], out["a"][2]["b"], out["e"])] == [
+        int, float, int, int]
+    assert out["c"] is True
+
+
+def test_pool_directories_in_the_order_they_are_searched(tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("CLUSTER_SESSIONS_POOLS", f"/e1::/e2{os.pathsep}/e1")
+    near = tmp_path / "stacks" / "sessions"
+    assert pool_dirs(near) == [tmp_path / "stacks" / "pools", near / "pools", Path("/e1"),
+                               Path("/e2"), work / "stacks" / "pools", BUILTIN_POOLS]
+    monkeypatch.delenv("CLUSTER_SESSIONS_POOLS")
+    assert pool_dirs() == [work / "stacks" / "pools", BUILTIN_POOLS]
+    assert Path(loader.__file__).resolve().parents[3] / "stacks" / "pools" == BUILTIN_POOLS
+
+
+def test_where_a_pool_reference_may_point(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CLUSTER_SESSIONS_POOLS", raising=False)
+    session = tmp_path / "s" / "x.yaml"
+    assert pool_candidates(session, "p/lab") == [tmp_path / "s" / "p" / "lab",
+                                                 tmp_path / "p" / "lab"]
+    assert pool_candidates(session, "lab.yml") == [tmp_path / "s" / "lab.yml",
+                                                   tmp_path / "lab.yml"]
+    assert pool_candidates(None, "lab.yaml") == [tmp_path / "lab.yaml"]
+    assert pool_candidates(session, "/abs/lab") == [Path("/abs/lab")]
+    assert pool_candidates(session, "~/lab.yaml") == [Path.home() / "lab.yaml"]
+    pools = [tmp_path / "pools", tmp_path / "s" / "pools", tmp_path / "stacks" / "pools",
+             BUILTIN_POOLS]
+    assert pool_candidates(session, "lab") == [d / n for d in pools
+                                               for n in ("lab.yaml", "lab.yml")]
+    with pytest.raises(PoolNotFound) as err:
+        pool_candidates(session, "~nosuchuser/x/lab.yaml")
+    assert str(err.value) == ("'~nosuchuser/x/lab.yaml': there is no user 'nosuchuser' for "
+                              "'~nosuchuser'")
+
+
+def test_a_missing_pool_is_refused_word_for_word(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CLUSTER_SESSIONS_POOLS", str(tmp_path / "env"))
+    session = tmp_path / "s" / "x.yaml"
+    (tmp_path / "s" / "pools").mkdir(parents=True)
+    for name in ("lab.yaml", "lob.yml", "zeta.yaml", "notes.txt"):
+        (tmp_path / "s" / "pools" / name).write_text(POOL)
+    (tmp_path / "s" / "pools" / "dir.yaml").mkdir()
+    (tmp_path / "env").mkdir()
+    (tmp_path / "env" / "lab.yaml").write_text(POOL)  # listed once
+    looked = ", ".join(f"{d}/nope{ext}" for d in (
+        tmp_path / "pools", tmp_path / "s" / "pools", tmp_path / "env",
+        tmp_path / "stacks" / "pools", BUILTIN_POOLS) for ext in (".yaml", ".yml"))
+    builtin = sorted(f.stem for f in BUILTIN_POOLS.iterdir() if f.suffix in (".yaml", ".yml"))
+    exist = ", ".join(dict.fromkeys(["lab", "lob", "zeta", *builtin]))
+    with pytest.raises(PoolNotFound) as err:
+        find_pool("nope", session)
+    assert str(err.value) == f"no pool 'nope' found (looked for {looked}) (pools that exist: " \
+                             f"{exist})"
+    with pytest.raises(PoolNotFound) as err:
+        find_pool("zetta", session)
+    assert str(err.value).endswith(f"); did you mean 'zeta'? (pools that exist: {exist})")
+    with pytest.raises(PoolNotFound) as err:  # a path: no list of names
+        find_pool("p/lab", session)
+    assert str(err.value) == (f"no pool 'p/lab' found (looked for {tmp_path}/s/p/lab, "
+                              f"{tmp_path}/p/lab)")
+    with pytest.raises(PoolNotFound) as err:
+        find_pool("lab.yaml", None)
+    assert str(err.value) == f"no pool 'lab.yaml' found (looked for {tmp_path}/lab.yaml)"
+    assert find_pool("lob", session) == tmp_path / "s" / "pools" / "lob.yml"
+
+
+def test_a_pool_given_on_the_command_line_is_the_file_it_names(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "lab").write_text(POOL)
+    assert find_pool("lab", given=True) == Path("lab")
+    with pytest.raises(PoolNotFound):
+        find_pool("lab")
+    (tmp_path / "lab").unlink()
+    (tmp_path / "lab").mkdir()
+    with pytest.raises(PoolNotFound):
+        find_pool("lab", given=True)
+
+
+def test_candidates_that_cannot_be_looked_at_are_named_once(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    long = "x" * 300
+    with pytest.raises(PoolNotFound) as err:
+        find_pool(f"{long}.yaml", given=True)
+    assert str(err.value) == (f"no pool '{long}.yaml' found (looked for {tmp_path}/{long}.yaml)"
+                              f"; cannot look at {long}.yaml: File name too long; cannot look "
+                              f"at {tmp_path}/{long}.yaml: File name too long")
+
+
+def test_a_pool_on_the_command_line_replaces_the_definitions(tree, tmp_path):
+    other = tmp_path / "other.yaml"
+    other.write_text(POOL.replace("name: lab", "name: other"))
+    loaded = load_session(tree(SESSION), other)
+    assert (loaded.pool.name, loaded.pool_file, loaded.name_from_file) == (
+        "other", other, False)
+    with pytest.raises(DefinitionError) as err:
+        load_session(tree(SESSION), tmp_path / "nope.yaml")
+    assert [(p.path, p.message) for p in err.value.problems] == [
+        ("pool", f"no pool '{tmp_path}/nope.yaml' found (looked for {tmp_path}/nope.yaml)")]
+    with pytest.raises(DefinitionError) as err:
+        load_session(tree(SESSION.replace("pool: lab", "pool: ../sessions/s.yaml")))
+    assert [(p.path, p.message) for p in err.value.problems] == [
+        ("kind", "expected AgentPool, got ClusterSession")]
