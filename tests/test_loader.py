@@ -19,6 +19,7 @@ from cluster_sessions.core.loader import (
     parse_yaml,
     pool_candidates,
     pool_dirs,
+    read_text,
     to_model,
 )
 from cluster_sessions.core.problems import DefinitionError
@@ -1324,3 +1325,36 @@ def test_a_pool_on_the_command_line_replaces_the_definitions(tree, tmp_path):
         load_session(tree(SESSION.replace("pool: lab", "pool: ../sessions/s.yaml")))
     assert [(p.path, p.message) for p in err.value.problems] == [
         ("kind", "expected AgentPool, got ClusterSession")]
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"\xff\xfe", "not UTF-8 text (invalid start byte at byte 0)"),
+        (b"ok: \xc3", "not UTF-8 text (unexpected end of data at byte 4)"),
+        (b"x" * (1024 * 1024 + 1), "file is larger than 1 MiB"),
+        (b"x" * (1024 * 1024), None),  # 1 MiB itself is read
+    ],
+)
+def test_file_refusals_word_for_word(tmp_path, data, message):
+    path = tmp_path / "f.yaml"
+    path.write_bytes(data)
+    if message is None:
+        assert read_text(path) == data.decode()
+        return
+    with pytest.raises(DefinitionError) as err:
+        read_text(path)
+    assert [(p.file, p.path, p.message) for p in err.value.problems] == [
+        (str(path), "(whole file)", message)]
+
+
+def test_nesting_of_64_levels_is_read_and_yaml_a_reader_refuses_is_a_problem():
+    nested: list = []
+    for _ in range(63):
+        nested = [nested]
+    assert parse_yaml("[" * 64 + "]" * 64, "f.yaml") == nested
+    with pytest.raises(DefinitionError) as err:
+        parse_yaml("a: \x07\n", "f.yaml")
+    assert [(p.path, p.message) for p in err.value.problems] == [
+        ("(whole file)", "invalid YAML: unacceptable character #x0007: control characters are "
+         "not allowed\n  in \"<unicode string>\", position 3")]
