@@ -862,7 +862,10 @@ def _docker_host_problem(value: str) -> str | None:
         return NO_CONTROLS
     if not DOCKER_HOST.fullmatch(value):
         return "must be unix:///PATH, ssh://[USER@]HOST[:PORT] or tcp://HOST:PORT (with tls)"
-    parts = urlsplit(value)
+    try:
+        parts = urlsplit(value)
+    except ValueError:  # a [bracketed] host that is no IP address, or no closing ']'
+        return "must hold an IP address between '[' and ']' (e.g. ssh://[::1]:22)"
     if parts.scheme == "unix" and not (parts.netloc == "" and parts.path.startswith("/")):
         return "must be unix:///ABSOLUTE/PATH"
     if parts.scheme not in ("ssh", "tcp"):
