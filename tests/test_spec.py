@@ -239,6 +239,11 @@ def test_service_rules_word_for_word():
          "from env.MASTER_PORT): serve the app on another port"),
         ("services.1.port", "5000 is one of the ports the distributed variables use (5000-5002, "
          "from distributed.master_port): serve the app on another port")]
+    assert problems(cluster={"size": 3}, env={"MASTER_PORT": "5000"},
+                    distributed={"master_port": 5001},
+                    services=[{"name": "a", "port": 5002}]) == [  # named once, by the first
+        ("services.0.port", "5002 is one of the ports the distributed variables use (5000-5002, "
+         "from env.MASTER_PORT): serve the app on another port")]
     # a user's MASTER_PORT that is no port: no base at all (cluster-env.sh keeps the value)
     assert problems(cluster={"size": 2}, env={"MASTER_PORT": "70000"},
                     services=[{"name": "a", "port": 29500}]) == []
@@ -300,14 +305,14 @@ def test_mount_lengths_word_for_word():
     assert problems(mounts=[{"source": "/" + "a" * 4095, "target": "/data/" + "b" * 4090}]) == [
         ("mounts.0.source", "is longer than the 4095 bytes a path may have (PATH_MAX)"),
         ("mounts.0.target", "is longer than the 4095 bytes a path may have (PATH_MAX)")]
-    four = [{"source": "/" + "a" * 2047, "target": "/data/" + "b" * 2042} for _ in range(4)]
-    assert problems(mounts=[{**m, "target": f"{m['target'][:-1]}{i}"}
-                            for i, m in enumerate(four)]) == []
-    assert problems(mounts=[{**m, "target": f"{m['target'][:-1]}{i}"}
-                            for i, m in enumerate([*four[:3], {"folder": "f" * 64,
-                                                               "target": "/data/x"}])]) == []
-    assert problems(mounts=[{**m, "target": f"{m['target']}{i}"}
-                            for i, m in enumerate(four)]) == [
+    four = [{"source": "/" + "a" * 2047, "target": f"/data/{i}" + "b" * 2041} for i in range(4)]
+    assert problems(mounts=four) == []  # 4 x 4096 bytes
+    folder = {"folder": "f" * 64, "storage": "s", "target": "/data/" + "t" * 4026}
+    assert problems(mounts=[*four[:3], folder]) == []  # a folder's name counts as its source
+    assert problems(mounts=[*four[:3], {**folder, "target": folder["target"] + "t"}]) == [
+        ("mounts", "sources and targets are 16385 bytes in all, more than 16384 (16 KiB): every "
+         "container's plan repeats them")]
+    assert problems(mounts=[{**m, "target": m["target"] + "b"} for m in four]) == [
         ("mounts", "sources and targets are 16388 bytes in all, more than 16384 (16 KiB): every "
          "container's plan repeats them")]
 
@@ -322,6 +327,7 @@ def test_mount_lengths_word_for_word():
          "(with tls)"),
         ("unix://rel", "must be unix:///ABSOLUTE/PATH"),
         ("unix:///ok", None),
+        ("unix://host/s", "must be unix:///ABSOLUTE/PATH"),
         ("tcp://u@h:1", "tcp:// takes no user"),
         ("ssh://u:p@h", "must not hold a password (USER:PASSWORD@): docker and ssh refuse it, "
          "and a pool file is no place for one; use a key"),
@@ -392,7 +398,7 @@ def test_pool_rules_word_for_word():
 def test_storage_rules_word_for_word():
     bad = "must be an absolute host directory other than '/', without '..'"
     assert pool_problems(pool(storage={
-        "-x": "/a", "s1": "rel", "s2": "/", "s3": "/a/..", "s4": "/a\n", "s5": "/a,b",
+        "-x": "/nfs/y", "s1": "rel", "s2": "/", "s3": "/a/..", "s4": "/a\n", "s5": "/a,b",
         "s5b": "/a:b", "s6": "/" + "x" * 4030, "s7": "/nfs", "s8": "/nfs/sub", "s9": "/other",
         "s10": "//nfs/", "s11": "/nfsx", "s12": "///"})) == [
         ("storage", "'-x' is not a storage name: letters, digits, '_', '.' or '-', starting "
@@ -491,6 +497,7 @@ def test_small_functions_of_spec():
     ports = PortRange(first=30000, last=30002)
     assert [p in ports for p in (29999, 30000, 30002, 30003, "30000", None)] == [
         False, True, True, False, False, False]
+    assert session(resources={"cpu": 0.25}).resources.millicpu == 250
     assert session(resources={"cpu": 0.0015}).resources.millicpu == 2
     assert pool(agent(capacity={"cpu": 2.5, "mem": "1g"})).agents[0].capacity.millicpu == 2500
     two = pool(agent(), agent("b", service_ports={"first": 2000, "last": 2001}))
@@ -521,9 +528,21 @@ def test_every_integer_of_the_schema_is_held_to_int64_and_arrays_count_items():
     props = schema["$defs"]
     assert props["ClusterShape"]["properties"]["size"] == {
         "default": 1, "maximum": 2048, "minimum": 1, "title": "Size", "type": "integer"}
-    assert schema["properties"]["command"]["minItems"] == 1
-    assert "minLength" not in schema["properties"]["command"]
-    assert schema["properties"]["mounts"]["maxItems"] == 64
-    assert json_schema(Pool)["required"] == ["kind", "name", "agents"]
-    gpus = json_schema(Pool)["$defs"]["Capacity"]["properties"]["gpus"]
+    assert schema["properties"]["command"] == {
+        "default": ["sleep", "infinity"], "items": {"minLength": 1, "type": "string"},
+        "title": "Command", "type": "array", "minItems": 1}
+    assert schema["properties"]["mounts"] == {
+        "default": [], "items": {"$ref": "#/$defs/Mount"}, "title": "Mounts", "type": "array",
+        "maxItems": 64}
+    assert props["User"]["properties"]["uid"] == {
+        "anyOf": [{"maximum": 59999, "minimum": 1000},
+                  {"maximum": 2147483646, "minimum": 65536}],
+        "default": 9001, "title": "Uid", "type": "integer",
+        "minimum": -(2**63 - 1), "maximum": 2**63 - 1}
+    pool_schema = json_schema(Pool)
+    assert pool_schema["required"] == ["kind", "name", "agents"]
+    assert pool_schema["properties"]["agents"] == {
+        "items": {"$ref": "#/$defs/Agent"}, "title": "Agents", "type": "array",
+        "minItems": 1, "maxItems": 10000}
+    gpus = pool_schema["$defs"]["Capacity"]["properties"]["gpus"]
     assert gpus["items"] == {"minimum": 0, "maximum": 2**63 - 1, "type": "integer"}
