@@ -1146,6 +1146,10 @@ KINDS_WANTED = "expected one of ClusterSession, AgentPool"
          "unknown key; did you mean 'master_port'? (allowed: master_port, slots)"),
         ({**BASE, "ports": [{"container": 1, "x": 1}]}, "ports.0.x",
          "unknown key (allowed: container, host, host_ip, protocol)"),
+        ({"kind": "AgentPool", "name": "p", "agents": [
+            {"name": "a", "capacity": {"cpu": 1, "mem": "1g"}, "ssh": {"host": "h", "hst": "x"}}]},
+         "agents.0.ssh.hst", "unknown key; did you mean 'host'? (allowed: host, port, user, "
+         "key_file, known_hosts)"),
         ({**BASE, "cluster": {"mode": "multi"}}, "cluster.mode",
          "must be 'single-node' or 'multi-node', got 'multi'"),
         ({**BASE, "cluster": {"size": "4"}}, "cluster.size",
@@ -1287,6 +1291,34 @@ def test_a_missing_pool_is_refused_word_for_word(tmp_path, monkeypatch):
         find_pool("lab.yaml", None)
     assert str(err.value) == f"no pool 'lab.yaml' found (looked for {tmp_path}/lab.yaml)"
     assert find_pool("lob", session) == tmp_path / "s" / "pools" / "lob.yml"
+    # a path (a '/', or a name ending in .yaml or .yml) gets no list of names
+    (tmp_path / "s" / "x.yaml").write_text(SESSION)
+    for ref in ("pools/nope", "nope.yaml", "nope.yml"):
+        with pytest.raises(PoolNotFound) as err:
+            find_pool(ref, session)
+        assert str(err.value) == (f"no pool '{ref}' found (looked for {tmp_path}/s/{ref}, "
+                                  f"{tmp_path}/{ref})")
+
+
+def test_no_pools_anywhere_gives_no_list(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CLUSTER_SESSIONS_POOLS", raising=False)
+    monkeypatch.setattr(loader, "BUILTIN_POOLS", tmp_path / "none")
+    with pytest.raises(PoolNotFound) as err:
+        find_pool("lab")
+    assert str(err.value) == (f"no pool 'lab' found (looked for {tmp_path}/stacks/pools/lab.yaml, "
+                              f"{tmp_path}/stacks/pools/lab.yml, {tmp_path}/none/lab.yaml, "
+                              f"{tmp_path}/none/lab.yml)")
+
+
+def test_keys_of_a_place_that_is_no_model_are_none():
+    """The 'allowed' list of an unknown key comes from the model at the key's place; a place
+    that is not a model's (a mapping of names, a string, an unknown field) has none."""
+    assert loader._allowed_keys(Session, ("resources",)) == ["cpu", "mem", "shmem", "gpu"]
+    assert loader._allowed_keys(Session, ("env",)) == []
+    assert loader._allowed_keys(Session, ("env", "A")) == []
+    assert loader._allowed_keys(Session, ("name",)) == []
+    assert loader._allowed_keys(Session, ("nope", "x")) == []
 
 
 def test_a_pool_given_on_the_command_line_is_the_file_it_names(tmp_path, monkeypatch):

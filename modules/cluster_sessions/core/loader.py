@@ -218,7 +218,7 @@ def _message(error: dict, model: type[BaseModel]) -> str:
     if kind == "extra_forbidden":
         key = str(error["loc"][-1])
         allowed = _allowed_keys(model, error["loc"][:-1])
-        hint = difflib.get_close_matches(key, allowed, n=1)
+        hint = difflib.get_close_matches(key, allowed)  # best first
         suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
         return f"unknown key{suggestion} (allowed: {', '.join(allowed)})"
     if kind == "missing":
@@ -426,7 +426,7 @@ def _pool_hint(ref: str, candidates: list[Path]) -> str:
     names = list(dict.fromkeys(names))
     if not names:
         return ""
-    close = difflib.get_close_matches(ref, names, n=1)
+    close = difflib.get_close_matches(ref, names)  # best first
     guess = f"; did you mean {close[0]!r}?" if close else ""
     return f"{guess} (pools that exist: {', '.join(names)})"
 
