@@ -1054,6 +1054,8 @@ INTEGERS = ("; write integers in plain decimal without leading zeros, signs or s
         ("a: !!float 1e3\n", "a", "'1e3' is not a plain decimal number; write numbers such as "
          "2 or 0.5, without signs, separators or ':' (quote it if you mean text) (line 1)"),
         ("a: 017\n", "a", "'017' is octal in YAML 1.1 (a leading zero) (15)" + INTEGERS),
+        ("a: 01\n", "a", "'01' is octal in YAML 1.1 (a leading zero) (1)" + INTEGERS),
+        ("a: +0\n", "a", "'+0' is written with a '+' sign (0)" + INTEGERS),
         ("a: 1_000\n", "a", "'1_000' is written with '_' separators (1000)" + INTEGERS),
         ("a: +5\n", "a", "'+5' is written with a '+' sign (5)" + INTEGERS),
         ("a: +1_0\n", "a", "'+1_0' is written with '_' separators (10)" + INTEGERS),
