@@ -1072,6 +1072,9 @@ INTEGERS = ("; write integers in plain decimal without leading zeros, signs or s
          "an integer of 19 digits is too large (at most 9223372036854775807) (line 1)"),
         ("a: -9223372036854775808\n", "a",
          "an integer of 19 digits is too large (at most 9223372036854775807) (line 1)"),
+        ("a: " + "1" * 5000 + "\n", "a",
+         "an integer of 5000 digits is too large (at most 9223372036854775807) (line 1)"),
+        ("a: 1000000000000000000\n", "a", None),
         ("a: 12345678901234567890\n", "a",
          "an integer of 20 digits is too large (at most 9223372036854775807) (line 1)"),
         ("a: -0000000000000000001\n", "a", "'-0000000000000000001' is octal in YAML 1.1 "
@@ -1092,7 +1095,13 @@ INTEGERS = ("; write integers in plain decimal without leading zeros, signs or s
          "quote the value if you mean text (line 1)"),
         ("a: off\n", "a", "'off' is a boolean (false) only in YAML 1.1; write true or false, or "
          "quote the value if you mean text (line 1)"),
+        ("a: !!bool y\n", "a", "'y' is a boolean (true) only in YAML 1.1; write true or false, "
+         "or quote the value if you mean text (line 1)"),
+        ("a: !!bool n\n", "a", "'n' is a boolean (false) only in YAML 1.1; write true or false, "
+         "or quote the value if you mean text (line 1)"),
         ("a: TRUE\n", "a", None),
+        ("---\n---\na: 1\n", "a", None),  # an empty document is no document
+        ("[" + "[], " * 100 + "]", "", None),  # 100 collections side by side, each 2 deep
         ("a: False\n", "a", None),
         ("a: 1.5\n", "a", None),
         ("a: -.5\n", "a", None),
@@ -1157,6 +1166,7 @@ KINDS_WANTED = "expected one of ClusterSession, AgentPool"
         ({**BASE, "cluster": {"size": "4"}}, "cluster.size",
          "must be an integer written in plain decimal (e.g. 1750), got '4'"),
         ({**BASE, "cluster": {"size": 2.5}}, "cluster.size", "must be a valid integer"),
+        ({**BASE, "cluster": {"size": [1]}}, "cluster.size", "must be a valid integer"),
         ({**BASE, "cluster": {"size": 0}}, "cluster.size", "must be greater than or equal to 1"),
         ({**BASE, "cluster": 5}, "cluster",
          "must be a valid dictionary or instance of ClusterShape"),
@@ -1302,6 +1312,33 @@ def test_a_missing_pool_is_refused_word_for_word(tmp_path, monkeypatch):
                                   f"{tmp_path}/{ref})")
 
 
+def test_where_nothing_can_be_looked_the_message_says_so(tmp_path, monkeypatch):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    with pytest.raises(PoolNotFound) as err:
+        find_pool("p/lab")
+    assert str(err.value) == ("no pool 'p/lab' found (looked for nowhere); the working "
+                              "directory no longer exists")
+
+
+def test_a_candidate_named_twice_is_listed_once(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ref = "x" * 300 + ".yaml"
+    with pytest.raises(PoolNotFound) as err:
+        find_pool(ref, tmp_path / "s.yaml")
+    assert str(err.value) == (f"no pool '{ref}' found (looked for {tmp_path}/{ref}); cannot "
+                              f"look at {tmp_path}/{ref}: File name too long")
+
+
+def test_a_pool_on_the_command_line_may_be_a_file_without_yaml(tree, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine").write_text(POOL.replace("name: lab", "name: mine"))
+    loaded = load_session(tree(SESSION), Path("mine"))
+    assert (loaded.pool.name, loaded.pool_file) == ("mine", Path("mine"))
+
+
 def test_no_pools_anywhere_gives_no_list(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("CLUSTER_SESSIONS_POOLS", raising=False)
@@ -1380,6 +1417,12 @@ def test_file_refusals_word_for_word(tmp_path, data, message):
         read_text(path)
     assert [(p.file, p.path, p.message) for p in err.value.problems] == [
         (str(path), "(whole file)", message)]
+
+
+def test_a_file_that_cannot_be_read_says_why(tmp_path):
+    with pytest.raises(DefinitionError) as err:
+        read_text(tmp_path / ("x" * 300))
+    assert [p.message for p in err.value.problems] == ["cannot read: File name too long"]
 
 
 def test_nesting_of_64_levels_is_read_and_yaml_a_reader_refuses_is_a_problem():

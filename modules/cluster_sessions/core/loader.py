@@ -383,7 +383,7 @@ def pool_candidates(session_file: Path | None, pool_ref: str) -> list[Path]:
         try:
             ref = Path(pool_ref).expanduser()
         except RuntimeError:  # ~nosuchuser
-            user = pool_ref[1:].split("/", 1)[0]
+            user = pool_ref[1:].split("/")[0]
             raise PoolNotFound(f"{pool_ref!r}: there is no user {user!r} for '~{user}'") from None
         if ref.is_absolute():
             return [ref]
