@@ -21,6 +21,7 @@ from cluster_sessions.core.loader import (
     pool_dirs,
     read_text,
     to_model,
+    with_pool,
 )
 from cluster_sessions.core.problems import DefinitionError
 from cluster_sessions.core.spec import Session
@@ -1323,6 +1324,20 @@ def test_where_nothing_can_be_looked_the_message_says_so(tmp_path, monkeypatch):
                               "directory no longer exists")
 
 
+def test_a_deleted_working_directory_is_noted_after_what_could_not_be_looked_at(
+        tmp_path, monkeypatch):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    ref = "/" + "x" * 300 + ".yaml"
+    with pytest.raises(PoolNotFound) as err:
+        find_pool(ref, given=True)
+    assert str(err.value) == (f"no pool '{ref}' found (looked for {ref}); cannot look at "
+                              f"{ref}: File name too long; the working directory no longer "
+                              "exists")
+
+
 def test_a_candidate_named_twice_is_listed_once(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     ref = "x" * 300 + ".yaml"
@@ -1337,6 +1352,25 @@ def test_a_pool_on_the_command_line_may_be_a_file_without_yaml(tree, tmp_path, m
     (tmp_path / "mine").write_text(POOL.replace("name: lab", "name: mine"))
     loaded = load_session(tree(SESSION), Path("mine"))
     assert (loaded.pool.name, loaded.pool_file) == ("mine", Path("mine"))
+
+
+def test_a_relative_pool_on_the_command_line_is_found_from_the_definition_too(
+        tree, tmp_path, monkeypatch):
+    elsewhere = tmp_path / "a" / "b"
+    elsewhere.mkdir(parents=True)
+    monkeypatch.chdir(elsewhere)
+    loaded = load_session(tree(SESSION), Path("../pools/lab.yaml"))
+    assert loaded.pool_file == tmp_path / "sessions" / "../pools/lab.yaml"
+
+
+def test_a_session_checked_with_its_pool_names_its_file(tree):
+    path = tree("kind: ClusterSession\nname: [\n")
+    with pytest.raises(DefinitionError) as err:
+        load_session(path)
+    assert [(p.file, p.path) for p in err.value.problems] == [(str(path), "line 3, column 1")]
+    session = load_file(tree(SESSION))
+    loaded = with_pool(session, tree(SESSION))
+    assert (loaded.session, loaded.pool.name, loaded.name_from_file) == (session, "lab", False)
 
 
 def test_no_pools_anywhere_gives_no_list(tmp_path, monkeypatch):
@@ -1390,8 +1424,9 @@ def test_a_pool_on_the_command_line_replaces_the_definitions(tree, tmp_path):
         "other", other, False)
     with pytest.raises(DefinitionError) as err:
         load_session(tree(SESSION), tmp_path / "nope.yaml")
-    assert [(p.path, p.message) for p in err.value.problems] == [
-        ("pool", f"no pool '{tmp_path}/nope.yaml' found (looked for {tmp_path}/nope.yaml)")]
+    assert [(p.file, p.path, p.message) for p in err.value.problems] == [
+        (str(tree(SESSION)), "pool",
+         f"no pool '{tmp_path}/nope.yaml' found (looked for {tmp_path}/nope.yaml)")]
     with pytest.raises(DefinitionError) as err:
         load_session(tree(SESSION.replace("pool: lab", "pool: ../sessions/s.yaml")))
     assert [(p.path, p.message) for p in err.value.problems] == [

@@ -629,7 +629,7 @@ def _hidden(text: str) -> bool:
     return any(is_hidden(c) for c in text)
 
 
-def _controls(text: str, allow: str = "") -> bool:
+def _controls(text: str, allow: str) -> bool:
     return any(unicodedata.category(c) == "Cc" and c not in allow for c in text)
 
 
