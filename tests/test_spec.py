@@ -341,6 +341,8 @@ def test_mount_lengths_word_for_word():
         ("ssh://@h", None),
         ("ssh://u@:22", "names no host"),
         ("ssh://-h", "'-h' " + OPTION),
+        ("ssh://u@-h:22", "'-h' " + OPTION),
+        ("ssh://-a:b:22", "has a port that is not a number from 1 to 65535"),
         ("ssh://%2Dh", "'-h' " + OPTION),
         ("ssh://h%2F", "'h/' " + NOT_HOST),
         ("ssh://h/path", "must be ssh://[USER@]HOST[:PORT] with no path"),
@@ -515,6 +517,7 @@ def test_small_functions_of_spec():
         ({"docker_host": "tcp://h3:2376"}, "h3"),
         ({"docker_host": "unix:///var/run/docker.sock"}, None),
         ({"docker_host": "ssh://"}, None),
+        ({"docker_host": "unix://host/s"}, None),
     ],
 )
 def test_where_an_agent_is_reached(fields, address):
