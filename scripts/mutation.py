@@ -61,12 +61,13 @@ MODULE_TESTS = {
         "capacity": ["test_agents_facts.py", "test_pool_verbs.py", "test_cli.py"],
         "cleanup": ["test_cleanup.py"],
         "connectors": ["test_agents_facts.py", "test_reach.py", "test_swarm.py"],
+        "engine": ["test_engine.py", "test_agents_facts.py", "test_cleanup.py"],
         "errors": ["test_agents_facts.py"],
         "facts": ["test_agents_facts.py", "test_pool_verbs.py"],
+        "folders": ["test_agents_folders.py"],  # the engine's side: no offline test reaches it
         "gathering": ["test_agents_facts.py"],
         "polling": ["test_polling.py"],
         "reach": ["test_reach.py", "test_access.py"],
-        "swarm": ["test_swarm.py"],
     },
 }
 # What the tests read besides the package (templates, pools, examples, the README's commands).

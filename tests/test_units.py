@@ -81,4 +81,13 @@ def test_the_schema_of_a_size_accepts_the_spellings_parse_size_reads(minimum, ma
         assert validator.is_valid(good), good
     for bad in ["", "g", "4x", "-1g", "1e9", "4 gg", "1.g", minimum - 1, maximum + 1, 1.5, True]:
         assert not validator.is_valid(bad), bad
-    assert schema["description"].startswith("a size: a number with k, m, g or t (1024-based)")
+    assert schema["description"] == ("a size: a number with k, m, g or t (1024-based), e.g. "
+                                     "512m or 4g; or whole bytes")
+    # every JSON Schema validator reads it (ECMA-262 has no Python-style named groups)
+    assert "(?P<" not in schema["anyOf"][0]["pattern"]
+
+
+def test_the_schema_of_a_size_by_default_takes_any_count_of_bytes_from_one():
+    validator = jsonschema.Draft202012Validator(size_json_schema())
+    assert validator.is_valid(1) and validator.is_valid(2**63 - 1)
+    assert not validator.is_valid(0) and not validator.is_valid(2**63)

@@ -415,24 +415,9 @@ def _api_errors_call(fn):
         raise FactError(DOCKER_NOT_ANSWERING, short_error(exc)) from None
 
 
-@dataclass(frozen=True)
-class SessionNetwork:
-    network_id: str
-    name: str
-    driver: str
-    scope: str  # local | swarm
-    session: str
-    session_id: str
-
-
-def _network(data: Mapping[str, Any]) -> SessionNetwork:
-    n = engine.network_facts(data)
-    return SessionNetwork(network_id=n.network_id, name=n.name, driver=n.driver, scope=n.scope,
-                          session=n.session, session_id=n.session_id)
-
-
-class SessionNetworks(_DockerFact[tuple[SessionNetwork, ...]]):
-    """Networks carrying our session label that this engine can see."""
+class SessionNetworks(_DockerFact[tuple[engine.NetworkFacts, ...]]):
+    """Networks carrying our session label that this engine can see (the engine room's
+    :class:`~cluster_sessions.agents.engine.NetworkFacts`, one type for every reader)."""
 
     what = "session networks"
 
@@ -442,18 +427,18 @@ class SessionNetworks(_DockerFact[tuple[SessionNetwork, ...]]):
     def cmd(self) -> str:
         return engine.labelled_inspect_command("network", self.session)
 
-    def process(self, output: str) -> tuple[SessionNetwork, ...]:
+    def process(self, output: str) -> tuple[engine.NetworkFacts, ...]:
         data = _json(output.strip() or "[]", "docker network inspect")
         if not isinstance(data, list):
             raise FactError(COMMAND_FAILED, "docker network inspect did not print a list")
-        nets = [_network(d) for d in data if isinstance(d, Mapping)]
+        nets = [engine.network_facts(d) for d in data if isinstance(d, Mapping)]
         if self.session:
             nets = [n for n in nets if n.session == self.session]
         return tuple(sorted(nets, key=lambda n: n.name))
 
-    def from_api(self, client: Any) -> tuple[SessionNetwork, ...]:
+    def from_api(self, client: Any) -> tuple[engine.NetworkFacts, ...]:
         found = _api_errors_call(lambda: engine.session_network_attrs(client, self.session))
-        return tuple(sorted((_network(n) for n in found), key=lambda n: n.name))
+        return tuple(sorted((engine.network_facts(n) for n in found), key=lambda n: n.name))
 
 
 # --- kernel support for encrypted overlays (docs/encrypted-overlay.md) ------------------------
