@@ -1338,6 +1338,18 @@ def test_a_deleted_working_directory_is_noted_after_what_could_not_be_looked_at(
                               "exists")
 
 
+def test_a_relative_definition_in_a_deleted_working_directory_has_no_folder(
+        tmp_path, monkeypatch):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    monkeypatch.delenv("CLUSTER_SESSIONS_POOLS", raising=False)
+    assert pool_candidates(Path("s.yaml"), "p/lab") == []
+    assert pool_candidates(Path("s.yaml"), "local") == [BUILTIN_POOLS / "local.yaml",
+                                                        BUILTIN_POOLS / "local.yml"]
+
+
 def test_a_candidate_named_twice_is_listed_once(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     ref = "x" * 300 + ".yaml"
@@ -1364,6 +1376,10 @@ def test_a_relative_pool_on_the_command_line_is_found_from_the_definition_too(
 
 
 def test_a_session_checked_with_its_pool_names_its_file(tree):
+    path = tree("kind: ClusterSession\nname: [\n")
+    with pytest.raises(DefinitionError) as err:
+        load_file(path)
+    assert [(p.file, p.path) for p in err.value.problems] == [(str(path), "line 3, column 1")]
     path = tree("kind: ClusterSession\nname: [\n")
     with pytest.raises(DefinitionError) as err:
         load_session(path)
