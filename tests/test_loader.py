@@ -1486,3 +1486,10 @@ def test_nesting_of_64_levels_is_read_and_yaml_a_reader_refuses_is_a_problem():
     assert [(p.path, p.message) for p in err.value.problems] == [
         ("(whole file)", "invalid YAML: unacceptable character #x0007: control characters are "
          "not allowed\n  in \"<unicode string>\", position 3")]
+
+
+def test_a_device_is_refused_as_not_a_regular_file():
+    with pytest.raises(DefinitionError) as err:
+        read_text(Path("/dev/null"))
+    assert [(p.file, p.path, p.message) for p in err.value.problems] == [
+        ("/dev/null", "(whole file)", "not a regular file")]
