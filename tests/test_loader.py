@@ -1493,3 +1493,13 @@ def test_a_device_is_refused_as_not_a_regular_file():
         read_text(Path("/dev/null"))
     assert [(p.file, p.path, p.message) for p in err.value.problems] == [
         ("/dev/null", "(whole file)", "not a regular file")]
+
+
+def test_a_huge_file_is_refused_without_being_read_whole(tmp_path):
+    """At most 1 MiB and a byte is read: a sparse file of a terabyte is refused at once."""
+    huge = tmp_path / "huge.yaml"
+    with huge.open("wb") as stream:
+        stream.truncate(2**40)
+    with pytest.raises(DefinitionError) as err:
+        read_text(huge)
+    assert [p.message for p in err.value.problems] == ["file is larger than 1 MiB"]
