@@ -1503,3 +1503,13 @@ def test_a_huge_file_is_refused_without_being_read_whole(tmp_path):
     with pytest.raises(DefinitionError) as err:
         read_text(huge)
     assert [p.message for p in err.value.problems] == ["file is larger than 1 MiB"]
+
+
+def test_a_missing_file_or_a_directory_is_named_with_the_whole_file(tmp_path):
+    found = []
+    for path in (tmp_path / "missing.yaml", tmp_path):
+        with pytest.raises(DefinitionError) as err:
+            read_text(path)
+        found += [(p.file, p.path, p.message) for p in err.value.problems]
+    assert found == [(str(tmp_path / "missing.yaml"), "(whole file)", "no such file"),
+                     (str(tmp_path), "(whole file)", "is a directory, not a file")]

@@ -201,7 +201,7 @@ def read_text(path: Path) -> str:
             os.close(fd)
         if len(data) > MAX_FILE_BYTES:
             raise DefinitionError([Problem(file, WHOLE_FILE, "file is larger than 1 MiB")])
-        return data.decode("utf-8")
+        return data.decode()  # UTF-8
     except FileNotFoundError:
         raise DefinitionError([Problem(file, WHOLE_FILE, "no such file")]) from None
     except IsADirectoryError:
