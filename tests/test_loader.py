@@ -1473,7 +1473,8 @@ def test_file_refusals_word_for_word(tmp_path, data, message):
 def test_a_file_that_cannot_be_read_says_why(tmp_path):
     with pytest.raises(DefinitionError) as err:
         read_text(tmp_path / ("x" * 300))
-    assert [p.message for p in err.value.problems] == ["cannot read: File name too long"]
+    assert [(p.file, p.path, p.message) for p in err.value.problems] == [
+        (str(tmp_path / ("x" * 300)), "(whole file)", "cannot read: File name too long")]
 
 
 def test_nesting_of_64_levels_is_read_and_yaml_a_reader_refuses_is_a_problem():
