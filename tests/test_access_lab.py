@@ -12,12 +12,9 @@ import time
 import pytest
 
 from cluster_sessions.driver import access, cli
-from cluster_sessions.lab import netns
-from cluster_sessions.lab.image import ensure_images
-from cluster_sessions.lab.processes import LabError
 
 from . import factories
-from .conftest import clear_stale_lab, require_lab
+from .lab_support import lab_pool
 from .test_access import home, tree  # noqa: F401 (fixture used by name)
 from .test_runtime import unique
 
@@ -28,25 +25,8 @@ PREFIX, SUBNET = "csls", "10.251.104.0/24"
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    import docker
-
-    require_lab()
-    clear_stale_lab(PREFIX)
-    state = tmp_path_factory.mktemp("ssh-lab")
-    try:
-        info = netns.lab_up(1, state, state / "pool.yaml", prefix=PREFIX, subnet=SUBNET)
-    except LabError as exc:
-        pytest.fail(f"lab_up failed: {exc}")
-    local = []
-    try:
-        local = [docker.DockerClient(base_url=f"unix://{a.socket}", timeout=600)
-                 for a in info.agents]
-        image = ensure_images(local, progress=lambda _m: None)
-        yield info, image
-    finally:
-        for c in local:
-            c.close()
-        netns.lab_down(state)
+    with lab_pool(tmp_path_factory, PREFIX, SUBNET, 1) as pool:
+        yield pool.info, pool.image
 
 
 def test_ssh_reaches_main1_over_the_agents_ssh_and_a_sub_through_main1(

@@ -23,14 +23,9 @@ from cluster_sessions.core.loader import load_file, load_session
 from cluster_sessions.core.names import HOST_LABEL, SESSION_LABEL
 from cluster_sessions.core.plan import build_plan
 from cluster_sessions.driver import cli
-from cluster_sessions.emulation.engine import Engine, run_program
-from cluster_sessions.lab import netns
-from cluster_sessions.lab.image import ensure_images
-from cluster_sessions.lab.netns import LabError
 
 from . import factories
-from .conftest import PROJECT, clear_stale_lab, require_lab
-from .test_multinode import _leave_all
+from .lab_support import lab_pool, pool_swarm
 from .test_runtime import unique
 
 pytestmark = [pytest.mark.lab, pytest.mark.docker, pytest.mark.slow]
@@ -43,38 +38,11 @@ TARGET = "/home/work/mydata"
 def lab(tmp_path_factory):
     """Two agents of one CPU each (a two-container session of one CPU each spans both), their
     swarm formed by the pool program, and the lab's storage root."""
-    import docker
-
-    from cluster_sessions.pulumi_layer import pool_program
-
-    require_lab()
-    clear_stale_lab(PREFIX)
-    state = tmp_path_factory.mktemp("folders-lab")
-    try:
-        info = netns.lab_up(2, state, state / "lab.yaml", prefix=PREFIX, subnet=SUBNET)
-    except LabError as exc:
-        pytest.fail(f"lab_up failed: {exc}")
-    local, engine = [], None
-    try:
-        doc = yaml.safe_load(info.pool_file.read_text())
-        doc["name"] = "dflab"
-        for a in doc["agents"]:
-            a["capacity"] = {"cpu": 1, "mem": "4g", "gpus": []}
-        pool_file = state / "dflab.yaml"
-        pool_file.write_text(yaml.safe_dump(doc, sort_keys=False))
-        local = [docker.DockerClient(base_url=f"unix://{a.socket}", timeout=600)
-                 for a in info.agents]
-        image = ensure_images(local, progress=lambda _m: None)
-        engine = Engine()
-        run_program(engine, "pool-dflab", {"cluster-sessions:pool-definition": str(pool_file)},
-                    program=lambda: pool_program.run(PROJECT))
-        yield pool_file, image, Path(doc["storage"]["data"])
-    finally:
-        for c in local:
-            c.close()
-        if engine is not None:
-            _leave_all(None, engine)
-        netns.lab_down(state)
+    with lab_pool(tmp_path_factory, PREFIX, SUBNET, 2, name="dflab",
+                  capacity={"cpu": 1, "mem": "4g", "gpus": []}) as pool, \
+            pool_swarm(pool.pool_file, "pool-dflab"):
+        storage = yaml.safe_load(pool.pool_file.read_text())["storage"]["data"]
+        yield pool.pool_file, pool.image, Path(storage)
 
 
 def definition(tmp_path: Path, pool_file: Path, image: str, folder: str) -> Path:

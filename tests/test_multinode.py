@@ -24,7 +24,7 @@ import subprocess
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -44,14 +44,12 @@ from cluster_sessions.emulation.docker_builder import (
     wait_until_ready,
 )
 from cluster_sessions.emulation.engine import Engine, run_program
-from cluster_sessions.lab import engines, netns, processes
-from cluster_sessions.lab.image import ensure_images
-from cluster_sessions.lab.layout import LabInfo
-from cluster_sessions.lab.processes import LabError
+from cluster_sessions.lab import engines, processes
 from cluster_sessions.pulumi_layer import swarm as swarm_resources
-from tests.conftest import PROJECT, clear_stale_lab, require_lab
+from tests.conftest import PROJECT
 
 from . import factories
+from .lab_support import LabPool, lab_pool, leave_swarm, pool_swarm
 
 pytestmark = [pytest.mark.lab, pytest.mark.docker, pytest.mark.slow]
 
@@ -63,31 +61,7 @@ STRICT = "-o BatchMode=yes -o StrictHostKeyChecking=yes"
 # --- the lab ------------------------------------------------------------------------------------
 
 
-@dataclass
-class Lab:
-    info: LabInfo
-    pool_file: Path
-    image: str
-    connectors: dict = field(default_factory=dict)
-    clients: dict = field(default_factory=dict)
-
-    @property
-    def pool(self):
-        return load_file(self.pool_file, expect="AgentPool")
-
-    def client(self, agent: str):
-        """The agent's engine reached as the pool says, like any remote agent: SSH as the
-        pool's user, ``docker system dial-stdio`` there (the lab's sockets are not used)."""
-        if agent not in self.clients:
-            conn = self.connectors[agent] = connector_for(self.pool.agent(agent), timeout=120)
-            self.clients[agent] = conn.docker_client()
-        return self.clients[agent]
-
-    def close(self) -> None:
-        for c in [*self.clients.values(), *self.connectors.values()]:
-            with contextlib.suppress(Exception):
-                c.close()
-
+class Lab(LabPool):
     def write_session(self, directory: Path, name: str, size: int, **extra) -> Path:
         definition = factories.session(name, str(self.pool_file), self.image, size=size,
                                        mode="multi-node", mem="512m",
@@ -97,38 +71,13 @@ class Lab:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    import docker
-
-    require_lab()
-    clear_stale_lab(PREFIX)
-    state = tmp_path_factory.mktemp("mn")
-    try:
-        info = netns.lab_up(3, state, state / "lab.yaml", prefix=PREFIX, subnet=SUBNET)
-    except LabError as exc:  # lab_up removes what it created
-        pytest.fail(f"lab_up failed: {exc}")
-    local, built = [], None
-    try:
-        doc = yaml.safe_load(info.pool_file.read_text())
-        doc["name"] = "mnlab"
-        for a in doc["agents"]:
-            a["capacity"] = {"cpu": CAPACITY[a["name"]], "mem": "4g", "gpus": []}
-        pool_file = state / "mnlab.yaml"
-        pool_file.write_text(yaml.safe_dump(doc, sort_keys=False))
-        # the demo image plus Open MPI and mpi4py, for the launcher test across agents; imported
-        # through the lab's local sockets, as `sessionctl lab up` does
-        local = [docker.DockerClient(base_url=f"unix://{a.socket}", timeout=600)
-                 for a in info.agents]
-        image = ensure_images(local, progress=lambda _m: None, flavour="mpi")
-        built = Lab(info, pool_file, image)
-        for a in info.agents:
+    # the demo image plus Open MPI and mpi4py, for the launcher test across agents
+    with lab_pool(tmp_path_factory, PREFIX, SUBNET, 3, name="mnlab", kind=Lab, flavour="mpi",
+                  capacity=lambda agent: {"cpu": CAPACITY[agent], "mem": "4g", "gpus": []}
+                  ) as built:
+        for a in built.info.agents:
             built.client(a.name)
         yield built
-    finally:
-        for c in local:
-            c.close()
-        if built is not None:
-            built.close()
-        netns.lab_down(state)
 
 
 def _nodes(lab: Lab) -> list[facts.SwarmNode]:
@@ -148,31 +97,8 @@ def _swarm_states(lab: Lab) -> dict[str, str]:
 def swarm(lab):
     """The pool's swarm, built by the pool program (``sessionctl pool up``) under the mock
     engine: its dynamic resources run for real against the lab."""
-    from cluster_sessions.pulumi_layer import pool_program
-
-    engine = Engine()
-    config = {"cluster-sessions:pool-definition": str(lab.pool_file)}
-    outputs = run_program(engine, "pool-mnlab", config,
-                          program=lambda: pool_program.run(PROJECT))
-    try:
-        yield engine, outputs, config
-    finally:
-        _leave_all(lab, engine)
-
-
-def _leave_all(lab: Lab, engine: Engine) -> None:
-    """What ``pool destroy`` does: workers first, then the manager (each only if it is ours)."""
-    def leave(item: tuple[str, dict]) -> None:
-        with contextlib.suppress(Exception):
-            swarm_resources.SwarmWorkerProvider().delete(*item)
-
-    workers = [state for urn, state in engine.state.items() if ":SwarmWorker::" in urn]
-    with ThreadPoolExecutor(max_workers=4) as ex:  # the engine deletes them in parallel too
-        list(ex.map(leave, workers))
-    for urn, (id_, outs) in list(engine.state.items()):
-        if ":SwarmManager::" in urn:
-            with contextlib.suppress(Exception):
-                swarm_resources.SwarmManagerProvider().delete(id_, outs)
+    with pool_swarm(lab.pool_file, "pool-mnlab") as made:
+        yield made
 
 
 # --- pool check -----------------------------------------------------------------------------------
@@ -594,7 +520,7 @@ def test_an_agent_whose_dockerd_stops_is_named_and_destroy_finishes_once_it_is_b
 
 def test_swarm_delete_leaves_and_preflight_then_refuses_a_spread(lab, swarm, tmp_path):
     engine, _outputs, _config = swarm
-    _leave_all(lab, engine)
+    leave_swarm(engine)
     assert _swarm_states(lab) == {"agent1": "inactive", "agent2": "inactive",
                                   "agent3": "inactive"}
     path = lab.write_session(tmp_path, "mn-noswarm", 4)

@@ -19,7 +19,7 @@ from cluster_sessions.driver.errors import CommandError, Exit
 from cluster_sessions.driver.open_verb import agent_port, find_service
 
 from . import factories
-from .conftest import clear_stale_lab, require_lab
+from .lab_support import lab_pool
 from .test_runtime import unique
 from .test_service_ports import SERVER, closes_on_sigint, fetch, open_session, wait_for_url
 
@@ -78,28 +78,8 @@ TWO_PORTS = ["python3", "-c", SERVER[2].replace(
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    import docker
-
-    from cluster_sessions.lab import netns
-    from cluster_sessions.lab.image import ensure_images
-
-    require_lab()
-    clear_stale_lab(PREFIX)
-    state = tmp_path_factory.mktemp("svc-lab")
-    try:
-        info = netns.lab_up(2, state, state / "pool.yaml", prefix=PREFIX, subnet=SUBNET)
-    except netns.LabError as exc:
-        pytest.fail(f"lab_up failed: {exc}")
-    local = []
-    try:
-        local = [docker.DockerClient(base_url=f"unix://{a.socket}", timeout=600)
-                 for a in info.agents]
-        image = ensure_images(local, progress=lambda _m: None)
-        yield info, image
-    finally:
-        for c in local:
-            c.close()
-        netns.lab_down(state)
+    with lab_pool(tmp_path_factory, PREFIX, SUBNET, 2) as pool:
+        yield pool.info, pool.image
 
 
 @pytest.mark.lab

@@ -30,24 +30,20 @@ import pytest
 import yaml
 
 from cluster_sessions.agents import cleanup
-from cluster_sessions.agents.connectors import connector_for
-from cluster_sessions.core.loader import load_file, load_session
+from cluster_sessions.core.loader import load_session
 from cluster_sessions.core.names import LABEL_PREFIX
 from cluster_sessions.core.plan import build_plan
 from cluster_sessions.driver import cli
 from cluster_sessions.driver.errors import Exit
+from cluster_sessions.driver.stack_lock import LOCK_DIR
 from cluster_sessions.emulation.automation import Backend
 from cluster_sessions.emulation.docker_builder import FAULT_ENV, run_in, wait_until_ready
-from cluster_sessions.emulation.engine import Engine, run_program
 from cluster_sessions.emulation.sessionctl import install
-from cluster_sessions.lab import engines, netns
-from cluster_sessions.lab.image import ensure_images
-from cluster_sessions.lab.layout import LabInfo
-from cluster_sessions.lab.processes import LabError
-from cluster_sessions.pulumi_layer import swarm as swarm_resources
-from tests.conftest import PROJECT, clear_stale_lab, require_lab
+from cluster_sessions.lab import engines
+from tests.conftest import PROJECT
 
 from . import factories
+from .lab_support import LabPool, lab_pool, pool_swarm
 
 pytestmark = [pytest.mark.lab, pytest.mark.docker, pytest.mark.slow]
 
@@ -60,35 +56,7 @@ RECOVER_BOUND = 120.0  # seconds: a restarted engine's session is whole again wi
 # --- the lab ------------------------------------------------------------------------------------
 
 
-@dataclass
-class Lab:
-    info: LabInfo
-    pool_file: Path
-    image: str
-    clients: dict = field(default_factory=dict)
-    connectors: dict = field(default_factory=dict)
-
-    @property
-    def pool(self):
-        return load_file(self.pool_file, expect="AgentPool")
-
-    def client(self, agent: str):
-        """The agent's engine as the pool reaches it (SSH, ``docker system dial-stdio``)."""
-        if agent not in self.clients:
-            conn = self.connectors[agent] = connector_for(self.pool.agent(agent), timeout=60)
-            self.clients[agent] = conn.docker_client()
-        return self.clients[agent]
-
-    def forget(self, agent: str) -> None:
-        """Drop a cached client (its engine restarted)."""
-        for cache in (self.clients, self.connectors):
-            with contextlib.suppress(Exception):
-                cache.pop(agent).close()
-
-    def close(self) -> None:
-        for agent in list(self.clients):
-            self.forget(agent)
-
+class Lab(LabPool):
     def session(self, directory: Path, name: str, size: int, **extra) -> Path:
         doc = factories.session(name, str(self.pool_file), self.image, size=size,
                                 mem="256m", shmem="64m", **extra)
@@ -123,55 +91,20 @@ class Lab:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    import docker
-
-    require_lab()
-    clear_stale_lab(PREFIX)
-    state = tmp_path_factory.mktemp("rel")
-    try:
-        info = netns.lab_up(2, state, state / "lab.yaml", prefix=PREFIX, subnet=SUBNET)
-    except LabError as exc:
-        pytest.fail(f"lab_up failed: {exc}")
-    local, built = [], None
-    try:
-        doc = yaml.safe_load(info.pool_file.read_text())
-        doc["name"] = "rlab"
-        for a in doc["agents"]:
-            a["capacity"] = {"cpu": 2, "mem": "4g", "gpus": []}
-        # the scenarios mount a folder of their own tmp_path (data in mounts must survive)
-        doc["mount_sources"] = [str(tmp_path_factory.getbasetemp())]
-        pool_file = state / "rlab.yaml"
-        pool_file.write_text(yaml.safe_dump(doc, sort_keys=False))
-        local = [docker.DockerClient(base_url=f"unix://{a.socket}", timeout=600)
-                 for a in info.agents]
-        built = Lab(info, pool_file, ensure_images(local, progress=lambda _m: None))
+    # the scenarios mount a folder of their own tmp_path (data in mounts must survive); a
+    # short connect timeout: some of them stop an agent's engine
+    with lab_pool(tmp_path_factory, PREFIX, SUBNET, 2, name="rlab", kind=Lab,
+                  capacity={"cpu": 2, "mem": "4g", "gpus": []}, connect_timeout=60,
+                  mount_sources=[str(tmp_path_factory.getbasetemp())]) as built:
         yield built
-    finally:
-        for c in local:
-            c.close()
-        if built is not None:
-            built.close()
-        netns.lab_down(state)
 
 
 @pytest.fixture(scope="module")
 def swarm(lab):
-    """The pool's swarm, made by the pool program (``sessionctl pool up``) under the mock
-    engine; left again at the end (workers first)."""
-    from cluster_sessions.pulumi_layer import pool_program
-
-    engine = Engine()
-    run_program(engine, "pool-rlab", {"cluster-sessions:pool-definition": str(lab.pool_file)},
-                program=lambda: pool_program.run(PROJECT))
-    yield engine
-    for urn, state in list(engine.state.items()):
-        if ":SwarmWorker::" in urn:
-            with contextlib.suppress(Exception):
-                swarm_resources.SwarmWorkerProvider().delete(*state)
-    for urn, state in list(engine.state.items()):
-        if ":SwarmManager::" in urn:
-            with contextlib.suppress(Exception):
-                swarm_resources.SwarmManagerProvider().delete(*state)
+    """The pool's swarm, made by the pool program (``sessionctl pool up``); left again at the
+    end (workers first)."""
+    with pool_swarm(lab.pool_file, "pool-rlab") as (engine, _outputs, _config):
+        yield engine
 
 
 FIGURES: dict[str, dict] = {}
@@ -457,13 +390,21 @@ def test_an_agent_unreachable_during_up_is_named_and_nothing_is_created(
 # --- 5. two changes of one stack at once --------------------------------------------------------
 
 
+def holding(auto: Automation, stack: str, proc: subprocess.Popen, timeout: float = 120) -> None:
+    """Until ``proc`` holds the stack's lock (it holds it to its end): a wait on what the lock
+    file says, not a guess at how long a loaded machine takes to start a driver."""
+    lock = auto.state / LOCK_DIR / f"{stack}.lock"
+    assert poll(lambda: lock.is_file() and f"(pid {proc.pid}," in lock.read_text(), timeout), \
+        f"{proc.args[3]} (pid {proc.pid}) did not take the lock on {stack} in {timeout} s"
+
+
 def test_two_ups_or_an_up_during_destroy_of_one_stack_never_interleave(
         lab, automation, tmp_path, capsys):
     name = f"rel-lock-{uuid.uuid4().hex[:4]}"
     automation.names.append(name)
     path = str(lab.session(tmp_path, name, 2, cpu=0.5))
     first = driver(automation, "up", path, "--yes", fault=f"{name}-sub1:before:PAUSE=8")
-    time.sleep(4)  # the first is in its pause, holding the stack
+    holding(automation, name, first)
     code, _out, err = ctl(capsys, "up", path, "--yes")
     assert code == Exit.ENGINE, err
     assert f"stack {name} is being changed by sessionctl up (pid {first.pid}" in err, err
@@ -475,7 +416,7 @@ def test_two_ups_or_an_up_during_destroy_of_one_stack_never_interleave(
 
     # an `up` while a destroy runs: refused the same way; the destroy finishes
     gone = driver(automation, "destroy", path, "--yes", fault=f"{name}-main1:delete:PAUSE=8")
-    time.sleep(4)
+    holding(automation, name, gone)
     code, _out, err = ctl(capsys, "up", path, "--yes")
     assert code == Exit.ENGINE, err
     assert f"stack {name} is being changed by sessionctl destroy (pid {gone.pid}" in err, err

@@ -14,10 +14,17 @@ from cluster_sessions.core.loader import load_session
 from cluster_sessions.core.plan import build_plan, build_plans
 from cluster_sessions.core.review import (
     MAX_VALUE,
+    Change,
+    ContainerAction,
+    NetworkAction,
+    Review,
     changed,
     code,
+    definition_fields,
     diff_plans,
     digest,
+    plan_chart,
+    plan_markdown,
     review_to_dict,
     to_markdown,
 )
@@ -56,7 +63,8 @@ def why(review, host: str) -> tuple[str, ...]:
 def test_identical_definitions_change_nothing():
     review = review_of("identical")
     assert not review.changed
-    assert actions(review) == {"main1": "same", "sub1": "same"}
+    assert [(c.host, c.action, c.old_agent, c.new_agent, c.why) for c in review.containers] == [
+        ("main1", "same", "agent1", "agent1", ()), ("sub1", "same", "agent1", "agent1", ())]
     assert review.network.action == "same"
     assert review.summary == "train: no changes"
 
@@ -166,7 +174,12 @@ def test_an_agent_pointing_at_another_engine_is_flagged():
         ("agent1", "unix:///var/run/docker.sock", "ssh://ops@gpu-box-2.example")]
     assert set(actions(review).values()) == {"replace"}
     assert "agent1's docker_host" in why(review, "main1")
-    assert any("old containers stay behind" in w for w in review.warnings)
+    assert [(c.what, c.old, c.new) for c in review.network.changes] == [
+        ("agent1's docker_host", "unix:///var/run/docker.sock", "ssh://ops@gpu-box-2.example")]
+    assert review.warnings == (
+        "agent agent1 now points at ssh://ops@gpu-box-2.example (was unix:///var/run/docker.sock)"
+        ": resources are recreated through the new host, and if that is another engine the old "
+        "containers stay behind there; destroy with the old definition first.",)
 
 
 def test_a_renamed_session_is_a_new_stack_and_the_old_one_keeps_running():
@@ -188,7 +201,7 @@ def test_a_pending_new_definition_changes_nothing():
 def test_an_added_file_creates_everything():
     review = review_of("added", old=None)
     assert actions(review) == {"main1": "add", "sub1": "add"}
-    assert review.network.action == "add"
+    assert review.network == NetworkAction("train-net", "add", "bridge", "agent1")
 
 
 def test_a_deleted_file_removes_everything_through_destroy():
@@ -401,3 +414,530 @@ def test_a_crafted_agent_name_is_refused_before_any_markdown(tmp_path, capsys):
     assert main(["plan", str(path), "--markdown"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "pool.yaml: agents.0.name:" in err
+
+
+def test_plan_markdown_of_a_scheduled_plan_is_the_whole_document():
+    """Title, status line, network, one row per container (GPU ids), the picture."""
+    plan, _ = side(PAIRS / "gpu/new.yaml")
+    assert plan_markdown(plan) == """\
+### `sessionctl plan`: `train`
+
+**scheduled**, single-node, 2 container(s), image `registry.example/pytorch:2.3`
+
+Network `train-net` (bridge on `agent1`)
+
+| host | role | agent | cpu | mem | shmem | gpus |
+|---|---|---|---|---|---|---|
+| main1 | main | `agent1` | 2 | 4g | 1g | 0,1 |
+| sub1 | sub | `agent1` | 2 | 4g | 1g | 2,3 |
+
+```mermaid
+flowchart LR
+  net(("bridge network train-net"))
+  subgraph a0 ["agent agent1"]
+    a0c0["main1"]
+    a0c1["sub1"]
+  end
+  a0 --- net
+```
+"""
+
+
+def test_plan_markdown_of_a_pending_plan_says_why_and_draws_nothing():
+    plan, _ = side(PAIRS / "pending/new.yaml")
+    rows = [f"| {h} | {'main' if h == 'main1' else 'sub'} | - | 2 | 4g | 1g | - |"
+            for h in ["main1", *(f"sub{i}" for i in range(1, 12))]]
+    assert plan_markdown(plan, name_from_file=True) == "\n".join([
+        "### `sessionctl plan`: `train` (name from the file name)",
+        "",
+        "**pending**, single-node, 12 container(s), image `registry.example/pytorch:2.3`",
+        "",
+        "> ⚠️ pending: no single agent can hold all 12 containers (cpu=2, mem=4g, gpu=0 each): "
+        "agent1 holds 8 (short of cpu)",
+        "",
+        "| host | role | agent | cpu | mem | shmem | gpus |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+    ]) + "\n"
+    assert plan_chart(plan) == ""
+
+
+def full_review() -> Review:
+    """A review with every part filled in, built by hand (review_to_dict is a pure mapping)."""
+    return Review(
+        name="train", old_name="train",
+        containers=(ContainerAction("main1", "replace", "agent1", "agent2",
+                                    ("network replaced", "moves agent1 -> agent2")),
+                    ContainerAction("sub1", "add", None, "agent2", ("new host",))),
+        network=NetworkAction("train-net", "replace", "overlay", "agent1",
+                              (Change("driver", "bridge", "overlay"),)),
+        definition=(Change("cluster.size", "1", "2"),),
+        user_env=(Change("API_TOKEN", None, "t0k3n"), Change("DB_PASSWORD", "a\udcff", "b"),
+                  Change("LR", "0.1", "0.2"), Change("WANDB_API_KEY", "k", None)),
+        cluster_env=(Change("BACKENDAI_CLUSTER_SIZE", "1", "2"),),
+        host_env={"main1": (Change("BACKENDAI_CLUSTER_HOST", "main1", "main2"),)},
+        agents=(Change("agent1", "unix:///var/run/docker.sock", "ssh://ops@box"),),
+        warnings=("agent agent1 now points at ssh://ops@box",),
+    )
+
+
+def test_the_json_review_is_the_whole_review_with_credentials_hidden():
+    assert review_to_dict(full_review()) == {
+        "session": "train",
+        "old_session": "train",
+        "summary": "train: containers 1 to add, 1 to replace; network replaced",
+        "changed": True,
+        "pending": False,
+        "deleted": False,
+        "containers": [
+            {"host": "main1", "action": "replace", "old_agent": "agent1", "new_agent": "agent2",
+             "why": ["network replaced", "moves agent1 -> agent2"]},
+            {"host": "sub1", "action": "add", "old_agent": None, "new_agent": "agent2",
+             "why": ["new host"]}],
+        "network": {"name": "train-net", "action": "replace", "driver": "overlay",
+                    "agent": "agent1",
+                    "changes": [{"what": "driver", "old": "bridge", "new": "overlay"}]},
+        "definition": [{"what": "cluster.size", "old": "1", "new": "2"}],
+        "user_env": [{"what": "API_TOKEN", "old": None, "new": "[hidden]"},
+                     {"what": "DB_PASSWORD", "old": "[hidden]", "new": "[hidden]"},
+                     {"what": "LR", "old": "0.1", "new": "0.2"},
+                     {"what": "WANDB_API_KEY", "old": "[hidden]", "new": None}],
+        "cluster_env": [{"what": "BACKENDAI_CLUSTER_SIZE", "old": "1", "new": "2"}],
+        "host_env": {"main1": [{"what": "BACKENDAI_CLUSTER_HOST", "old": "main1",
+                                "new": "main2"}]},
+        "agents": [{"what": "agent1", "old": "unix:///var/run/docker.sock",
+                    "new": "ssh://ops@box"}],
+        "warnings": ["agent agent1 now points at ssh://ops@box"],
+    }
+
+
+def test_the_json_review_of_a_pending_definition_has_no_network():
+    review = review_of("pending")
+    doc = review_to_dict(review)
+    assert doc["network"] is None and doc["pending"] is True
+    assert doc["summary"] == "train: PENDING, `pulumi up` fails and changes nothing"
+
+
+def hidden_digests(md: str) -> tuple[str, list[str]]:
+    """The Markdown with each keyed digest (random per review) as ``<digest>``, and the digests."""
+    pattern = r"digest ([0-9a-f]{12}), keyed"
+    return re.sub(pattern, "digest <digest>, keyed", md), re.findall(pattern, md)
+
+
+def test_the_markdown_review_is_the_whole_review_with_credentials_hidden():
+    md, digests = hidden_digests(to_markdown(full_review()))
+    secret = ("*(hidden: the name looks like a credential; digest <digest>, keyed for this "
+              "review only)*")
+    assert md == f"""\
+### `sessionctl diff`: train
+
+**train: containers 1 to add, 1 to replace; network replaced**
+
+`old` → `new`
+
+> ⚠️ agent agent1 now points at ssh://ops@box
+
+Containers are deleted before their replacements start: the session is interrupted while `up` runs.
+
+| host | agent | `pulumi up` | why |
+|---|---|---|---|
+| main1 | agent1 → agent2 | **replace** | network replaced, moves agent1 -> agent2 |
+| sub1 | agent2 | add | new host |
+
+#### Placement after the change
+
+```mermaid
+flowchart LR
+  net(("overlay network train-net"))
+  subgraph a0 ["agent agent2"]
+    a0c0["main1 (replace, from agent1)"]
+    a0c1["sub1 (add)"]
+  end
+  a0 --- net
+```
+
+#### Definition
+
+| field | old | new |
+|---|---|---|
+| cluster.size | `1` | `2` |
+
+#### Environment
+
+User env (every container):
+
+- added `API_TOKEN` = {secret}
+- `DB_PASSWORD`: {secret} → {secret}
+- `LR`: `0.1` → `0.2`
+- removed `WANDB_API_KEY` (was {secret})
+
+Cluster variables (every container that stays):
+
+- `BACKENDAI_CLUSTER_SIZE`: `1` → `2`
+
+Cluster variables of main1:
+
+- `BACKENDAI_CLUSTER_HOST`: `main1` → `main2`
+
+#### Network
+
+`train-net` (overlay on agent1): **replaced**
+- driver: `bridge` → `overlay`
+
+#### Agents
+
+- agent1 docker_host: `unix:///var/run/docker.sock` → `ssh://ops@box`
+"""
+    assert len(set(digests)) == 4  # four different values (one with a lone surrogate)
+
+
+def test_the_review_of_a_size_change_says_why_every_container_is_replaced():
+    assert to_markdown(review_of("size-grow"), "old.yaml", "new.yaml") == """\
+### `sessionctl diff`: train
+
+**train: containers 2 to add, 2 to replace; network kept**
+
+`old.yaml` → `new.yaml`
+
+`pulumi up` replaces **every** existing container: the cluster size changes, which rewrites \
+each container's `BACKENDAI_CLUSTER_*` variables.
+
+Containers are deleted before their replacements start: the session is interrupted while `up` runs.
+
+| host | agent | `pulumi up` | why |
+|---|---|---|---|
+| main1 | agent1 | **replace** | cluster variables, rendered files |
+| sub1 | agent1 | **replace** | cluster variables, rendered files |
+| sub2 | agent1 | add | new host |
+| sub3 | agent1 | add | new host |
+
+#### Placement after the change
+
+```mermaid
+flowchart LR
+  net(("bridge network train-net"))
+  subgraph a0 ["agent agent1"]
+    a0c0["main1 (replace)"]
+    a0c1["sub1 (replace)"]
+    a0c2["sub2 (add)"]
+    a0c3["sub3 (add)"]
+  end
+  a0 --- net
+```
+
+#### Definition
+
+| field | old | new |
+|---|---|---|
+| cluster.size | `2` | `4` |
+
+#### Environment
+
+Cluster variables (every container that stays):
+
+- `BACKENDAI_CLUSTER_HOSTS`: `main1,sub1` → `main1,sub1,sub2,sub3`
+- `BACKENDAI_CLUSTER_REPLICAS`: `main:1,sub:1` → `main:1,sub:3`
+- `BACKENDAI_CLUSTER_SIZE`: `2` → `4`
+
+#### Network
+
+`train-net` (bridge on agent1): kept
+"""
+
+
+def test_the_review_of_a_network_change_lists_each_changed_field():
+    assert to_markdown(review_of("mtu")) == """\
+### `sessionctl diff`: train
+
+**train: containers 6 to replace; network replaced**
+
+`old` → `new`
+
+`pulumi up` replaces **every** existing container.
+
+Containers are deleted before their replacements start: the session is interrupted while `up` runs.
+
+| host | agent | `pulumi up` | why |
+|---|---|---|---|
+| main1 | agent1 | **replace** | network replaced |
+| sub1 | agent1 | **replace** | network replaced |
+| sub2 | agent1 | **replace** | network replaced |
+| sub3 | agent1 | **replace** | network replaced |
+| sub4 | agent2 | **replace** | network replaced |
+| sub5 | agent2 | **replace** | network replaced |
+
+#### Placement after the change
+
+```mermaid
+flowchart LR
+  net(("overlay network train-net-mtu1400"))
+  subgraph a0 ["agent agent1"]
+    a0c0["main1 (replace)"]
+    a0c1["sub1 (replace)"]
+    a0c2["sub2 (replace)"]
+    a0c3["sub3 (replace)"]
+  end
+  a0 --- net
+  subgraph a1 ["agent agent2"]
+    a1c0["sub4 (replace)"]
+    a1c1["sub5 (replace)"]
+  end
+  a1 --- net
+```
+
+#### Network
+
+`train-net-mtu1400` (overlay on agent1): **replaced**
+- name: `train-net-mtu1450` → `train-net-mtu1400`
+- mtu: `1450` → `1400`
+"""
+
+
+def test_the_review_of_an_in_place_update_interrupts_nothing():
+    assert to_markdown(review_of("restart")) == """\
+### `sessionctl diff`: train
+
+**train: containers 3 to update in place; network kept**
+
+`old` → `new`
+
+| host | agent | `pulumi up` | why |
+|---|---|---|---|
+| main1 | agent1 | update in place | restart policy |
+| sub1 | agent1 | update in place | restart policy |
+| sub2 | agent1 | update in place | restart policy |
+
+#### Placement after the change
+
+```mermaid
+flowchart LR
+  net(("bridge network train-net"))
+  subgraph a0 ["agent agent1"]
+    a0c0["main1 (update)"]
+    a0c1["sub1 (update)"]
+    a0c2["sub2 (update)"]
+  end
+  a0 --- net
+```
+
+#### Definition
+
+| field | old | new |
+|---|---|---|
+| restart | `unless-stopped` | `on-failure` |
+
+#### Network
+
+`train-net` (bridge on agent1): kept
+"""
+
+
+def test_the_review_of_a_deleted_definition_is_what_destroy_removes():
+    assert to_markdown(review_of("added", old="new.yaml", new=None)) == """\
+### `sessionctl diff`: train
+
+**train: containers 2 to remove; network removed**
+
+`old` → `new`
+
+> ⚠️ the definition is deleted: nothing destroys its stack by itself; run `sessionctl destroy` \
+on the old definition (the CI example does).
+
+| host | agent | `sessionctl destroy` | why |
+|---|---|---|---|
+| main1 | agent1 | **remove** | definition deleted |
+| sub1 | agent1 | **remove** | definition deleted |
+
+#### Placement now
+
+```mermaid
+flowchart LR
+  net(("bridge network train-net"))
+  subgraph a0 ["agent agent1"]
+    a0c0["main1 (remove)"]
+    a0c1["sub1 (remove)"]
+  end
+  a0 --- net
+```
+
+#### Network
+
+`train-net` (bridge on agent1): **removed**
+"""
+
+
+def test_network_fields_are_spelled_for_a_reviewer():
+    from dataclasses import replace
+
+    old, hosts = side(PAIRS / "spread/new.yaml")  # overlay on agent1, MTU 1450
+    new = replace(old, network=replace(old.network, agent=None, mtu=None, encrypted=True))
+    review = diff_plans(old, new, hosts, hosts)
+    assert [(c.what, c.old, c.new) for c in review.network.changes] == [
+        ("agent", "agent1", "(none)"), ("mtu", "1450", "(engine default)"),
+        ("encrypted", "no", "yes")]
+
+
+def test_definition_fields_spell_each_field_a_reviewer_compares(tmp_path):
+    pool = factories.pool("p", factories.agent("agent1"), storage={"nfs": "/srv/nfs"})
+    doc = factories.session(
+        "fields", image="img:2", cpu=1.5, mem="2g", command=["python", "train.py"],
+        mounts=[{"source": "/srv/a", "target": "/data/a"},
+                {"folder": "results", "target": "/data/results", "read_only": True}],
+        ports=[{"container": 22, "host": 2222}, {"container": 80}],
+        services=[{"name": "web", "port": 8080, "protocol": "http", "public": True},
+                  {"name": "tb", "port": 6006, "preferred_port": 30606}],
+        distributed={"master_port": 29400})
+    plan, _ = side(factories.write_pair(tmp_path, doc, pool))
+    assert definition_fields(plan) == {
+        "image": "img:2", "cluster.mode": "single-node", "cluster.size": "1",
+        "resources.cpu": "1.5", "resources.mem": "2g", "resources.shmem": "64m",
+        "resources.gpu": "0",
+        "mounts": "/srv/a:/data/a, folder results (/srv/nfs/results, kept after destroy)"
+                  ":/data/results:ro",
+        "command": "python train.py",
+        "ports": "127.0.0.1:2222->22/tcp, 127.0.0.1:*->80/tcp",
+        "services": "web=8080/http PUBLIC, tb=6006/http preferred 30606",
+        "user": "work (9001:9001)", "readiness.timeout": "120s", "restart": "unless-stopped",
+        "distributed.master_port": "29400", "plan status": "scheduled"}
+    plan, _ = side(factories.write_pair(tmp_path, factories.session("bare"), pool))
+    fields = definition_fields(plan)
+    assert {k: fields[k] for k in ("mounts", "ports", "services", "distributed.master_port")} \
+        == {"mounts": "(none)", "ports": "(none)", "services": "(none)",
+            "distributed.master_port": "(unset)"}
+
+
+def test_diff_plans_refuses_two_empty_sides():
+    with pytest.raises(ValueError) as exc:
+        diff_plans(None, None)
+    assert str(exc.value) == "nothing to compare: both sides are empty"
+
+
+PENDING_BEFORE = ("the old definition was pending, so nothing of it can be running (unless an "
+                  "earlier version was applied); every container is new.")
+
+
+def test_the_warnings_of_a_pending_definition_word_for_word():
+    assert review_of("pending").warnings == (
+        "the new definition is PENDING: no single agent can hold all 12 containers (cpu=2, "
+        "mem=4g, gpu=0 each): agent1 holds 8 (short of cpu). `pulumi up` fails before "
+        "changing anything.",)
+    # pending before, scheduled now: nothing ran, every container is added
+    review = review_of("pending", old="new.yaml", new="old.yaml")
+    assert review.warnings == (PENDING_BEFORE,)
+    assert set(actions(review).values()) == {"add"}
+    assert review_of("pending", old="new.yaml", new=None).warnings[0] == PENDING_BEFORE
+
+
+def test_a_pending_definition_renamed_is_only_a_rename(tmp_path):
+    from dataclasses import replace
+
+    old, hosts = side(PAIRS / "pending/new.yaml")
+    new, _ = side(PAIRS / "pending/old.yaml")
+    renamed = replace(new, session=new.session.model_copy(update={"name": "train2"}))
+    warnings = diff_plans(old, renamed, hosts, hosts).warnings
+    assert len(warnings) == 1 and warnings[0].startswith("the session is renamed train -> train2")
+
+
+def test_a_change_of_user_or_readiness_rewrites_the_rendered_files(tmp_path):
+    """The bundle uploaded into each container carries the user and the readiness timeout:
+    either alone replaces every container, for that reason alone."""
+    pool = factories.pool("p", factories.agent("agent1"))
+    base = factories.session("bundle", size=2)
+    old, hosts = side(factories.write_pair(tmp_path, base, pool))
+    for change in ({"user": {"name": "alice", "uid": 1234, "gid": 1234}},
+                   {"readiness": {"timeout": 300}}):
+        new, _ = side(factories.write_pair(tmp_path, {**base, **change}, pool))
+        review = diff_plans(old, new, hosts, hosts)
+        assert [(c.action, c.why) for c in review.containers] == [
+            ("replace", ("rendered files",))] * 2, change
+    both = {**base, "user": {"name": "alice", "uid": 1234, "gid": 1234},
+            "readiness": {"timeout": 300}}
+    new, _ = side(factories.write_pair(tmp_path, both, pool))
+    assert [c.what for c in diff_plans(old, new, hosts, hosts).definition] == [
+        "user", "readiness.timeout"]  # in the definition's order, not the alphabet's
+
+
+def test_a_container_that_moves_to_another_agent_says_so(tmp_path):
+    pool = factories.pool("p", factories.agent("agent1", cpu=4),
+                          factories.agent("agent2", "ssh://ops@node2.example", cpu=4),
+                          swarm={"manager": "agent1"})
+    old, hosts = side(factories.write_pair(tmp_path, factories.session(
+        "move", size=4, mode="multi-node", cpu=1), pool))
+    new, _ = side(factories.write_pair(tmp_path, factories.session(
+        "move", size=4, mode="multi-node", cpu=2), pool))
+    review = diff_plans(old, new, hosts, hosts)
+    assert [(c.host, c.action, c.old_agent, c.new_agent, c.why) for c in review.containers] == [
+        ("main1", "replace", "agent1", "agent1", ("resources", "network replaced")),
+        ("sub1", "replace", "agent1", "agent1", ("resources", "network replaced")),
+        ("sub2", "replace", "agent1", "agent2",
+         ("resources", "network replaced", "moves agent1 -> agent2")),
+        ("sub3", "replace", "agent1", "agent2",
+         ("resources", "network replaced", "moves agent1 -> agent2"))]
+
+
+def test_an_argument_the_providers_schema_does_not_list_is_taken_to_replace(monkeypatch):
+    """The safe guess: a review that says "replace" where the provider updates in place
+    overstates; the other way round it would hide an interruption."""
+    from cluster_sessions.core import provider_facts
+
+    monkeypatch.delitem(provider_facts.CONTAINER_FORCE_NEW, "restart")
+    assert set(actions(review_of("restart")).values()) == {"replace"}
+
+
+def test_a_long_value_in_a_table_cell_keeps_its_pipes_escaped():
+    value = "a|b" * 40  # 79 characters shown: 26 times "a|b", and "a"
+    assert code(value, cell=True) == "`" + "a\\|b" * 26 + f"a…` (120 characters, {digest(value)})"
+
+
+def test_an_agent_the_session_does_not_use_may_point_elsewhere_unremarked(tmp_path):
+    pool = factories.pool("p", factories.agent("agent1"),
+                          factories.agent("spare", "ssh://ops@spare.example"))
+    path = factories.write_pair(tmp_path, factories.session("solo", size=2), pool)
+    plan, hosts = side(path)
+    assert {c.agent for c in plan.containers} == {"agent1"}
+    review = diff_plans(plan, plan, hosts, {**hosts, "spare": "ssh://ops@other.example"})
+    assert review.agents == () and review.warnings == () and not review.changed
+
+
+def test_changes_particular_to_one_container_have_an_environment_section_of_their_own():
+    review = Review(name="train", old_name="train", network=None, definition=(), user_env=(),
+                    containers=(ContainerAction("main1", "same", "agent1", "agent1"),
+                                ContainerAction("sub1", "replace", "agent1", "agent1",
+                                                ("cluster variables",))),
+                    cluster_env=(), agents=(),
+                    host_env={"sub1": (Change("BACKENDAI_CLUSTER_LOCAL_RANK", "0", "1"),)})
+    assert to_markdown(review) == """\
+### `sessionctl diff`: train
+
+**train: containers 1 to replace, 1 unchanged**
+
+`old` → `new`
+
+Containers are deleted before their replacements start: the session is interrupted while `up` runs.
+
+| host | agent | `pulumi up` | why |
+|---|---|---|---|
+| main1 | agent1 | unchanged |  |
+| sub1 | agent1 | **replace** | cluster variables |
+
+#### Placement after the change
+
+```mermaid
+flowchart LR
+  subgraph a0 ["agent agent1"]
+    a0c0["main1"]
+    a0c1["sub1 (replace)"]
+  end
+```
+
+#### Environment
+
+Cluster variables of sub1:
+
+- `BACKENDAI_CLUSTER_LOCAL_RANK`: `0` → `1`
+"""
+
+
+def test_two_replaced_containers_of_two_are_every_container():
+    md = to_markdown(review_of("moved"))
+    assert "\n\n`pulumi up` replaces **every** existing container.\n\n" in md

@@ -196,12 +196,12 @@ def _container_change(old: ClusterPlan, new: ClusterPlan, o: ContainerPlan, n: C
     bundle = so.user != sn.user or so.readiness != sn.readiness or old.hosts != new.hosts
     if bundle or so.env != sn.env:
         changed.append("uploads")
-    if network_replaced and "networks_advanced" not in changed:
-        changed.append("networks_advanced")  # a replaced network replaces what is attached
+    if network_replaced:  # a replaced network replaces what is attached (why is deduplicated)
+        changed.append("networks_advanced")
     why: list[str] = []
     if so.env != sn.env:
         why.append("user env")
-    if "envs" in changed and _cluster_env(o) != _cluster_env(n):
+    if _cluster_env(o) != _cluster_env(n):  # they are in the container's env (envs)
         why.append("cluster variables")
     why += [_ARG_REASONS[a] for a in changed
             if a in _ARG_REASONS and (a != "uploads" or bundle)]
@@ -256,7 +256,6 @@ def diff_plans(old: ClusterPlan | None, new: ClusterPlan | None,
                         "first.")
 
     network: NetworkAction | None = None
-    net_replaced = False
     if new is not None and not new.pending:
         if base is None:
             network = NetworkAction(new.network.name, ADD, new.network.driver, new.network.agent)
@@ -267,13 +266,13 @@ def diff_plans(old: ClusterPlan | None, new: ClusterPlan | None,
                 changes.append(Change(f"{base.network.agent}'s docker_host",
                                       old_hosts.get(base.network.agent or ""),
                                       new_hosts.get(base.network.agent or "")))
-            net_replaced = bool(changes)
             network = NetworkAction(new.network.name, REPLACE if changes else SAME,
                                     new.network.driver, new.network.agent, tuple(changes))
     elif new is None and base is not None:
         network = NetworkAction(base.network.name, REMOVE, base.network.driver,
                                 base.network.agent)
 
+    net_replaced = network is not None and network.action == REPLACE
     actions: list[ContainerAction] = []
     cluster_changes: dict[str, list[Change]] = {}
     if new is not None and not new.pending:
@@ -354,7 +353,7 @@ def _window(text: str, start: int) -> str:
 
 def digest(value: str) -> str:
     """A short digest that tells two values apart where their shown parts look alike."""
-    return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return "sha256:" + hashlib.sha256(value.encode(errors="surrogatepass")).hexdigest()[:12]
 
 
 def code(value: str | None, cell: bool = False) -> str:
@@ -405,9 +404,9 @@ def _env_pair(c: Change, key: bytes) -> tuple[str, str]:
         return changed(c.old, c.new)
 
     def hidden(value: str | None) -> str:
-        if value is None:
-            return "*(absent)*"
-        mac = hmac.new(key, value.encode("utf-8", "surrogatepass"), "sha256").hexdigest()
+        if value is None:  # as changed() spells it; _env_line shows the side that is there
+            return code(None)
+        mac = hmac.new(key, value.encode(errors="surrogatepass"), hashlib.sha256).hexdigest()
         return f"*(hidden: the name looks like a credential; digest {mac[:12]}, keyed for " \
                "this review only)*"
 

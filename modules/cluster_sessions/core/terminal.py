@@ -28,7 +28,6 @@ from typing import Any, TextIO
 # Unicode line breaks and lone surrogates (undecodable bytes of a file name): what a terminal
 # acts on, a reader cannot see, or an encoder cannot write.
 _HIDDEN = ("Cc", "Cf", "Zl", "Zp", "Cs")
-_SPECIAL = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def is_hidden(char: str) -> bool:
@@ -36,14 +35,9 @@ def is_hidden(char: str) -> bool:
 
 
 def _escape(char: str) -> str:
-    if char in _SPECIAL:
-        return _SPECIAL[char]
-    code = ord(char)
-    if code <= 0xFF:
-        return f"\\x{code:02x}"
-    if code <= 0xFFFF:
-        return f"\\u{code:04x}"
-    return f"\\U{code:08x}"
+    """A hidden character as ``repr`` spells it (no hidden character is printable):
+    ``\\n``, ``\\x1b``, ``\\u202e``, ``\\U000e0041``."""
+    return repr(char)[1:-1]
 
 
 def printable(text: object, keep: str = "") -> str:
@@ -70,13 +64,9 @@ def progress(message: str, prefix: str = "") -> None:
 
 def _json_escape(match: re.Match[str]) -> str:
     char = match[0]
-    if not is_hidden(char):
-        return char
-    code = ord(char)
-    if code <= 0xFFFF:
-        return f"\\u{code:04x}"
-    code -= 0x10000
-    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    # json's own escape of a non-ASCII character (ensure_ascii, its default): \u202e, and a
+    # surrogate pair above U+FFFF
+    return json.dumps(char)[1:-1] if is_hidden(char) else char
 
 
 _NOT_ASCII = re.compile("[\x7f-\U0010ffff]")  # the candidates; json escapes C0 itself
@@ -110,7 +100,7 @@ _SUSPECT = re.compile(f"{_SGR}|[^\n\t\x20-\x7e]")  # what may need escaping, and
 
 def _guard_char(match: re.Match[str]) -> str:
     text = match[0]
-    return text if len(text) > 1 or not is_hidden(text) else _escape(text)
+    return _escape(text) if len(text) == 1 and is_hidden(text) else text  # or a colour
 
 
 class TerminalGuard:
