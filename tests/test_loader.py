@@ -1197,8 +1197,8 @@ def test_model_refusals_word_for_word(data, path, message):
 def test_the_kind_a_caller_expects_is_checked_word_for_word():
     with pytest.raises(DefinitionError) as err:
         to_model(BASE, "s.yaml", expect="AgentPool")
-    assert [(p.path, p.message) for p in err.value.problems] == [
-        ("kind", "expected AgentPool, got ClusterSession")]
+    assert [(p.file, p.path, p.message) for p in err.value.problems] == [
+        ("s.yaml", "kind", "expected AgentPool, got ClusterSession")]
     assert isinstance(to_model(BASE, "s.yaml", expect="ClusterSession"), Session)
     assert isinstance(to_model(BASE, "s.yaml", expect=None), Session)
 
