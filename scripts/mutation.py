@@ -52,7 +52,7 @@ MODULE_TESTS = {
         "render": ["test_render.py", "test_render_verb.py", "test_cluster_env_sh.py"],
         "review": ["test_review.py", "test_provider_facts.py"],
         "services": ["test_services.py", "test_loader.py"],
-        "spec": ["test_loader.py", "test_schema_agreement.py", "test_plan.py"],
+        "spec": ["test_spec.py", "test_loader.py", "test_schema_agreement.py", "test_plan.py"],
         "terminal": ["test_terminal.py", "test_review.py"],
         "units": ["test_units.py", "test_loader.py"],
         "usage": ["test_usage.py"],

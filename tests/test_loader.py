@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from cluster_sessions.core.loader import load_file, load_session
+from cluster_sessions.core import loader
+from cluster_sessions.core.loader import (
+    BUILTIN_POOLS,
+    PoolNotFound,
+    as_json_numbers,
+    find_pool,
+    load_file,
+    load_session,
+    named_by_file,
+    parse_yaml,
+    pool_candidates,
+    pool_dirs,
+    read_text,
+    to_model,
+    with_pool,
+)
 from cluster_sessions.core.problems import DefinitionError
+from cluster_sessions.core.spec import Session
 from cluster_sessions.driver.session_args import validate_files
 
 POOL = """\
@@ -1008,3 +1025,492 @@ def test_a_name_from_the_file_is_checked_like_a_written_one_and_says_so(tree):
 
 def test_a_written_name_is_not_from_the_file(tree):
     assert not load_session(tree(SESSION)).name_from_file
+
+
+INTEGERS = ("; write integers in plain decimal without leading zeros, signs or separators "
+            "(e.g. 1750), or quote the value if you mean text (line 1)")
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "message"),
+    [
+        ("? [a]\n: 1\n", "line 1, column 3", "invalid YAML: a key must be a plain value"),
+        ("a: 1\nb: 2\na: 3\n", "line 3, column 1",
+         "invalid YAML: key 'a' appears twice (first on line 1)"),
+        ("a: &x 1\nb: *x\n", "line 2, column 4", "invalid YAML: aliases (*name) are not allowed"),
+        ("[" * 65 + "]" * 65, "line 1, column 65", "invalid YAML: nested deeper than 64 levels"),
+        ("a: b: c\n", "line 1, column 5",
+         "invalid YAML: mapping values are not allowed in this context"),
+        ("", "(whole file)", "expected exactly one YAML document, found 0"),
+        ("---\na: 1\n---\nb: 2\n", "(whole file)", "expected exactly one YAML document, found 2"),
+        ("a: 0x1f\n", "a", "'0x1f' is hexadecimal (31)" + INTEGERS),
+        ("a: !!int -0X1f\n", "a", "'-0X1f' is hexadecimal" + INTEGERS),
+        ("a: !!int +0x1\n", "a", "'+0x1' is hexadecimal (1)" + INTEGERS),
+        ("a: 0b11\n", "a", "'0b11' is binary (3)" + INTEGERS),
+        ("a: !!int 0B11\n", "a", "'0B11' is binary" + INTEGERS),
+        ("a: !!int x\n", "a", "'x' is not a plain decimal integer" + INTEGERS),
+        ("a: !!int X01\n", "a", "'X01' is not a plain decimal integer" + INTEGERS),
+        ("a: !!int '-'\n", "a", "'-' is not a plain decimal integer" + INTEGERS),
+        ("a: !!int 1_0x\n", "a", "'1_0x' is written with '_' separators" + INTEGERS),
+        ("a: !!float 1e3\n", "a", "'1e3' is not a plain decimal number; write numbers such as "
+         "2 or 0.5, without signs, separators or ':' (quote it if you mean text) (line 1)"),
+        ("a: 017\n", "a", "'017' is octal in YAML 1.1 (a leading zero) (15)" + INTEGERS),
+        ("a: 01\n", "a", "'01' is octal in YAML 1.1 (a leading zero) (1)" + INTEGERS),
+        ("a: +0\n", "a", "'+0' is written with a '+' sign (0)" + INTEGERS),
+        ("a: 1_000\n", "a", "'1_000' is written with '_' separators (1000)" + INTEGERS),
+        ("a: +5\n", "a", "'+5' is written with a '+' sign (5)" + INTEGERS),
+        ("a: +1_0\n", "a", "'+1_0' is written with '_' separators (10)" + INTEGERS),
+        ("a: -1_0\n", "a", "'-1_0' is written with '_' separators (-10)" + INTEGERS),
+        ("a: 1:30\n", "a", "'1:30' is a base-60 (sexagesimal) number in YAML 1.1 (90)"
+         + INTEGERS),
+        ("a: !!int 0:0x1\n", "a", "'0:0x1' is a base-60 (sexagesimal) number in YAML 1.1"
+         + INTEGERS),
+        ("a: -0\n", "a", None),
+        ("a: 0\n", "a", None),
+        ("a: 9223372036854775807\n", "a", None),
+        ("a: -9223372036854775807\n", "a", None),
+        ("a: 9223372036854775808\n", "a",
+         "an integer of 19 digits is too large (at most 9223372036854775807) (line 1)"),
+        ("a: -9223372036854775808\n", "a",
+         "an integer of 19 digits is too large (at most 9223372036854775807) (line 1)"),
+        ("a: " + "1" * 5000 + "\n", "a",
+         "an integer of 5000 digits is too large (at most 9223372036854775807) (line 1)"),
+        ("a: 1000000000000000000\n", "a", None),
+        ("a: 12345678901234567890\n", "a",
+         "an integer of 20 digits is too large (at most 9223372036854775807) (line 1)"),
+        ("a: -0000000000000000001\n", "a", "'-0000000000000000001' is octal in YAML 1.1 "
+         "(a leading zero) (-1)" + INTEGERS),
+        # a value beyond int64 is not shown; nor is one of more than 100 characters
+        ("a: 0x8000000000000000\n", "a", "'0x8000000000000000' is hexadecimal" + INTEGERS),
+        ("a: 0x7fffffffffffffff\n", "a",
+         "'0x7fffffffffffffff' is hexadecimal (9223372036854775807)" + INTEGERS),
+        ("a: -0x7fffffffffffffff\n", "a",
+         "'-0x7fffffffffffffff' is hexadecimal (-9223372036854775807)" + INTEGERS),
+        ("a: 0b" + "0" * 97 + "1\n", "a", f"'0b{'0' * 97}1' is binary (1)" + INTEGERS),
+        ("a: 0b" + "0" * 98 + "1\n", "a", f"'0b{'0' * 98}1' is binary" + INTEGERS),
+        ("a: yes\n", "a", "'yes' is a boolean (true) only in YAML 1.1; write true or false, or "
+         "quote the value if you mean text (line 1)"),
+        ("a: On\n", "a", "'On' is a boolean (true) only in YAML 1.1; write true or false, or "
+         "quote the value if you mean text (line 1)"),
+        ("a: NO\n", "a", "'NO' is a boolean (false) only in YAML 1.1; write true or false, or "
+         "quote the value if you mean text (line 1)"),
+        ("a: off\n", "a", "'off' is a boolean (false) only in YAML 1.1; write true or false, or "
+         "quote the value if you mean text (line 1)"),
+        ("a: !!bool y\n", "a", "'y' is a boolean (true) only in YAML 1.1; write true or false, "
+         "or quote the value if you mean text (line 1)"),
+        ("a: !!bool n\n", "a", "'n' is a boolean (false) only in YAML 1.1; write true or false, "
+         "or quote the value if you mean text (line 1)"),
+        ("a: TRUE\n", "a", None),
+        ("---\n---\na: 1\n", "a", None),  # an empty document is no document
+        ("[" + "[], " * 100 + "]", "", None),  # 100 collections side by side, each 2 deep
+        ("a: False\n", "a", None),
+        ("a: 1.5\n", "a", None),
+        ("a: -.5\n", "a", None),
+        ("a: 1.5e-3\n", "a", None),
+        ("a: .inf\n", "a", "'.inf' is not a finite number; write a decimal number such as 2 or "
+         "0.5 (quote it if you mean text) (line 1)"),
+        ("a: -.Inf\n", "a", "'-.Inf' is not a finite number; write a decimal number such as 2 or "
+         "0.5 (quote it if you mean text) (line 1)"),
+        ("a: .NaN\n", "a", "'.NaN' is not a finite number; write a decimal number such as 2 or "
+         "0.5 (quote it if you mean text) (line 1)"),
+        ("a: +1.5\n", "a", "'+1.5' is not a plain decimal number; write numbers such as 2 or "
+         "0.5, without signs, separators or ':' (quote it if you mean text) (line 1)"),
+        ("0x10\n", "(whole file)", "'0x10' is hexadecimal (16)" + INTEGERS),
+        ("[1, 0x10]\n", "1", "'0x10' is hexadecimal (16)" + INTEGERS),
+        ("{0x1: a}\n", "0x1", "'0x1' is hexadecimal (1)" + INTEGERS),
+        ("a: {b: [x, 0x1]}\n", "a.b.1", "'0x1' is hexadecimal (1)" + INTEGERS),
+        ("? [b]\n: 0x1\n", "?", "'0x1' is hexadecimal (1)" + INTEGERS[:-2] + "2)"),
+        ("{[b]: 0x1}\n", "?", "'0x1' is hexadecimal (1)" + INTEGERS),
+    ],
+)
+def test_yaml_refusals_word_for_word(text, where, message):
+    """What the loader prints after the file: where, and the message, exactly."""
+    if message is None:
+        assert parse_yaml(text, "f.yaml") is not None
+        return
+    with pytest.raises(DefinitionError) as err:
+        parse_yaml(text, "f.yaml")
+    assert [(p.file, p.path, p.message) for p in err.value.problems] == [
+        ("f.yaml", where, message)]
+
+
+BASE = {"kind": "ClusterSession", "name": "train-demo", "pool": "lab", "image": "img"}
+KINDS_WANTED = "expected one of ClusterSession, AgentPool"
+
+
+@pytest.mark.parametrize(
+    ("data", "path", "message"),
+    [
+        ([1], "(whole file)", "expected a mapping with a 'kind' key"),
+        ({"name": "x"}, "kind", "required; " + KINDS_WANTED),
+        ({"kind": "Session"}, "kind", "unknown kind 'Session'; " + KINDS_WANTED),
+        ({"kind": 5}, "kind", "unknown kind 5; " + KINDS_WANTED),
+        ({"kind": ["a"]}, "kind", "unknown kind ['a']; " + KINDS_WANTED),
+        ({**BASE, "imagee": "x"}, "imagee", "unknown key; did you mean 'image'? (allowed: kind, "
+         "name, pool, image, type, count, cluster, resources, mounts, env, distributed, user, "
+         "command, ports, services, readiness, restart)"),
+        ({**BASE, "resources": {"typo": 1}}, "resources.typo",
+         "unknown key (allowed: cpu, mem, shmem, gpu)"),
+        ({**BASE, "mounts": [{"sourc": "/a", "target": "/data"}]}, "mounts.0.sourc",
+         "unknown key; did you mean 'source'? (allowed: source, folder, storage, target, "
+         "read_only)"),
+        ({**BASE, "distributed": {"master_prt": 1}}, "distributed.master_prt",
+         "unknown key; did you mean 'master_port'? (allowed: master_port, slots)"),
+        ({**BASE, "ports": [{"container": 1, "x": 1}]}, "ports.0.x",
+         "unknown key (allowed: container, host, host_ip, protocol)"),
+        ({"kind": "AgentPool", "name": "p", "agents": [
+            {"name": "a", "capacity": {"cpu": 1, "mem": "1g"}, "ssh": {"host": "h", "hst": "x"}}]},
+         "agents.0.ssh.hst", "unknown key; did you mean 'host'? (allowed: host, port, user, "
+         "key_file, known_hosts)"),
+        ({**BASE, "cluster": {"mode": "multi"}}, "cluster.mode",
+         "must be 'single-node' or 'multi-node', got 'multi'"),
+        ({**BASE, "cluster": {"size": "4"}}, "cluster.size",
+         "must be an integer written in plain decimal (e.g. 1750), got '4'"),
+        ({**BASE, "cluster": {"size": 2.5}}, "cluster.size", "must be a valid integer"),
+        ({**BASE, "cluster": {"size": [1]}}, "cluster.size", "must be a valid integer"),
+        ({**BASE, "cluster": {"size": 0}}, "cluster.size", "must be greater than or equal to 1"),
+        ({**BASE, "cluster": 5}, "cluster",
+         "must be a valid dictionary or instance of ClusterShape"),
+        ({**BASE, "name": 1234}, "name", "must be a string, got 1234 (quote it in YAML)"),
+        ({**BASE, "name": {"a": 1}}, "name", "must be a valid string"),
+        ({**BASE, "name": [1]}, "name", "must be a valid string"),
+        ({**BASE, "env": {"A": {"x": 1}}}, "env.A", "must be a valid string"),
+        ({**BASE, "env": {5: "x"}}, "env.5", "must be a string, got 5 (quote it in YAML)"),
+        ({**BASE, "user": {"uid": 5}}, "user.uid", "must be a user account's id, 1000-59999 or "
+         "65536-2147483646: 0-999 are system accounts, 60000-65535 are reserved (Debian "
+         "policy), 65534 is nobody"),
+        ({**BASE, "command": []}, "command", "must have at least 1 item, not 0"),
+        ({**BASE, "mounts": [{"source": "v", "target": f"/data/{i}"} for i in range(65)]},
+         "mounts", "must have at most 64 items, not 65"),
+        ({**BASE, "mounts": [{"target": "/data", "read_only": "yes"}]}, "mounts.0.read_only",
+         "must be a valid boolean"),
+        ({k: v for k, v in BASE.items() if k != "image"}, "image", "required"),
+    ],
+)
+def test_model_refusals_word_for_word(data, path, message):
+    with pytest.raises(DefinitionError) as err:
+        to_model(data, "s.yaml")
+    assert [(p.file, p.path, p.message) for p in err.value.problems] == [
+        ("s.yaml", path, message)]
+
+
+def test_the_kind_a_caller_expects_is_checked_word_for_word():
+    with pytest.raises(DefinitionError) as err:
+        to_model(BASE, "s.yaml", expect="AgentPool")
+    assert [(p.file, p.path, p.message) for p in err.value.problems] == [
+        ("s.yaml", "kind", "expected AgentPool, got ClusterSession")]
+    assert isinstance(to_model(BASE, "s.yaml", expect="ClusterSession"), Session)
+    assert isinstance(to_model(BASE, "s.yaml", expect=None), Session)
+
+
+def test_a_name_from_the_file_says_so_only_on_the_name():
+    data = {"kind": "ClusterSession", "pool": "lab", "image": "a b"}
+    with pytest.raises(DefinitionError) as err:
+        to_model(data, "stacks/ab.yaml")
+    assert [(p.file, p.path, p.message) for p in err.value.problems] == [
+        ("stacks/ab.yaml", "name", "must be 4-64 characters of letters, digits, '_', '.' or "
+         "'-', starting and ending with a letter, digit or '_' (the name comes from the file "
+         "name: add a `name:` or rename the file)"),
+        ("stacks/ab.yaml", "image", "must not contain whitespace")]
+    with pytest.raises(DefinitionError) as err:  # a model error on the name says so too
+        to_model({**data, "image": "img", "cluster": 5}, "stacks/12.yaml")
+    assert [(p.path, p.message) for p in err.value.problems] == [
+        ("cluster", "must be a valid dictionary or instance of ClusterShape")]
+    with pytest.raises(DefinitionError) as err:  # a written name is the writer's
+        to_model({**data, "name": "ab"}, "stacks/ab.yaml")
+    assert [(p.path, p.message) for p in err.value.problems][0] == (
+        "name", "must be 4-64 characters of letters, digits, '_', '.' or '-', starting and "
+        "ending with a letter, digit or '_'")
+    assert to_model({**data, "image": "img"}, "stacks/night-run.yaml").name == "night-run"
+
+
+def test_only_a_session_without_a_name_is_named_by_its_file():
+    assert named_by_file({"kind": "ClusterSession"})
+    assert not named_by_file({"kind": "ClusterSession", "name": "x"})
+    assert not named_by_file({"kind": "AgentPool"})
+    assert not named_by_file({})
+    assert not named_by_file(["kind", "ClusterSession"])
+
+
+def test_whole_floats_are_integers_as_json_schema_reads_them():
+    out = as_json_numbers({"a": [2.0, 2.5, {"b": 3.0}], "c": True, "d": "2.0", "e": -0.0})
+    assert out == {"a": [2, 2.5, {"b": 3}], "c": True, "d": "2.0", "e": 0}
+    assert [type(v) for v in (out["a"][0], out["a"][1], out["a"][2]["b"], out["e"])] == [
+        int, float, int, int]
+    assert out["c"] is True
+
+
+def test_pool_directories_in_the_order_they_are_searched(tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("CLUSTER_SESSIONS_POOLS", f"/e1::/e2{os.pathsep}/e1")
+    near = tmp_path / "stacks" / "sessions"
+    assert pool_dirs(near) == [tmp_path / "stacks" / "pools", near / "pools", Path("/e1"),
+                               Path("/e2"), work / "stacks" / "pools", BUILTIN_POOLS]
+    monkeypatch.delenv("CLUSTER_SESSIONS_POOLS")
+    assert pool_dirs() == [work / "stacks" / "pools", BUILTIN_POOLS]
+    assert Path(loader.__file__).resolve().parents[3] / "stacks" / "pools" == BUILTIN_POOLS
+
+
+def test_where_a_pool_reference_may_point(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CLUSTER_SESSIONS_POOLS", raising=False)
+    session = tmp_path / "s" / "x.yaml"
+    assert pool_candidates(session, "p/lab") == [tmp_path / "s" / "p" / "lab",
+                                                 tmp_path / "p" / "lab"]
+    assert pool_candidates(session, "lab.yml") == [tmp_path / "s" / "lab.yml",
+                                                   tmp_path / "lab.yml"]
+    assert pool_candidates(None, "lab.yaml") == [tmp_path / "lab.yaml"]
+    assert pool_candidates(session, "/abs/lab") == [Path("/abs/lab")]
+    assert pool_candidates(session, "~/lab.yaml") == [Path.home() / "lab.yaml"]
+    pools = [tmp_path / "pools", tmp_path / "s" / "pools", tmp_path / "stacks" / "pools",
+             BUILTIN_POOLS]
+    assert pool_candidates(session, "lab") == [d / n for d in pools
+                                               for n in ("lab.yaml", "lab.yml")]
+    with pytest.raises(PoolNotFound) as err:
+        pool_candidates(session, "~nosuchuser/x/lab.yaml")
+    assert str(err.value) == ("'~nosuchuser/x/lab.yaml': there is no user 'nosuchuser' for "
+                              "'~nosuchuser'")
+
+
+def test_a_missing_pool_is_refused_word_for_word(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CLUSTER_SESSIONS_POOLS", str(tmp_path / "env"))
+    session = tmp_path / "s" / "x.yaml"
+    (tmp_path / "s" / "pools").mkdir(parents=True)
+    for name in ("lab.yaml", "lob.yml", "zeta.yaml", "notes.txt"):
+        (tmp_path / "s" / "pools" / name).write_text(POOL)
+    (tmp_path / "s" / "pools" / "dir.yaml").mkdir()
+    (tmp_path / "env").mkdir()
+    (tmp_path / "env" / "lab.yaml").write_text(POOL)  # listed once
+    looked = ", ".join(f"{d}/nope{ext}" for d in (
+        tmp_path / "pools", tmp_path / "s" / "pools", tmp_path / "env",
+        tmp_path / "stacks" / "pools", BUILTIN_POOLS) for ext in (".yaml", ".yml"))
+    builtin = sorted(f.stem for f in BUILTIN_POOLS.iterdir() if f.suffix in (".yaml", ".yml"))
+    exist = ", ".join(dict.fromkeys(["lab", "lob", "zeta", *builtin]))
+    with pytest.raises(PoolNotFound) as err:
+        find_pool("nope", session)
+    assert str(err.value) == f"no pool 'nope' found (looked for {looked}) (pools that exist: " \
+                             f"{exist})"
+    with pytest.raises(PoolNotFound) as err:
+        find_pool("zetta", session)
+    assert str(err.value).endswith(f"); did you mean 'zeta'? (pools that exist: {exist})")
+    with pytest.raises(PoolNotFound) as err:  # a path: no list of names
+        find_pool("p/lab", session)
+    assert str(err.value) == (f"no pool 'p/lab' found (looked for {tmp_path}/s/p/lab, "
+                              f"{tmp_path}/p/lab)")
+    with pytest.raises(PoolNotFound) as err:
+        find_pool("lab.yaml", None)
+    assert str(err.value) == f"no pool 'lab.yaml' found (looked for {tmp_path}/lab.yaml)"
+    assert find_pool("lob", session) == tmp_path / "s" / "pools" / "lob.yml"
+    # a path (a '/', or a name ending in .yaml or .yml) gets no list of names
+    (tmp_path / "s" / "x.yaml").write_text(SESSION)
+    for ref in ("pools/nope", "nope.yaml", "nope.yml"):
+        with pytest.raises(PoolNotFound) as err:
+            find_pool(ref, session)
+        assert str(err.value) == (f"no pool '{ref}' found (looked for {tmp_path}/s/{ref}, "
+                                  f"{tmp_path}/{ref})")
+
+
+def test_where_nothing_can_be_looked_the_message_says_so(tmp_path, monkeypatch):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    with pytest.raises(PoolNotFound) as err:
+        find_pool("p/lab")
+    assert str(err.value) == ("no pool 'p/lab' found (looked for nowhere); the working "
+                              "directory no longer exists")
+
+
+def test_a_deleted_working_directory_is_noted_after_what_could_not_be_looked_at(
+        tmp_path, monkeypatch):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    ref = "/" + "x" * 300 + ".yaml"
+    with pytest.raises(PoolNotFound) as err:
+        find_pool(ref, given=True)
+    assert str(err.value) == (f"no pool '{ref}' found (looked for {ref}); cannot look at "
+                              f"{ref}: File name too long; the working directory no longer "
+                              "exists")
+
+
+def test_a_relative_definition_in_a_deleted_working_directory_has_no_folder(
+        tmp_path, monkeypatch):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    monkeypatch.delenv("CLUSTER_SESSIONS_POOLS", raising=False)
+    assert pool_candidates(Path("s.yaml"), "p/lab") == []
+    assert pool_candidates(Path("s.yaml"), "local") == [BUILTIN_POOLS / "local.yaml",
+                                                        BUILTIN_POOLS / "local.yml"]
+
+
+def test_a_candidate_named_twice_is_listed_once(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ref = "x" * 300 + ".yaml"
+    with pytest.raises(PoolNotFound) as err:
+        find_pool(ref, tmp_path / "s.yaml")
+    assert str(err.value) == (f"no pool '{ref}' found (looked for {tmp_path}/{ref}); cannot "
+                              f"look at {tmp_path}/{ref}: File name too long")
+
+
+def test_a_pool_on_the_command_line_may_be_a_file_without_yaml(tree, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine").write_text(POOL.replace("name: lab", "name: mine"))
+    loaded = load_session(tree(SESSION), Path("mine"))
+    assert (loaded.pool.name, loaded.pool_file) == ("mine", Path("mine"))
+
+
+def test_a_relative_pool_on_the_command_line_is_found_from_the_definition_too(
+        tree, tmp_path, monkeypatch):
+    elsewhere = tmp_path / "a" / "b"
+    elsewhere.mkdir(parents=True)
+    monkeypatch.chdir(elsewhere)
+    loaded = load_session(tree(SESSION), Path("../pools/lab.yaml"))
+    assert loaded.pool_file == tmp_path / "sessions" / "../pools/lab.yaml"
+
+
+def test_a_session_checked_with_its_pool_names_its_file(tree):
+    path = tree("kind: ClusterSession\nname: [\n")
+    with pytest.raises(DefinitionError) as err:
+        load_file(path)
+    assert [(p.file, p.path) for p in err.value.problems] == [(str(path), "line 3, column 1")]
+    path = tree("kind: ClusterSession\nname: [\n")
+    with pytest.raises(DefinitionError) as err:
+        load_session(path)
+    assert [(p.file, p.path) for p in err.value.problems] == [(str(path), "line 3, column 1")]
+    session = load_file(tree(SESSION))
+    loaded = with_pool(session, tree(SESSION))
+    assert (loaded.session, loaded.pool.name, loaded.name_from_file) == (session, "lab", False)
+
+
+def test_no_pools_anywhere_gives_no_list(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CLUSTER_SESSIONS_POOLS", raising=False)
+    monkeypatch.setattr(loader, "BUILTIN_POOLS", tmp_path / "none")
+    with pytest.raises(PoolNotFound) as err:
+        find_pool("lab")
+    assert str(err.value) == (f"no pool 'lab' found (looked for {tmp_path}/stacks/pools/lab.yaml, "
+                              f"{tmp_path}/stacks/pools/lab.yml, {tmp_path}/none/lab.yaml, "
+                              f"{tmp_path}/none/lab.yml)")
+
+
+def test_keys_of_a_place_that_is_no_model_are_none():
+    """The 'allowed' list of an unknown key comes from the model at the key's place; a place
+    that is not a model's (a mapping of names, a string, an unknown field) has none."""
+    assert loader._allowed_keys(Session, ("resources",)) == ["cpu", "mem", "shmem", "gpu"]
+    assert loader._allowed_keys(Session, ("env",)) == []
+    assert loader._allowed_keys(Session, ("env", "A")) == []
+    assert loader._allowed_keys(Session, ("name",)) == []
+    assert loader._allowed_keys(Session, ("nope", "x")) == []
+
+
+def test_a_pool_given_on_the_command_line_is_the_file_it_names(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "lab").write_text(POOL)
+    assert find_pool("lab", given=True) == Path("lab")
+    with pytest.raises(PoolNotFound):
+        find_pool("lab")
+    (tmp_path / "lab").unlink()
+    (tmp_path / "lab").mkdir()
+    with pytest.raises(PoolNotFound):
+        find_pool("lab", given=True)
+
+
+def test_candidates_that_cannot_be_looked_at_are_named_once(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    long = "x" * 300
+    with pytest.raises(PoolNotFound) as err:
+        find_pool(f"{long}.yaml", given=True)
+    assert str(err.value) == (f"no pool '{long}.yaml' found (looked for {tmp_path}/{long}.yaml)"
+                              f"; cannot look at {long}.yaml: File name too long; cannot look "
+                              f"at {tmp_path}/{long}.yaml: File name too long")
+
+
+def test_a_pool_on_the_command_line_replaces_the_definitions(tree, tmp_path):
+    other = tmp_path / "other.yaml"
+    other.write_text(POOL.replace("name: lab", "name: other"))
+    loaded = load_session(tree(SESSION), other)
+    assert (loaded.pool.name, loaded.pool_file, loaded.name_from_file) == (
+        "other", other, False)
+    with pytest.raises(DefinitionError) as err:
+        load_session(tree(SESSION), tmp_path / "nope.yaml")
+    assert [(p.file, p.path, p.message) for p in err.value.problems] == [
+        (str(tree(SESSION)), "pool",
+         f"no pool '{tmp_path}/nope.yaml' found (looked for {tmp_path}/nope.yaml)")]
+    with pytest.raises(DefinitionError) as err:
+        load_session(tree(SESSION.replace("pool: lab", "pool: ../sessions/s.yaml")))
+    assert [(p.path, p.message) for p in err.value.problems] == [
+        ("kind", "expected AgentPool, got ClusterSession")]
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"\xff\xfe", "not UTF-8 text (invalid start byte at byte 0)"),
+        (b"ok: \xc3", "not UTF-8 text (unexpected end of data at byte 4)"),
+        (b"x" * (1024 * 1024 + 1), "file is larger than 1 MiB"),
+        (b"x" * (1024 * 1024), None),  # 1 MiB itself is read
+    ],
+)
+def test_file_refusals_word_for_word(tmp_path, data, message):
+    path = tmp_path / "f.yaml"
+    path.write_bytes(data)
+    if message is None:
+        assert read_text(path) == data.decode()
+        return
+    with pytest.raises(DefinitionError) as err:
+        read_text(path)
+    assert [(p.file, p.path, p.message) for p in err.value.problems] == [
+        (str(path), "(whole file)", message)]
+
+
+def test_a_file_that_cannot_be_read_says_why(tmp_path):
+    with pytest.raises(DefinitionError) as err:
+        read_text(tmp_path / ("x" * 300))
+    assert [(p.file, p.path, p.message) for p in err.value.problems] == [
+        (str(tmp_path / ("x" * 300)), "(whole file)", "cannot read: File name too long")]
+
+
+def test_nesting_of_64_levels_is_read_and_yaml_a_reader_refuses_is_a_problem():
+    nested: list = []
+    for _ in range(63):
+        nested = [nested]
+    assert parse_yaml("[" * 64 + "]" * 64, "f.yaml") == nested
+    with pytest.raises(DefinitionError) as err:
+        parse_yaml("a: \x07\n", "f.yaml")
+    assert [(p.path, p.message) for p in err.value.problems] == [
+        ("(whole file)", "invalid YAML: unacceptable character #x0007: control characters are "
+         "not allowed\n  in \"<unicode string>\", position 3")]
+
+
+def test_a_device_is_refused_as_not_a_regular_file():
+    with pytest.raises(DefinitionError) as err:
+        read_text(Path("/dev/null"))
+    assert [(p.file, p.path, p.message) for p in err.value.problems] == [
+        ("/dev/null", "(whole file)", "not a regular file")]
+
+
+def test_a_huge_file_is_refused_without_being_read_whole(tmp_path):
+    """At most 1 MiB and a byte is read: a sparse file of a terabyte is refused at once."""
+    huge = tmp_path / "huge.yaml"
+    with huge.open("wb") as stream:
+        stream.truncate(2**40)
+    with pytest.raises(DefinitionError) as err:
+        read_text(huge)
+    assert [p.message for p in err.value.problems] == ["file is larger than 1 MiB"]
+
+
+def test_a_missing_file_or_a_directory_is_named_with_the_whole_file(tmp_path):
+    found = []
+    for path in (tmp_path / "missing.yaml", tmp_path):
+        with pytest.raises(DefinitionError) as err:
+            read_text(path)
+        found += [(p.file, p.path, p.message) for p in err.value.problems]
+    assert found == [(str(tmp_path / "missing.yaml"), "(whole file)", "no such file"),
+                     (str(tmp_path), "(whole file)", "is a directory, not a file")]

@@ -201,7 +201,7 @@ def read_text(path: Path) -> str:
             os.close(fd)
         if len(data) > MAX_FILE_BYTES:
             raise DefinitionError([Problem(file, WHOLE_FILE, "file is larger than 1 MiB")])
-        return data.decode("utf-8")
+        return data.decode()  # UTF-8
     except FileNotFoundError:
         raise DefinitionError([Problem(file, WHOLE_FILE, "no such file")]) from None
     except IsADirectoryError:
@@ -218,7 +218,7 @@ def _message(error: dict, model: type[BaseModel]) -> str:
     if kind == "extra_forbidden":
         key = str(error["loc"][-1])
         allowed = _allowed_keys(model, error["loc"][:-1])
-        hint = difflib.get_close_matches(key, allowed, n=1)
+        hint = difflib.get_close_matches(key, allowed)  # best first
         suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
         return f"unknown key{suggestion} (allowed: {', '.join(allowed)})"
     if kind == "missing":
@@ -383,7 +383,7 @@ def pool_candidates(session_file: Path | None, pool_ref: str) -> list[Path]:
         try:
             ref = Path(pool_ref).expanduser()
         except RuntimeError:  # ~nosuchuser
-            user = pool_ref[1:].split("/", 1)[0]
+            user = pool_ref[1:].split("/")[0]
             raise PoolNotFound(f"{pool_ref!r}: there is no user {user!r} for '~{user}'") from None
         if ref.is_absolute():
             return [ref]
@@ -426,7 +426,7 @@ def _pool_hint(ref: str, candidates: list[Path]) -> str:
     names = list(dict.fromkeys(names))
     if not names:
         return ""
-    close = difflib.get_close_matches(ref, names, n=1)
+    close = difflib.get_close_matches(ref, names)  # best first
     guess = f"; did you mean {close[0]!r}?" if close else ""
     return f"{guess} (pools that exist: {', '.join(names)})"
 

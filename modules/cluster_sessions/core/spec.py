@@ -342,9 +342,7 @@ def agent_address(agent: Agent) -> str | None:
     if agent.ssh is not None:
         return agent.ssh.host
     url = urlsplit(agent.docker_host)
-    if url.scheme in ("ssh", "tcp") and url.hostname:
-        return url.hostname
-    return None
+    return url.hostname if url.scheme in ("ssh", "tcp") else None
 
 
 KINDS: dict[str, type[_Model]] = {"ClusterSession": Session, "AgentPool": Pool}
@@ -629,7 +627,7 @@ def _hidden(text: str) -> bool:
     return any(is_hidden(c) for c in text)
 
 
-def _controls(text: str, allow: str = "") -> bool:
+def _controls(text: str, allow: str) -> bool:
     return any(unicodedata.category(c) == "Cc" and c not in allow for c in text)
 
 
@@ -688,7 +686,7 @@ def _derived_ports(session: Session) -> list[tuple[str, int, int]]:
         return []
     bases = []
     user_port = session.env.get("MASTER_PORT")
-    if user_port is not None and re.fullmatch(r"[1-9][0-9]{0,4}", user_port, re.ASCII) \
+    if user_port is not None and re.fullmatch(r"[1-9][0-9]{0,4}", user_port) \
             and int(user_port) <= 65535:
         bases.append(("env.MASTER_PORT", int(user_port)))
     if session.distributed is not None:
@@ -862,7 +860,10 @@ def _docker_host_problem(value: str) -> str | None:
         return NO_CONTROLS
     if not DOCKER_HOST.fullmatch(value):
         return "must be unix:///PATH, ssh://[USER@]HOST[:PORT] or tcp://HOST:PORT (with tls)"
-    parts = urlsplit(value)
+    try:
+        parts = urlsplit(value)
+    except ValueError:  # a [bracketed] host that is no IP address, or no closing ']'
+        return "must hold an IP address between '[' and ']' (e.g. ssh://[::1]:22)"
     if parts.scheme == "unix" and not (parts.netloc == "" and parts.path.startswith("/")):
         return "must be unix:///ABSOLUTE/PATH"
     if parts.scheme not in ("ssh", "tcp"):
@@ -884,8 +885,9 @@ def _docker_host_problem(value: str) -> str | None:
         return "has a port that is not a number from 1 to 65535"
     if parts.scheme == "tcp" and parts.port is None:
         return "tcp:// needs a port (Docker's TLS port is 2376)"
+    # more than one ':' outside [brackets] is a port Python refused above
     host = hostport[:hostport.index("]") + 1] if hostport.startswith("[") and "]" in hostport \
-        else hostport.split(":", 1)[0] if hostport.count(":") <= 1 else hostport
+        else hostport.partition(":")[0]
     if not host:
         return "names no host"
     problem = _host_problem(host) or _host_problem(unquote(host))
