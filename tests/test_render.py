@@ -954,3 +954,19 @@ def test_each_session_of_any_size_gets_its_static_env_without_a_list_of_hosts():
         assert "main1,sub" not in static, size
         lines.append(len(static.splitlines()))
     assert lines[0] == lines[1] == lines[2], lines
+
+
+def test_the_shared_files_follow_the_plan_and_the_keys_they_are_rendered_for():
+    """The session-wide files are made once per (plan, keys): a second plan with the same keys
+    (a session grown from 2 to 3), or the same plan with other keys, gets its own."""
+    small, grown = build_plan(make_session(2), POOL), build_plan(make_session(3), POOL)
+    keys = generate_session_keys(grown.hosts)
+    first = by_path(render_container(small, small.containers[0], keys, directory=True))
+    second = by_path(render_container(grown, grown.containers[0], keys, directory=True))
+    assert first["hostfile"].content.count("slots=") == 2
+    assert second["hostfile"].content.count("slots=") == 3
+    other = generate_session_keys(grown.hosts)
+    third = by_path(render_container(grown, grown.containers[0], other, directory=True))
+    assert third["ssh/authorized_keys"].content != second["ssh/authorized_keys"].content
+    assert third["ssh/authorized_keys"].content.split()[1] == \
+        other.user.public_openssh.split()[1]
