@@ -25,6 +25,7 @@ from cluster_sessions.core.review import (
     digest,
     plan_chart,
     plan_markdown,
+    review_chart,
     review_to_dict,
     to_markdown,
 )
@@ -941,3 +942,107 @@ Cluster variables of sub1:
 def test_two_replaced_containers_of_two_are_every_container():
     md = to_markdown(review_of("moved"))
     assert "\n\n`pulumi up` replaces **every** existing container.\n\n" in md
+
+
+# --- the helpers that show values, exactly ------------------------------------------------------
+
+def test_a_digest_is_twelve_hex_digits_of_sha256_any_string_included():
+    import hashlib
+
+    assert digest("abc") == "sha256:" + hashlib.sha256(b"abc").hexdigest()[:12]
+    lone = "\udcff"  # a lone surrogate (from a file read with surrogateescape) has a digest too
+    assert digest(lone) == "sha256:" + hashlib.sha256(b"\xed\xb3\xbf").hexdigest()[:12]
+
+
+@pytest.mark.parametrize(("text", "cell", "span"), [
+    ("", False, "*(empty)*"), ("", True, "*(empty)*"),
+    ("a`b", False, "``a`b``"), ("`a", False, "`` `a ``"), ("a`", False, "`` a` ``"),
+    ("a|b", True, "`a\\|b`"), ("a|b", False, "`a|b`"),
+])
+def test_code_spans_pad_only_a_backtick_at_an_edge_and_escape_pipes_in_cells(text, cell, span):
+    assert code(text, cell) == span
+
+
+def test_changed_shows_an_absent_side_and_escapes_the_other_in_a_cell():
+    assert changed(None, "a|b", cell=True) == ("*(absent)*", "`a\\|b`")
+    assert changed("a|b", None, cell=True) == ("`a\\|b`", "*(absent)*")
+    assert changed("a|b", "a|c", cell=True) == ("`a\\|b`", "`a\\|c`")
+    assert changed(None, "x") == ("*(absent)*", "`x`")
+
+
+def test_values_of_exactly_the_most_shown_are_shown_whole():
+    old, new = "a" * MAX_VALUE, "a" * (MAX_VALUE - 1) + "b"
+    assert changed(old, new) == (f"`{old}`", f"`{new}`")
+
+
+def test_a_long_change_is_shown_from_a_quarter_window_before_where_it_differs():
+    head = "0123456789" * 5  # the values differ after character 50
+    old, new = head + "A" + "x" * 69, head + "B" + "x" * 69  # 120 characters each
+    start = 50 - MAX_VALUE // 4  # 30
+    shown = changed(old, new)
+    for side, value in zip(shown, (old, new), strict=True):
+        assert side == (f"`…{value[start:start + MAX_VALUE - 2]}…` (changed after character "
+                        f"50; 120 characters, {digest(value)})")
+
+
+def test_a_long_change_near_the_start_is_shown_from_the_start_and_pipes_stay_escaped():
+    old, new = "|" * 10 + "A" + "x" * 89, "|" * 10 + "B" + "x" * 89  # differ after 10 of 100
+    shown = changed(old, new, cell=True)
+    cut = (old[:MAX_VALUE - 1]).replace("|", "\\|")
+    assert shown[0] == f"`{cut}…` (changed after character 10; 100 characters, {digest(old)})"
+
+
+@pytest.mark.parametrize(("start", "window"), [
+    (0, "a" * 79 + "…"),
+    (1, "…" + "a" * 78 + "…"),
+    (22, "…" + "a" * 78),  # the last 78: nothing cut at the end
+    (50, "…" + "a" * 78),  # never past the end
+])
+def test_a_window_of_a_long_value_marks_every_cut(start, window):
+    text = "a" * 100
+    assert code(text) == f"`{'a' * 79}…` (100 characters, {digest(text)})"
+    from cluster_sessions.core.review import _window
+    assert _window(text, start) == window
+    assert _window("b" * MAX_VALUE, 5) == "b" * MAX_VALUE
+
+
+def test_a_pending_definition_keeps_every_container_where_it_is_and_a_pending_new_one_adds_none():
+    review = review_of("pending")
+    assert review.containers and all(
+        c == ContainerAction(c.host, "same", c.old_agent, c.old_agent, ("update fails: pending",))
+        and c.old_agent for c in review.containers)
+    assert review_chart(review) == ""
+    fresh = review_of("pending", old=None)
+    assert fresh.pending and fresh.containers == ()
+
+
+def test_removed_hosts_keep_the_agent_they_leave_and_an_added_network_is_created():
+    review = review_of("size-shrink")
+    removed = [c for c in review.containers if c.action == "remove"]
+    assert removed and all(c.old_agent and c.new_agent is None for c in removed)
+    added = review_of("size-shrink", old=None)
+    assert f"{code(added.network.name)} (" in to_markdown(added)
+    assert to_markdown(added).split(f"{code(added.network.name)} (")[1].split("\n")[0] \
+        .endswith("): created")
+
+
+def hand_built(**over) -> Review:
+    fields = dict(name="s", old_name="s", containers=(), network=None, definition=(),
+                  user_env=(), cluster_env=(), host_env={}, agents=())
+    return Review(**{**fields, **over})
+
+
+def test_a_hand_built_review_shows_pipes_in_cells_and_a_network_without_an_agent():
+    review = hand_built(
+        containers=(ContainerAction("sub9", "add", None, None, ("new host",)),
+                    ContainerAction("main1", "same", "a1", "a1")),
+        network=NetworkAction("s-net", "same", None, None),
+        definition=(Change("command", "a|b", "c|d"),))
+    md = to_markdown(review)
+    assert "| command | `a\\|b` | `c\\|d` |" in md.splitlines()
+    assert "`s-net` (?): kept" in md.splitlines()
+    chart = review_chart(review)  # the host with no agent is left out, the others drawn
+    assert '    a0c0["main1"]' in chart.splitlines() and "sub9" not in chart
+    assert '  net(("s-net"))' in chart.splitlines()
+    bridge = hand_built(network=NetworkAction("s-net", "add", "bridge", None))
+    assert "`s-net` (bridge): created" in to_markdown(bridge).splitlines()
