@@ -1008,9 +1008,10 @@ def test_a_window_of_a_long_value_marks_every_cut(start, window):
 
 def test_a_pending_definition_keeps_every_container_where_it_is_and_a_pending_new_one_adds_none():
     review = review_of("pending")
-    assert review.containers and all(
-        c == ContainerAction(c.host, "same", c.old_agent, c.old_agent, ("update fails: pending",))
-        and c.old_agent for c in review.containers)
+    assert [c.host for c in review.containers][:2] == ["main1", "sub1"]
+    assert all(c == ContainerAction(c.host, "same", c.old_agent, c.old_agent,
+                                    ("update fails: pending",))
+               and c.old_agent for c in review.containers)
     assert review_chart(review) == ""
     fresh = review_of("pending", old=None)
     assert fresh.pending and fresh.containers == ()
@@ -1040,6 +1041,7 @@ def test_a_hand_built_review_shows_pipes_in_cells_and_a_network_without_an_agent
         definition=(Change("command", "a|b", "c|d"),))
     md = to_markdown(review)
     assert "| command | `a\\|b` | `c\\|d` |" in md.splitlines()
+    assert "| sub9 | - | add | new host |" in md.splitlines()  # no agent yet: a dash
     assert "`s-net` (?): kept" in md.splitlines()
     chart = review_chart(review)  # the host with no agent is left out, the others drawn
     assert '    a0c0["main1"]' in chart.splitlines() and "sub9" not in chart
