@@ -1514,3 +1514,22 @@ def test_a_missing_file_or_a_directory_is_named_with_the_whole_file(tmp_path):
         found += [(p.file, p.path, p.message) for p in err.value.problems]
     assert found == [(str(tmp_path / "missing.yaml"), "(whole file)", "no such file"),
                      (str(tmp_path), "(whole file)", "is a directory, not a file")]
+
+
+def test_the_nesting_depth_is_counted_back_down_exactly_at_each_close():
+    """A closed list gives its levels back one by one: depth after ``[[]]`` inside a deep list
+    is where it was, so a deep list after it is measured from there, not from the top."""
+    inner_then_deep = "[" * 30 + "[]," + "[" * 40 + "]" * 40 + "]" * 30
+    with pytest.raises(DefinitionError, match="nested deeper than 64 levels"):
+        parse_yaml(inner_then_deep, "f.yaml")
+    shallow_twice = "a: " + "[" * 40 + "]" * 40 + "\nb: " + "[" * 60 + "]" * 60 + "\n"
+    assert set(parse_yaml(shallow_twice, "f.yaml")) == {"a", "b"}  # 60 after 40 closed: fine
+    deep_after = "a: " + "[" * 40 + "]" * 40 + "\nb: " + "[" * 70 + "]" * 70 + "\n"
+    with pytest.raises(DefinitionError, match="nested deeper than 64 levels"):
+        parse_yaml(deep_after, "f.yaml")
+
+
+def test_every_number_of_a_list_is_named_not_only_the_last():
+    with pytest.raises(DefinitionError) as refused:
+        parse_yaml("a: [0x1, 2, 0b1]\n", "f.yaml")
+    assert [p.path for p in refused.value.problems] == ["a.0", "a.2"]
