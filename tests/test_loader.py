@@ -1533,3 +1533,11 @@ def test_every_number_of_a_list_is_named_not_only_the_last():
     with pytest.raises(DefinitionError) as refused:
         parse_yaml("a: [0x1, 2, 0b1]\n", "f.yaml")
     assert [p.path for p in refused.value.problems] == ["a.0", "a.2"]
+
+
+def test_a_character_yaml_cannot_read_is_a_problem_of_the_named_file():
+    with pytest.raises(DefinitionError) as refused:
+        parse_yaml("a: \x00\n", "f.yaml")
+    (problem,) = refused.value.problems
+    assert (problem.file, problem.path) == ("f.yaml", "(whole file)")
+    assert problem.message.startswith("invalid YAML: unacceptable character #x0000")
