@@ -30,7 +30,7 @@ from .folders import STORAGE_NAME, folder_name_problem, folder_path, storage_of
 from .names import CLUSTER_ENV_PREFIX, DEFAULT_DOCKER_HOST, DEFAULT_MASTER_PORT, SSH_ENV_PREFIX
 from .provider_facts import cpus_argument, cpus_read_back, stable_cpus_near
 from .terminal import is_hidden
-from .units import MAX_BYTES, SIZE_JSON_SCHEMA, format_size, parse_size, size_json_schema
+from .units import MAX_BYTES, format_size, parse_size, size_json_schema
 
 MAX_SESSION_NAME = 64
 SESSION_NAME = re.compile(rf"^(?=.{{4,{MAX_SESSION_NAME}}}$)\w[\w.-]*\w$", re.ASCII)
@@ -108,10 +108,6 @@ of ``plan --json`` and ``render``. 64 containers may use the full 256 KiB each; 
 HOST = re.compile(r"[A-Za-z0-9_.:%\[\]-]+", re.ASCII)
 
 
-def _size(value: object) -> int:
-    return parse_size(value)
-
-
 def _memory(value: object) -> int:
     return parse_size(value, MIN_MEMORY, MAX_MEMORY)
 
@@ -125,8 +121,6 @@ def _listed(value: object) -> object:
     return tuple(value) if isinstance(value, list) else value
 
 
-Size = Annotated[int, BeforeValidator(_size), PlainSerializer(format_size, return_type=str),
-                 WithJsonSchema(SIZE_JSON_SCHEMA, mode="validation")]
 Memory = Annotated[int, BeforeValidator(_memory),
                    PlainSerializer(format_size, return_type=str),
                    WithJsonSchema(size_json_schema(MIN_MEMORY, MAX_MEMORY), mode="validation")]

@@ -35,7 +35,6 @@ def size_json_schema(minimum: int = 1, maximum: int = MAX_BYTES) -> dict:
     }
 
 
-SIZE_JSON_SCHEMA = size_json_schema()
 _MAX_DIGITS = 40  # far beyond MAX_BYTES in any unit; keeps huge numbers out of the arithmetic
 
 
