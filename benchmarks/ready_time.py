@@ -67,7 +67,6 @@ for _path in (PROJECT / "modules", PROJECT):
 import yaml  # noqa: E402
 from quiet import busy_fraction, machine_cpu, settle  # noqa: E402
 
-from cluster_sessions.core.render import BUNDLE_DIR  # noqa: E402
 from cluster_sessions.emulation.docker_builder import run_in, sweep_session  # noqa: E402
 
 CONTAINER = "docker:index/container:Container"
@@ -382,11 +381,11 @@ def session_run(client, directory: Path, image: str, size: int, tag: str, cpu: f
     if traced:
         for _, c in containers:
             argv = list(c["entrypoints"])
-            if argv[1] == "-c":  # the pack entrypoint: trace entrypoint.sh, not the unpacking
-                exec_line = f"exec /bin/sh {BUNDLE_DIR}/entrypoint.sh"
-                if exec_line not in argv[2]:
-                    raise SystemExit("--trace: the entrypoint no longer execs entrypoint.sh")
-                argv[2] = argv[2].replace(exec_line, f"exec /bin/sh -x {BUNDLE_DIR}/entrypoint.sh")
+            if argv[1] == "-c":  # the pack entrypoint: trace setup.sh, not the unpacking
+                source_line = '. "$bundle/setup.sh"'
+                if source_line not in argv[2]:
+                    raise SystemExit("--trace: the entrypoint no longer sources setup.sh")
+                argv[2] = argv[2].replace(source_line, "set -x; " + source_line)
                 c["entrypoints"] = argv
             else:
                 c["entrypoints"] = [argv[0], "-x", *argv[1:]]
@@ -514,9 +513,9 @@ def tail(watch: LogWatch, lines: int = 15) -> str:
 
 # Where a traced (sh -x) entrypoint is, by the first trace line that matches, in order.
 PHASES: tuple[tuple[str, re.Pattern], ...] = (
-    ("env (static, derived, save)", re.compile(r"^\+ \. .*static-env\.sh")),
-    ("set-up (user, files, sshd started in the background)", re.compile(r"^\+ .*/setup\.sh ")),
-    ("peer wait (own sshd starting meanwhile)", re.compile(r"^\+ .*/wait-peers\.sh ")),
+    ("set-up (user, environment) until sshd starts", re.compile(r"^\+ \. .*/setup\.sh")),
+    ("sftp link, profile.d, ~/.ssh, hostfiles", re.compile(r"^\+ \S*/sshd -D ")),
+    ("peer wait (own sshd starting meanwhile)", re.compile(r"^\+ /bin/sh .*/wait-peers\.sh ")),
     ("(ready)", READY),
 )
 

@@ -212,7 +212,8 @@ def expected_args(host: str, role: str, kernel: str, rank: int, gpu: str,
                 ("cluster-sessions.kernel-id", kernel), ("cluster-sessions.cpu", "2"),
                 ("cluster-sessions.mem", "1572864000"), ("cluster-sessions.gpus", gpu),
                 ("cluster-sessions.endpoint", "ssh://ops@agent1")),
-        restart="on-failure", must_run=True, init=True, wait=False, ports=ports)
+        restart="on-failure", must_run=True, init=True, wait=False, ports=ports,
+        tmpfs=(("/run/cluster-session", "rw,nosuid,nodev,noexec,mode=0755,size=64m"),))
 
 
 def test_every_argument_of_main1_and_a_sub_word_for_word():

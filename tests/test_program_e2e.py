@@ -80,8 +80,16 @@ def test_the_engine_runs_exactly_what_the_program_declared(live, docker_client):
             assert published == {"2200/tcp": [{"HostIp": "127.0.0.1", "HostPort": ""}]}
         else:
             assert published == {}, f"{host} publishes {published}"
-        code, mode = _run(c, "stat -c '%a %U' /opt/cluster-session/ssh/id_cluster", user="root")
-        assert (code, mode) == (0, "600 root"), f"{host}: the uploaded key is {mode}"
+        # the bundle is unpacked on a tmpfs of the container's own (spec.RUN_TMPFS)
+        assert attrs["HostConfig"]["Tmpfs"] == {
+            "/run/cluster-session": "rw,nosuid,nodev,noexec,mode=0755,size=64m"}
+        code, modes = _run(c, "stat -c '%a %U' /run/cluster-session/ssh "
+                           "/run/cluster-session/ssh/id_cluster "
+                           "/run/cluster-session/ssh/ssh_host_ed25519_key", user="root")
+        assert (code, modes.split("\n")) == (0, ["711 root", "600 root", "600 root"]), (
+            f"{host}: the uploaded keys are {modes}")
+        code, _ = _run(c, "cat /run/cluster-session/ssh/id_cluster")  # as the session user
+        assert code != 0, f"{host}: the user reads root's copy of the session key"
 
 
 def test_every_container_reaches_every_peer_by_ssh_without_a_prompt(live):

@@ -27,6 +27,7 @@ from cluster_sessions.core.keys import KeyPair, generate_session_keys, new_keypa
 from cluster_sessions.core.plan import build_plan
 from cluster_sessions.core.render import (
     BUNDLE_DIR,
+    PRIVSEP_DIR,
     RUN_DIR,
     TEMPLATES,
     RenderedFile,
@@ -55,7 +56,7 @@ POOL = Pool.model_validate({"kind": "AgentPool", "name": "p", "agents": [
 REQUIRED = {"entrypoint.sh", "cluster-env.sh", "static-env.sh", "user-env.sh", "exec-env.sh",
             "save-env.sh", "as-user.sh", "wait-peers.bash", "hostfile", "hostfile.hydra",
             "cluster-hosts.sh",
-            "setup.sh", "wait-peers.sh", "start.sh", "command.sh", "ssh-session.sh",
+            "setup.sh", "wait-peers.sh", "command.sh", "ssh-session.sh",
             "profile.sh", "sshd_config", "ssh/config", "ssh/known_hosts", "ssh/authorized_keys",
             "ssh/id_cluster", "ssh/id_cluster.pub", "ssh/ssh_host_ed25519_key",
             "ssh/ssh_host_ed25519_key.pub", "ssh/ssh_host_ed25519_key-cert.pub", "ssh/user_ca.pub"}
@@ -185,27 +186,34 @@ def test_sshd_config_is_port_2200_keys_only_no_root_and_runs_every_session_throu
     assert settings["AuthenticationMethods"] == "publickey"
     assert settings["UsePAM"] == "no"
     assert settings["AllowUsers"] == "alice"
-    assert settings["HostKey"] == "/run/cluster-session/ssh_host_ed25519_key"
+    assert settings["HostKey"] == "/run/cluster-session/ssh/ssh_host_ed25519_key"
     assert settings["ForceCommand"] == "/bin/sh /run/cluster-session/ssh-session.sh"
+    # the session key, ready before sshd starts (root's, in the 0711 ssh/), then the user's
+    assert settings["AuthorizedKeysFile"] == (
+        "/run/cluster-session/ssh/authorized_keys .ssh/authorized_keys")
 
 
 def test_entrypoint_carries_user_peers_and_readiness_timeout_from_the_definition():
     _, _, bundles = render(size=4, user={"name": "alice", "uid": 1234, "gid": 4321},
                            readiness={"timeout": 42})
     files = by_path(bundles["sub2"])
-    script = files["entrypoint.sh"].content
+    script = files["setup.sh"].content
     # the peers are derived at start from BACKENDAI_CLUSTER_HOSTS: no host is named here
-    assert '/wait-peers.sh" $_cs_peers\n' in script and "cluster-hosts.sh" in script
-    assert "sub1" not in script and "sub3" not in script
+    assert '/bin/sh "$bundle/wait-peers.sh" $peers || exit\n' in script
+    assert '/bin/sh "$bundle/cluster-hosts.sh" "$bundle" "$hosts"' in script
+    assert "all 3 peers answer" in script
+    for name in ("entrypoint.sh", "setup.sh"):
+        assert "sub1" not in files[name].content and "sub3" not in files[name].content
     assert "timeout=42\n" in files["wait-peers.sh"].content
     assert "setpriv --reuid=1234 --regid=4321 --init-groups --" in files["as-user.sh"].content
-    assert '. "$bundle/as-user.sh"' in files["start.sh"].content
-    assert "name=alice\n" in files["setup.sh"].content
+    assert script.endswith('set -- "$bundle/command.sh" "$home" "$shell" "$@"\n'
+                           '. "$bundle/as-user.sh"\n')
+    assert "name=alice\n" in script
 
 
 def test_a_single_container_waits_for_no_peer():
     _, _, bundles = render(size=1)
-    script = by_path(bundles["main1"])["entrypoint.sh"].content
+    script = by_path(bundles["main1"])["setup.sh"].content
     assert '/wait-peers.sh"' not in script
     assert "no peers" in script
 
@@ -387,8 +395,7 @@ def test_a_rendered_bundle_unpacks_exactly_and_keeps_private_keys_private(shell,
     _, _, bundles_by_host = render(env={"X": "a\n'b'\n$(c)", "Y": "\u00e9`d`"})
     files = bundles_by_host["sub1"]
     target = tmp_path / "bundle"
-    unpack(command, pack([f for f in files if not f.secret]), target)
-    unpack(command, pack([f for f in files if f.secret]), target)
+    unpack(command, pack(files), target)  # one pack, as the Session sends it
     assert_unpacked(target, files)
     assert (target / "ssh").stat().st_mode & 0o777 == 0o700  # holds the private keys
     assert target.stat().st_mode & 0o777 == 0o755
@@ -438,43 +445,58 @@ def test_a_first_unpack_starts_no_rm_and_a_later_one_replaces_a_planted_link(tmp
     assert_unpacked(target, files)
 
 
-def pack_entrypoint(directory: Path) -> list[str]:
-    """pack_entrypoint_argv with BUNDLE_DIR moved to ``directory`` (for running it here)."""
+def pack_entrypoint(tmp: Path) -> tuple[list[str], Path, Path]:
+    """pack_entrypoint_argv with its directories moved under ``tmp``, for running it here: the
+    packs' (BUNDLE_DIR, made), the bundle's (RUN_DIR) and sshd's (PRIVSEP_DIR)."""
     argv = pack_entrypoint_argv()
-    assert argv[2].count(BUNDLE_DIR) >= 2
-    return [*argv[:2], argv[2].replace(BUNDLE_DIR, str(directory)), *argv[3:]]
+    packs, run = tmp / "packs", tmp / "run"
+    packs.mkdir()
+    script = argv[2]
+    for old, new in ((BUNDLE_DIR, packs), (RUN_DIR, run), (PRIVSEP_DIR, tmp / "privsep")):
+        assert old in script
+        script = script.replace(old, str(new))
+    return [*argv[:2], script, *argv[3:]], packs, run
 
 
-def test_pack_entrypoint_argv_unpacks_then_execs_the_entrypoint_with_the_command(tmp_path):
+def current_umask() -> str:
+    mask = os.umask(0)
+    os.umask(mask)
+    return f"{mask:04o}"
+
+
+def test_pack_entrypoint_argv_unpacks_then_sources_setup_with_the_command(tmp_path):
     argv = pack_entrypoint_argv()
     assert argv[:2] == ["/bin/sh", "-c"] and argv[3] == "entrypoint"
-    assert f'exec /bin/sh {BUNDLE_DIR}/entrypoint.sh "$@"' in argv[2]
+    assert argv[2].endswith(f' {RUN_DIR} "$(umask)" "${{BACKENDAI_CLUSTER_HOSTS-}}" "$@"')
+    assert argv[2].count('. "$bundle/setup.sh"') == 1  # the same process goes on
     assert entrypoint_argv() == ["/bin/sh", f"{BUNDLE_DIR}/entrypoint.sh"]  # for mounts
     if os.geteuid() != 0:
         pytest.skip("the pack entrypoint insists on root, as the entrypoint does")
-    bundle = tmp_path / "bundle"
-    bundle.mkdir()
-    entry = RenderedFile("entrypoint.sh", 'printf "%s|" "$0" "$@"; printf "%s" "${pack-unset}"'
-                         ' "${found-unset}"; cat "${0%/*}/ssh/k"\n', 0o755)
-    (bundle / "public.pack").write_text(pack([entry]))
-    (bundle / "secret.pack").write_text(pack([RenderedFile("ssh/k", "K", 0o600, secret=True)]))
-    # the command as docker appends it; the environment reaches the entrypoint untouched
-    out = subprocess.run([*pack_entrypoint(bundle), "sleep", "a b", "$x"], capture_output=True,
-                         text=True, check=False, env={"PATH": os.environ["PATH"], "pack": "P"})
-    assert (out.returncode, out.stdout) == (0, f"{bundle}/entrypoint.sh|sleep|a b|$x|Punset"
-                                               "K"), out.stderr
-    assert (bundle / "ssh" / "k").stat().st_mode & 0o777 == 0o600
+    argv, packs, run = pack_entrypoint(tmp_path)
+    setup = RenderedFile("setup.sh", 'printf "%s|" "$@"; cat "$1/ssh/k"; . "$2"'
+                         '; printf "|%s" "$X"\n', 0o644)
+    (packs / "public.pack").write_text(pack([setup]))
+    (packs / "secret.pack").write_text(pack([RenderedFile("ssh/k", "K", 0o600, secret=True)]))
+    # the command as docker appends it; the container's env is saved exactly as it came
+    out = subprocess.run([*argv, "sleep", "a b", "$x"], capture_output=True, text=True,
+                         check=False, env={"PATH": os.environ["PATH"], "X": "it's\n$(x)",
+                                           "BACKENDAI_CLUSTER_HOSTS": "main1,sub1"})
+    assert (out.returncode, out.stdout, out.stderr) == (
+        0, f"{run}|{packs}/container-env|{current_umask()}|main1,sub1|sleep|a b|$x|K|"
+        "it's\n$(x)", "")
+    assert (run / "ssh").stat().st_mode & 0o777 == 0o711  # sshd reads authorized_keys there
+    assert (run / "ssh" / "k").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "privsep").stat().st_mode & 0o777 == 0o711
+    assert (packs / "container-env").stat().st_mode & 0o777 == 0o640
 
-    (bundle / "secret.pack").write_text("exit 3\n")
-    out = subprocess.run([*pack_entrypoint(bundle), "true"], capture_output=True, text=True,
-                         check=False)
+    (packs / "secret.pack").write_text("exit 3\n")
+    out = subprocess.run([*argv, "true"], capture_output=True, text=True, check=False)
     assert out.returncode == 70
     assert "cannot unpack" in out.stderr and "secret.pack" in out.stderr
 
-    for p in bundle.glob("*.pack"):
+    for p in packs.glob("*.pack"):
         p.unlink()
-    out = subprocess.run([*pack_entrypoint(bundle), "true"], capture_output=True, text=True,
-                         check=False)
+    out = subprocess.run([*argv, "true"], capture_output=True, text=True, check=False)
     assert out.returncode == 70 and "no *.pack" in out.stderr
 
 
@@ -493,11 +515,12 @@ def test_a_real_sshd_accepts_the_rendered_config(tmp_path):
     config = files["sshd_config"].content.replace(RUN_DIR, str(run_dir))
     assert str(run_dir) in config
     (run_dir / "sshd_config").write_text(config)
-    key = run_dir / "ssh_host_ed25519_key"
+    (run_dir / "ssh").mkdir(mode=0o711)
+    key = run_dir / "ssh" / "ssh_host_ed25519_key"
     key.write_text(files["ssh/ssh_host_ed25519_key"].content)
     key.chmod(0o600)
-    for name in ("ssh_host_ed25519_key-cert.pub", "user_ca.pub"):
-        (run_dir / name).write_text(files[f"ssh/{name}"].content)
+    for name in ("ssh_host_ed25519_key-cert.pub", "user_ca.pub", "authorized_keys"):
+        (run_dir / "ssh" / name).write_text(files[f"ssh/{name}"].content)
     result = subprocess.run([sshd, "-t", "-f", str(run_dir / "sshd_config")],
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
@@ -542,7 +565,7 @@ def test_every_rendered_shell_file_passes_shellcheck(tmp_path, directory):
     files = bundles["sub1"]
     scripts = [f for f in files if f.path.endswith(".sh")]
     assert {f.path for f in scripts} >= {"entrypoint.sh", "setup.sh", "wait-peers.sh",
-                                         "start.sh", "command.sh", "cluster-env.sh",
+                                         "command.sh", "cluster-env.sh",
                                          "static-env.sh", "user-env.sh", "exec-env.sh",
                                          "save-env.sh", "as-user.sh", "ssh-session.sh",
                                          "profile.sh"}
@@ -669,7 +692,9 @@ def test_a_container_is_sent_its_files_without_comment_lines_and_without_hostfil
     sent = by_path(render_container(plan, plan.containers[1], keys))  # the default
     assert set(out) - set(sent) == {"hostfile", "hostfile.hydra"} and set(sent) <= set(out)
     for path, f in sent.items():
-        assert f.mode == out[path].mode and f.secret == out[path].secret, path
+        # run by /bin/sh in a container: no execute bits, so unpacking needs no chmod
+        assert f.mode == out[path].mode & 0o666 and f.secret == out[path].secret, path
+        assert f.mode == (0o600 if f.secret else 0o644), path
         first, *rest = f.content.splitlines()
         assert first == out[path].content.splitlines()[0], path
         comments = [line for line in rest if line.lstrip().startswith("#")
@@ -764,7 +789,7 @@ set -eu
 if [ "$#" -ne 1 ] || [ -z "$1" ]; then echo "usage: /bin/sh PACK DIR" >&2; exit 64; fi
 [ -d "$1" ] || (umask 022 && mkdir -p -- "$1")
 [ ! -L "$1"/ssh ] || rm -f -- "$1"/ssh
-if [ -d "$1"/ssh ]; then chmod 700 -- "$1"/ssh; else mkdir -m 700 -- "$1"/ssh; fi
+[ -d "$1"/ssh ] || mkdir -m 700 -- "$1"/ssh
 [ ! -L "$1"/docs ] || rm -f -- "$1"/docs
 [ -d "$1"/docs ] || mkdir -m 755 -- "$1"/docs
 [ ! -L "$1"/bin ] || rm -f -- "$1"/bin
@@ -840,38 +865,40 @@ def test_the_pack_entrypoint_unpacks_with_a_fixed_path_and_nothing_else_and_says
         tmp_path):
     if os.geteuid() != 0:
         pytest.skip("the pack entrypoint insists on root, as the entrypoint does")
-    bundle = tmp_path / "bundle"
-    bundle.mkdir()
+    argv, packs, run = pack_entrypoint(tmp_path)
     # a pack is any sh script: this one shows what the packs run with
-    (bundle / "a.pack").write_text(
+    (packs / "a.pack").write_text(
         'printf "%s|" "$#" "$1" "$PATH" "${LC_ALL-unset}" "${HOME-unset}" "${X-unset}" '
         '> "$1/seen"\n')
-    (bundle / "b.pack").write_text(pack([RenderedFile("entrypoint.sh", 'echo "$@"\n', 0o755)]))
+    (packs / "b.pack").write_text(pack([RenderedFile(
+        "setup.sh", 'echo "$@" "${HOME-unset}" "${X-unset}"\n', 0o644)]))
     # the container's env may name anything: nothing in it steers the unpacking
-    out = subprocess.run([*pack_entrypoint(bundle), "a", "b"], capture_output=True, text=True,
+    out = subprocess.run([*argv, "a", "b"], capture_output=True, text=True,
                          check=False, env={"PATH": os.environ["PATH"], "HOME": "/h", "X": "x",
-                                           "env": "/bin/false", "found": "1"})
-    assert (out.returncode, out.stdout, out.stderr) == (0, "a b\n", "")
-    assert (bundle / "seen").read_text() == (
-        f"1|{bundle}|/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin|C|unset|unset|")
+                                           "env": "/bin/false", "found": "1", "saved": "1",
+                                           "euid": "0"})
+    assert (out.returncode, out.stdout, out.stderr) == (
+        0, f"{run} {packs}/container-env {current_umask()}  a b unset unset\n", "")
+    assert (run / "seen").read_text() == (
+        f"1|{run}|/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin|C|unset|unset|")
+    saved = (packs / "container-env").read_text()
+    assert "export HOME='/h'\n" in saved and "export env='/bin/false'\n" in saved
 
 
 def test_the_pack_entrypoint_refusals_word_for_word(tmp_path):
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root and setpriv (util-linux)")
-    bundle = tmp_path / "bundle"
-    bundle.mkdir()
-    (bundle / "a.pack").write_text(pack([RenderedFile("entrypoint.sh", "echo ran\n", 0o755)]))
-    (bundle / "b.pack").write_text("exit 3\n")
-    (bundle / "c.pack").write_text(pack([RenderedFile("c", "c\n", 0o644)]))
-    out = subprocess.run([*pack_entrypoint(bundle), "true"], capture_output=True, text=True,
-                         check=False)
+    argv, packs, run = pack_entrypoint(tmp_path)
+    (packs / "a.pack").write_text(pack([RenderedFile("setup.sh", "echo ran\n", 0o644)]))
+    (packs / "b.pack").write_text("exit 3\n")
+    (packs / "c.pack").write_text(pack([RenderedFile("c", "c\n", 0o644)]))
+    out = subprocess.run([*argv, "true"], capture_output=True, text=True, check=False)
     assert (out.returncode, out.stdout, out.stderr) == (
-        70, "", f"cluster-session: error: cannot unpack {bundle}/b.pack into {bundle}\n")
-    assert not (bundle / "c").exists(), "went on after a pack failed"
+        70, "", f"cluster-session: error: cannot unpack {packs}/b.pack into {run}\n")
+    assert not (run / "c").exists(), "went on after a pack failed"
 
     nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-    out = subprocess.run([*nobody, *pack_entrypoint(bundle), "true"], capture_output=True,
+    out = subprocess.run([*nobody, *argv, "true"], capture_output=True,
                          text=True, check=False)
     assert (out.returncode, out.stdout, out.stderr) == (
         64, "", "cluster-session: error: must run as root (it creates the user and starts sshd);"
@@ -879,20 +906,26 @@ def test_the_pack_entrypoint_refusals_word_for_word(tmp_path):
 
     if shutil.which("unshare"):  # no /proc/self/status: not root, whatever the env says
         no_proc = ["unshare", "-m", "sh", "-c", 'mount -t tmpfs none /proc && exec "$@"', "sh"]
-        out = subprocess.run([*no_proc, *pack_entrypoint(bundle), "true"], capture_output=True,
+        out = subprocess.run([*no_proc, *argv, "true"], capture_output=True,
                              text=True, check=False, env={"PATH": os.environ["PATH"],
                                                           "euid": "0"})
         if "mount" not in out.stderr:
             assert out.returncode == 64, out.stderr
             assert out.stderr.endswith("do not set the container's user\n"), out.stderr
 
-    for p in bundle.glob("*.pack"):
-        p.unlink()
-    (bundle / "dir.pack").mkdir()  # not a pack
-    out = subprocess.run([*pack_entrypoint(bundle), "true"], capture_output=True, text=True,
-                         check=False)
+    (packs / "container-env").unlink()
+    (packs / "container-env").mkdir()  # cannot be written
+    out = subprocess.run([*argv, "true"], capture_output=True, text=True, check=False)
     assert (out.returncode, out.stdout, out.stderr) == (
-        70, "", f"cluster-session: error: no *.pack in {bundle}\n")
+        70, "", f"cluster-session: error: cannot save the container's environment into {packs}\n")
+    (packs / "container-env").rmdir()
+
+    for p in packs.glob("*.pack"):
+        p.unlink()
+    (packs / "dir.pack").mkdir()  # not a pack
+    out = subprocess.run([*argv, "true"], capture_output=True, text=True, check=False)
+    assert (out.returncode, out.stdout, out.stderr) == (
+        70, "", f"cluster-session: error: no *.pack in {packs}\n")
 
 
 @pytest.mark.parametrize("compact", [False, True], ids=["render-out", "uploaded"])

@@ -38,7 +38,7 @@ from cluster_sessions.core.plan import (
     network_labels,
 )
 from cluster_sessions.core.render import BUNDLE_DIR, entrypoint_argv, render_session
-from cluster_sessions.core.spec import SSH_PORT, Pool, Session
+from cluster_sessions.core.spec import RUN_DIR, SSH_PORT, Pool, Session
 from cluster_sessions.driver.render_verb import write_bundle
 
 from . import factories
@@ -443,9 +443,10 @@ def test_a_restarted_sub_rejoins_the_mesh(mesh):
 def test_an_uploaded_bundle_works_and_its_private_keys_are_locked_up(session_factory):
     running = session_factory(session_def(unique("upload"), 2), upload=True)
     assert running.ok("sub1", "ssh -o BatchMode=yes main1 hostname").strip() == "main1"
-    for name in ("id_cluster", "ssh_host_ed25519_key"):
-        code, _, _ = running.run("main1", f"cat {BUNDLE_DIR}/ssh/{name}")
-        assert code != 0, f"{name} is readable by the user"
+    for path in (f"{BUNDLE_DIR}/ssh/id_cluster", f"{BUNDLE_DIR}/ssh/ssh_host_ed25519_key",
+                 f"{RUN_DIR}/ssh/ssh_host_ed25519_key"):
+        code, _, _ = running.run("main1", f"cat {path}")
+        assert code != 0, f"{path} is readable by the user"
 
 
 @pytest.mark.parametrize("probe, before", [

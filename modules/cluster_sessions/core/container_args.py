@@ -28,7 +28,7 @@ from .plan import (
 from .provider_facts import cpus_argument, gpu_device_request
 from .render import pack_entrypoint_argv
 from .services import LOOPBACK  # main1's sshd and private services: the agent's loopback
-from .spec import SSH_PORT
+from .spec import RUN_DIR, RUN_TMPFS, SSH_PORT
 
 MIB = 1024 * 1024
 MTU_OPTION = "com.docker.network.driver.mtu"
@@ -79,6 +79,7 @@ class ContainerArgs:
     init: bool
     wait: bool
     ports: tuple[PortArgs, ...]
+    tmpfs: tuple[tuple[str, str], ...]  # (container directory, mount options)
 
     def changed(self, other: ContainerArgs) -> tuple[str, ...]:
         """The provider arguments that differ from ``other``'s (``networks_advanced`` for the
@@ -145,6 +146,8 @@ def container_args(plan: ClusterPlan, c: ContainerPlan, endpoint: str = "") -> C
         # no healthcheck wait: the entrypoint itself waits for the peers' sshd
         wait=False,
         ports=ports,
+        # the bundle is unpacked there (render.pack_entrypoint_argv)
+        tmpfs=((RUN_DIR, RUN_TMPFS),),
     )
 
 

@@ -79,7 +79,6 @@ LAYOUT: tuple[tuple[str, str, int], ...] = (
     ("as-user.sh", "as-user.sh.j2", PUBLIC_MODE),
     ("wait-peers.sh", "wait-peers.sh.j2", PUBLIC_MODE),
     ("wait-peers.bash", "wait-peers.bash.j2", PUBLIC_MODE),
-    ("start.sh", "start.sh.j2", PUBLIC_MODE),
     ("command.sh", "command.sh.j2", PUBLIC_MODE),
     ("ssh-session.sh", "ssh-session.sh.j2", EXEC_MODE),
     ("profile.sh", "profile.sh.j2", PUBLIC_MODE),
@@ -208,9 +207,10 @@ def pack(files: Sequence[RenderedFile]) -> str:
     directory is removed too), with its mode from the umask it is created under: a
     private key is never readable by others, not even for a moment. Only modes with execute
     bits need a ``chmod`` (one per mode). A directory created for a file is 0755, one holding a
-    secret file 0700 (as ``sessionctl render`` makes them). Few processes on purpose: a pack
-    runs at every container start, before sshd listens. Deterministic: the same files give the
-    same script. Exits non-zero at the first step that fails.
+    secret file 0700 (as ``sessionctl render`` makes them); one that exists is kept as it is
+    (:func:`pack_entrypoint_argv` makes ``ssh/`` 0711 before unpacking). Few processes on
+    purpose: a pack runs at every container start, before sshd listens. Deterministic: the same
+    files give the same script. Exits non-zero at the first step that fails.
 
     Used where the files cannot be mounted: the Pulumi ``Session`` uploads one pack of the
     public files and one of the private keys, and :func:`pack_entrypoint_argv` unpacks them
@@ -243,11 +243,8 @@ def pack(files: Sequence[RenderedFile]) -> str:
             where = '"$1"/' + shlex.quote(parent)
             # a link in place of a directory is removed, never followed (by chmod, by a file)
             lines.append(f"[ ! -L {where} ] || rm -f -- {where}")
-            if parent in private_dirs:  # an earlier pack may have made it 0755
-                lines.append(f"if [ -d {where} ]; then chmod 700 -- {where}; "
-                             f"else mkdir -m 700 -- {where}; fi")
-            else:
-                lines.append(f"[ -d {where} ] || mkdir -m 755 -- {where}")
+            mode = 0o700 if parent in private_dirs else 0o755
+            lines.append(f"[ -d {where} ] || mkdir -m {mode:o} -- {where}")
         target = '"$1"/' + shlex.quote(path)
         targets.append(target)
         mode = f.mode & 0o7777
@@ -267,43 +264,65 @@ def pack(files: Sequence[RenderedFile]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# sshd's privilege-separation directory (OpenSSH's compiled-in path on Debian, Ubuntu, Fedora,
+# Alpine): sshd refuses to start without it
+PRIVSEP_DIR = "/run/sshd"
+
+
 def pack_entrypoint_argv() -> list[str]:
     """The container's entrypoint when the bundle arrives as packs (``BUNDLE_DIR/*.pack``).
 
-    Unpacks every pack into :data:`BUNDLE_DIR` (exit 70 with a message if one fails, 64 if not
-    run as root, as the entrypoint itself), then execs the bundled entrypoint with the
-    container's command (docker appends CMD after the ``sh -c`` script's ``$0``). The checks run
-    in a subshell with built-ins only (the root check reads ``/proc/self/status``), so the
-    entrypoint sees the environment exactly as the container got it, and the packs run in one
-    shell under ``env -i`` with a fixed PATH: nothing of the definition's env is in effect for
-    them or the programs they start. Unpacking again at every start (docker restart) rewrites
+    In the first shell, with the container's env as docker gave it, built-ins only: saves that
+    env (``export -p`` into ``BUNDLE_DIR/container-env``, 0640) and checks it runs as root
+    (``/proc/self/status``; exit 64 if not). Then one shell under ``env -i`` with a fixed PATH,
+    nothing of the container's env in effect: it makes the bundle's ``ssh/`` (0711: sshd
+    reads ``authorized_keys`` there as the user; the private keys in it are 0600) and sshd's
+    privilege-separation directory in one ``mkdir`` (none at a restart), unpacks every pack
+    into :data:`RUN_DIR` (the container's tmpfs, ``spec.RUN_TMPFS``; exit 70 with a message
+    if one fails) and sources the bundled ``setup.sh`` with the container's command (docker
+    appends CMD after the ``sh -c`` script's ``$0``): the same process goes on to sshd and
+    CMD, so that before sshd listens a container starts sh, env, sh, mkdir, chown, setpriv, sh
+    and sshd, nothing else (issue 22). Unpacking again at every start (docker restart) rewrites
     the same files.
     """
-    bundle = shlex.quote(BUNDLE_DIR)
+    packs, bundle = shlex.quote(BUNDLE_DIR), shlex.quote(RUN_DIR)
+    ssh_dir = posixpath.dirname(USER_KEY)
     unpack = "\n".join([  # under env -i: no variable is set but PATH and LC_ALL
-        'for pack in "$1"/*.pack; do',
+        f'[ -d "$1"/{ssh_dir} ] && [ -d {PRIVSEP_DIR} ] || mkdir -p -m 711 "$1"/{ssh_dir}'
+        f" {PRIVSEP_DIR} || exit 70",
+        f'for pack in {packs}/*.pack; do',
         '  [ -f "$pack" ] || continue',
         "  found=1",
-        '  (. "$pack")',
+        '  (set -- "$1" && . "$pack")',
         '  [ "$?" -eq 0 ] || { echo "cluster-session: error: cannot unpack $pack into $1" >&2;'
         " exit 70; }",
         "done",
-        '[ -n "$found" ] || { echo "cluster-session: error: no *.pack in $1" >&2; exit 70; }',
+        f'[ -n "$found" ] || {{ echo "cluster-session: error: no *.pack in {packs}" >&2;'
+        " exit 70; }",
+        'bundle=$1',
+        "shift",
+        f'set -- "$bundle" {packs}/container-env "$@"',
+        '. "$bundle/setup.sh"',
     ])
     script = "\n".join([
         "# shellcheck disable=SC2016 # the unpacking script is one literal word for sh -c",
         "(",
+        "  umask 027",
+        # first, before this shell assigns any variable: the env exactly as the container got it
+        f"  command export -p 2>/dev/null > {packs}/container-env",
+        "  saved=$?",
         "  euid=''",
         "  while read -r key _ euid _; do [ \"$key\" != Uid: ] || break; done < /proc/self/status",
         '  [ "$euid" = 0 ] || { echo "cluster-session: error: must run as root'
         ' (it creates the user and starts sshd); do not set the container\'s user" >&2;'
         ' exit 64; }',
-        "  env=/usr/bin/env",
-        '  [ -x "$env" ] || env=/bin/env',
-        f'  exec "$env" -i PATH={ROOT_PATH} LC_ALL=C /bin/sh -c {shlex.quote(unpack)} unpack'
-        f" {bundle}",
+        '  [ "$saved" -eq 0 ] || { echo "cluster-session: error: cannot save the container\'s'
+        f' environment into {packs}" >&2; exit 70; }}',
         ") || exit",
-        f'exec /bin/sh {bundle}/entrypoint.sh "$@"',
+        "env=/usr/bin/env",
+        '[ -x "$env" ] || env=/bin/env',
+        f'exec "$env" -i PATH={ROOT_PATH} LC_ALL=C /bin/sh -c {shlex.quote(unpack)} entrypoint'
+        f' {bundle} "$(umask)" "${{BACKENDAI_CLUSTER_HOSTS-}}" "$@"',
     ])
     return ["/bin/sh", "-c", script, "entrypoint"]
 
@@ -377,6 +396,9 @@ def render_container(plan: ClusterPlan, container: ContainerPlan,
         "user": session.user,
         "ssh_port": SSH_PORT,
         "run_dir": RUN_DIR,
+        # A sent bundle is unpacked by root into RUN_DIR and sshd reads it there; a directory
+        # may be mounted anywhere, read-only, owned by anyone: what sshd reads is copied.
+        "copies": directory,
         "slots": container.slots,
         "job": runs_job(plan, container),
         "root_path": ROOT_PATH,
@@ -390,8 +412,10 @@ def render_container(plan: ClusterPlan, container: ContainerPlan,
     env = _ENV if directory else _COMPACT_ENV
     shared = _shared(plan, keys, context, env)
     layout = LAYOUT + HOSTFILES if directory else LAYOUT
+    # a sent bundle's scripts are all run by /bin/sh: no mode that needs a chmod at unpacking
     files = [RenderedFile(path, shared[path] if path in shared
-                          else env.get_template(template).render(context), mode)
+                          else env.get_template(template).render(context),
+                          mode if directory else mode & ~0o111)
              for path, template, mode in layout]
     own = host_keys[container.host]
     files += [

@@ -176,7 +176,7 @@ _ARG_REASONS: dict[str, str] = {
     "command": "command", "entrypoints": "entrypoint", "ports": "published ports",
     "uploads": "rendered files", "restart": "restart policy", "must_run": "restart policy",
     "hostname": "hostname", "name": "name", "init": "init", "wait": "wait",
-    "networks_advanced": "network replaced",
+    "networks_advanced": "network replaced", "tmpfs": "tmpfs",
 }
 
 

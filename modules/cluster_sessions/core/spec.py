@@ -64,7 +64,13 @@ BUNDLE_DIR = "/opt/cluster-session"
 """Where one container's rendered files are mounted or uploaded (possibly read-only)."""
 RUN_DIR = "/run/cluster-session"
 """Where the entrypoint puts what sshd and ssh sessions read: sshd_config, the host key, the
-saved environment, the ForceCommand wrapper. Root-owned; rewritten at every start."""
+saved environment, the ForceCommand wrapper. Root-owned; rewritten at every start. A sent
+bundle (the Pulumi upload) is unpacked here, on a tmpfs of the container's own."""
+RUN_TMPFS = "rw,nosuid,nodev,noexec,mode=0755,size=64m"
+"""The tmpfs at RUN_DIR of every container the Pulumi program makes: a file created in the
+container's overlay root costs about a millisecond of kernel time, one on a tmpfs a few
+microseconds, and the entrypoint creates some thirty before sshd listens (issue 22). Empty at
+every start, so nothing of an earlier run is left in it; its scripts run through /bin/sh."""
 MOUNT_ROOTS = ("/data", "/mnt", "/scratch", "/workspace")
 """Where a mount may go (an allowlist), besides below the session user's home: directories
 that hold a user's data and nothing the set-up (root) reads, runs or writes. Anything else,

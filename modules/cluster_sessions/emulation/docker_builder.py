@@ -142,6 +142,7 @@ class DockerBuilder:
             restart_policy={"Name": inputs["restart"]},
             init=inputs.get("init", False),
             port_bindings=bindings or None,
+            tmpfs=dict(inputs.get("tmpfs") or {}) or None,
         )
         (network,) = inputs["networksAdvanced"]
         networking = api.create_networking_config({

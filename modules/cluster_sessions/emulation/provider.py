@@ -58,6 +58,9 @@ CONTAINER_ARGS: dict[str, Arg] = {
     "wait": Arg(False, default=False, source="rc.go 79-84"),
     "mounts": Arg(True, source="rc.go 328-433"),
     "ports": Arg(True, source="rc.go 487-535"),
+    # not ForceNew, and not among the attributes the update applies (rcf.go 1016-1017): a
+    # changed tmpfs alone changes the state, not the container; read back whole, rcf.go 883
+    "tmpfs": Arg(False, source="rc.go 482-486; create rcf.go 266-268"),
     "envs": Arg(True, True, source="rc.go 590-598 (env)"),
     "deviceRequests": Arg(True, source="rc.go 774-825"),
     "destroyGraceSeconds": Arg(False, source="rc.go 827-831 (not ForceNew; not read back, "

@@ -316,6 +316,7 @@ class Session(pulumi.ComponentResource):
             ports=[docker.ContainerPortArgs(internal=p.internal, external=p.external, ip=p.ip,
                                             protocol=p.protocol)
                    for p in args.ports] or None,
+            tmpfs=dict(args.tmpfs) or None,
             opts=pulumi.ResourceOptions(
                 parent=self,
                 provider=self.providers[c.agent],
