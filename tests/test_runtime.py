@@ -601,6 +601,31 @@ def test_an_image_without_sshd_fails_with_a_clear_message(docker_client, image, 
         container.remove(force=True)
 
 
+@pytest.mark.parametrize("size", [1, 2])
+def test_an_sshd_that_does_not_start_fails_the_container_at_once(docker_client, image, tmp_path,
+                                                                  size):
+    """Not a peer wait until readiness.timeout (60 s here) with no sshd to wait for."""
+    from docker.types import Mount
+
+    session = session_def(unique("badsshd"), size, image=image)
+    plan, _ = render_to(tmp_path, session)
+    broken = "printf '#!/bin/sh\\necho sshd: broken >&2; exit 1\\n' > /usr/sbin/sshd"
+    container = docker_client.containers.run(
+        image, ["-c", f'{broken} && exec /bin/sh "$0" "$@"',
+                f"{BUNDLE_DIR}/entrypoint.sh", "sleep", "infinity"],
+        entrypoint=["/bin/sh"], name=plan.containers[0].container_name, detach=True,
+        environment=dict(plan.containers[0].env),
+        mounts=[Mount(BUNDLE_DIR, str(tmp_path / "main1"), type="bind", read_only=True)])
+    try:
+        result = container.wait(timeout=30)
+        logs = container.logs().decode()
+        assert result["StatusCode"] == 70, logs
+        assert logs.endswith("sshd: broken\ncluster-session[main1]: error: sshd did not start"
+                             " (its messages are above)\n"), logs
+    finally:
+        container.remove(force=True)
+
+
 # --- a real client: torch.distributed over the session's variables ---------------------------
 
 ALLREDUCE = """\
