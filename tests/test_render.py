@@ -451,6 +451,7 @@ def pack_entrypoint(tmp: Path) -> tuple[list[str], Path, Path]:
     argv = pack_entrypoint_argv()
     packs, run = tmp / "packs", tmp / "run"
     packs.mkdir()
+    run.mkdir()  # the container's tmpfs
     script = argv[2]
     for old, new in ((BUNDLE_DIR, packs), (RUN_DIR, run), (PRIVSEP_DIR, tmp / "privsep")):
         assert old in script
@@ -482,12 +483,12 @@ def test_pack_entrypoint_argv_unpacks_then_sources_setup_with_the_command(tmp_pa
                          check=False, env={"PATH": os.environ["PATH"], "X": "it's\n$(x)",
                                            "BACKENDAI_CLUSTER_HOSTS": "main1,sub1"})
     assert (out.returncode, out.stdout, out.stderr) == (
-        0, f"{run}|{packs}/container-env|{current_umask()}|main1,sub1|sleep|a b|$x|K|"
+        0, f"{run}|{run}/container-env|{current_umask()}|main1,sub1|sleep|a b|$x|K|"
         "it's\n$(x)", "")
     assert (run / "ssh").stat().st_mode & 0o777 == 0o711  # sshd reads authorized_keys there
     assert (run / "ssh" / "k").stat().st_mode & 0o777 == 0o600
     assert (tmp_path / "privsep").stat().st_mode & 0o777 == 0o711
-    assert (packs / "container-env").stat().st_mode & 0o777 == 0o640
+    assert (run / "container-env").stat().st_mode & 0o777 == 0o640
 
     (packs / "secret.pack").write_text("exit 3\n")
     out = subprocess.run([*argv, "true"], capture_output=True, text=True, check=False)
@@ -878,10 +879,10 @@ def test_the_pack_entrypoint_unpacks_with_a_fixed_path_and_nothing_else_and_says
                                            "env": "/bin/false", "found": "1", "saved": "1",
                                            "euid": "0"})
     assert (out.returncode, out.stdout, out.stderr) == (
-        0, f"{run} {packs}/container-env {current_umask()}  a b unset unset\n", "")
+        0, f"{run} {run}/container-env {current_umask()}  a b unset unset\n", "")
     assert (run / "seen").read_text() == (
         f"1|{run}|/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin|C|unset|unset|")
-    saved = (packs / "container-env").read_text()
+    saved = (run / "container-env").read_text()
     assert "export HOME='/h'\n" in saved and "export env='/bin/false'\n" in saved
 
 
@@ -913,12 +914,13 @@ def test_the_pack_entrypoint_refusals_word_for_word(tmp_path):
             assert out.returncode == 64, out.stderr
             assert out.stderr.endswith("do not set the container's user\n"), out.stderr
 
-    (packs / "container-env").unlink()
-    (packs / "container-env").mkdir()  # cannot be written
+    run.rename(tmp_path / "elsewhere")  # no tmpfs: nowhere to save the env
     out = subprocess.run([*argv, "true"], capture_output=True, text=True, check=False)
     assert (out.returncode, out.stdout, out.stderr) == (
-        70, "", f"cluster-session: error: cannot save the container's environment into {packs}\n")
-    (packs / "container-env").rmdir()
+        70, "", f"cluster-session: error: cannot save the container's environment into {run}"
+        " (the Pulumi program gives every container a tmpfs there)\n")
+    assert not run.exists()
+    (tmp_path / "elsewhere").rename(run)
 
     for p in packs.glob("*.pack"):
         p.unlink()

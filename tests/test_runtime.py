@@ -580,50 +580,43 @@ def test_peers_that_never_come_fail_the_wait_naming_them(docker_client, image, t
         remove(docker_client, running)
 
 
-def test_an_image_without_sshd_fails_with_a_clear_message(docker_client, image, tmp_path):
+def run_alone(docker_client, image: str, tmp_path: Path, name: str, size: int,
+              before: str) -> tuple[int, str]:
+    """main1 of a ``size``-container session, alone, ``before`` run as root just before its
+    entrypoint: (its exit status, its log)."""
     from docker.types import Mount
 
-    session = session_def(unique("nosshd"), 1, image=image)
+    session = session_def(unique(name), size, image=image)
     plan, _ = render_to(tmp_path, session)
-    # The test image minus sshd: remove it just before the entrypoint looks for it.
     container = docker_client.containers.run(
-        image, ["-c", 'rm -f /usr/sbin/sshd && exec /bin/sh "$0" "$@"',
-                f"{BUNDLE_DIR}/entrypoint.sh", "sleep", "infinity"],
-        entrypoint=["/bin/sh"], name=plan.containers[0].container_name, detach=True,
-        environment=dict(plan.containers[0].env),
-        mounts=[Mount(BUNDLE_DIR, str(tmp_path / "main1"), type="bind", read_only=True)])
-    try:
-        result = container.wait(timeout=60)
-        logs = container.logs().decode()
-        assert result["StatusCode"] == 69, logs
-        assert "this image has no sshd: install the OpenSSH server" in logs
-    finally:
-        container.remove(force=True)
-
-
-@pytest.mark.parametrize("size", [1, 2])
-def test_an_sshd_that_does_not_start_fails_the_container_at_once(docker_client, image, tmp_path,
-                                                                  size):
-    """Not a peer wait until readiness.timeout (60 s here) with no sshd to wait for."""
-    from docker.types import Mount
-
-    session = session_def(unique("badsshd"), size, image=image)
-    plan, _ = render_to(tmp_path, session)
-    broken = "printf '#!/bin/sh\\necho sshd: broken >&2; exit 1\\n' > /usr/sbin/sshd"
-    container = docker_client.containers.run(
-        image, ["-c", f'{broken} && exec /bin/sh "$0" "$@"',
+        image, ["-c", f'{before} && exec /bin/sh "$0" "$@"',
                 f"{BUNDLE_DIR}/entrypoint.sh", "sleep", "infinity"],
         entrypoint=["/bin/sh"], name=plan.containers[0].container_name, detach=True,
         environment=dict(plan.containers[0].env),
         mounts=[Mount(BUNDLE_DIR, str(tmp_path / "main1"), type="bind", read_only=True)])
     try:
         result = container.wait(timeout=30)
-        logs = container.logs().decode()
-        assert result["StatusCode"] == 70, logs
-        assert logs.endswith("sshd: broken\ncluster-session[main1]: error: sshd did not start"
-                             " (its messages are above)\n"), logs
+        return result["StatusCode"], container.logs().decode()
     finally:
         container.remove(force=True)
+
+
+def test_an_image_without_sshd_fails_with_a_clear_message(docker_client, image, tmp_path):
+    # the test image minus sshd: removed just before the entrypoint looks for it
+    status, logs = run_alone(docker_client, image, tmp_path, "nosshd", 1, "rm -f /usr/sbin/sshd")
+    assert status == 69, logs
+    assert "this image has no sshd: install the OpenSSH server" in logs
+
+
+@pytest.mark.parametrize("size", [1, 2])
+def test_an_sshd_that_does_not_start_fails_the_container_at_once(docker_client, image, tmp_path,
+                                                                  size):
+    """Not a peer wait until readiness.timeout (60 s here) with no sshd to wait for."""
+    broken = "printf '#!/bin/sh\\necho sshd: broken >&2; exit 1\\n' > /usr/sbin/sshd"
+    status, logs = run_alone(docker_client, image, tmp_path, "badsshd", size, broken)
+    assert status == 70, logs
+    assert logs.endswith("sshd: broken\ncluster-session[main1]: error: sshd did not start"
+                         " (its messages are above)\n"), logs
 
 
 # --- a real client: torch.distributed over the session's variables ---------------------------

@@ -213,7 +213,7 @@ def pack(files: Sequence[RenderedFile]) -> str:
     files give the same script. Exits non-zero at the first step that fails.
 
     Used where the files cannot be mounted: the Pulumi ``Session`` uploads one pack of the
-    public files and one of the private keys, and :func:`pack_entrypoint_argv` unpacks them
+    whole bundle, and :func:`pack_entrypoint_argv` unpacks it
     (into a directory only root can write: nobody reads a file while it is being replaced).
     """
     lines = [
@@ -273,7 +273,8 @@ def pack_entrypoint_argv() -> list[str]:
     """The container's entrypoint when the bundle arrives as packs (``BUNDLE_DIR/*.pack``).
 
     In the first shell, with the container's env as docker gave it, built-ins only: saves that
-    env (``export -p`` into ``BUNDLE_DIR/container-env``, 0640) and checks it runs as root
+    env (``export -p`` into ``RUN_DIR/container-env``, 0640: the container's own tmpfs, empty at
+    every start, so nothing can have put a link there) and checks it runs as root
     (``/proc/self/status``; exit 64 if not). Then one shell under ``env -i`` with a fixed PATH,
     nothing of the container's env in effect: it makes the bundle's ``ssh/`` (0711: sshd
     reads ``authorized_keys`` there as the user; the private keys in it are 0600) and sshd's
@@ -285,7 +286,7 @@ def pack_entrypoint_argv() -> list[str]:
     and sshd, nothing else (issue 22). Unpacking again at every start (docker restart) rewrites
     the same files.
     """
-    packs, bundle = shlex.quote(BUNDLE_DIR), shlex.quote(RUN_DIR)
+    packs, run = shlex.quote(BUNDLE_DIR), shlex.quote(RUN_DIR)
     ssh_dir = posixpath.dirname(USER_KEY)
     unpack = "\n".join([  # under env -i: no variable is set but PATH and LC_ALL
         f'[ -d "$1"/{ssh_dir} ] && [ -d {PRIVSEP_DIR} ] || mkdir -p -m 711 "$1"/{ssh_dir}'
@@ -301,7 +302,7 @@ def pack_entrypoint_argv() -> list[str]:
         " exit 70; }",
         'bundle=$1',
         "shift",
-        f'set -- "$bundle" {packs}/container-env "$@"',
+        'set -- "$bundle" "$bundle/container-env" "$@"',
         '. "$bundle/setup.sh"',
     ])
     script = "\n".join([
@@ -309,7 +310,7 @@ def pack_entrypoint_argv() -> list[str]:
         "(",
         "  umask 027",
         # first, before this shell assigns any variable: the env exactly as the container got it
-        f"  command export -p 2>/dev/null > {packs}/container-env",
+        f"  command export -p 2>/dev/null > {run}/container-env",
         "  saved=$?",
         "  euid=''",
         "  while read -r key _ euid _; do [ \"$key\" != Uid: ] || break; done < /proc/self/status",
@@ -317,12 +318,13 @@ def pack_entrypoint_argv() -> list[str]:
         ' (it creates the user and starts sshd); do not set the container\'s user" >&2;'
         ' exit 64; }',
         '  [ "$saved" -eq 0 ] || { echo "cluster-session: error: cannot save the container\'s'
-        f' environment into {packs}" >&2; exit 70; }}',
+        f' environment into {run} (the Pulumi program gives every container a tmpfs there)"'
+        " >&2; exit 70; }",
         ") || exit",
         "env=/usr/bin/env",
         '[ -x "$env" ] || env=/bin/env',
         f'exec "$env" -i PATH={ROOT_PATH} LC_ALL=C /bin/sh -c {shlex.quote(unpack)} entrypoint'
-        f' {bundle} "$(umask)" "${{BACKENDAI_CLUSTER_HOSTS-}}" "$@"',
+        f' {run} "$(umask)" "${{BACKENDAI_CLUSTER_HOSTS-}}" "$@"',
     ])
     return ["/bin/sh", "-c", script, "entrypoint"]
 
