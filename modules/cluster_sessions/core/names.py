@@ -48,6 +48,10 @@ POOL_DEFINITION_KEY = "pool-definition"  # a pool stack's AgentPool file
 # the host port of each service of main1, JSON {"name": port}: chosen by `sessionctl up` from
 # what main1's agent publishes (core.services), read by the program
 SERVICE_PORTS_KEY = "service-ports"
+# kept decisions (core/decisions.py): the stack's identity on a pool, and where each container
+# runs (agent, GPU ids) with the shape it was decided for
+STACK_ID_KEY = "stack-id"
+PLACEMENT_KEY = "placement"
 
 
 # The project's folder of stack configs and the files they name, beside Pulumi.yaml; the

@@ -106,8 +106,8 @@ def take(agents: Sequence[Free], placement: Placement, req: Request) -> list[Fre
     for agent in agents:
         slots = used.get(agent.name, [])
         gone = {g for s in slots for g in s.gpus}
-        left.append(Free(agent.name, agent.millicpu - len(slots) * req.millicpu,
-                         agent.mem - len(slots) * req.mem,
+        left.append(Free(agent.name, max(0, agent.millicpu - len(slots) * req.millicpu),
+                         max(0, agent.mem - len(slots) * req.mem),
                          tuple(g for g in agent.gpus if g not in gone)))
     return left
 

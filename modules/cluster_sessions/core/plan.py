@@ -26,7 +26,7 @@ from .names import (
     SESSION_ID_LABEL,
     SESSION_LABEL,
 )
-from .placement import Free, Placement, Request, place, take
+from .placement import Free, Placement, Request, Slot, place, take
 from .problems import DefinitionError, Problem
 from .services import ALL_ADDRESSES, LOOPBACK, bind_address, service_url
 from .spec import (
@@ -188,6 +188,13 @@ class ClusterPlan:
     def pending(self) -> bool:
         return self.status == "pending"
 
+    @property
+    def placement(self) -> Placement:
+        """Where the containers run (agent, GPU ids), in host order: what core.decisions keeps."""
+        if self.pending:
+            return Placement(reason=self.reason)
+        return Placement(tuple(Slot(c.agent or "", c.gpus) for c in self.containers))
+
 
 
 
@@ -271,16 +278,25 @@ def session_copies(session: Session) -> tuple[Session, ...]:
                  for i in range(1, session.count + 1))
 
 
-def build_plans(session: Session, pool: Pool,
-                free: Sequence[Free] | None = None) -> tuple[ClusterPlan, ...]:
+def build_plans(session: Session, pool: Pool, free: Sequence[Free] | None = None,
+                kept: Mapping[str, Placement] | None = None) -> tuple[ClusterPlan, ...]:
     """Every session of a definition, planned together: each is placed on what the ones before
     it left, and when one does not fit, all are pending with the reason (none is launched
-    while another cannot be)."""
+    while another cannot be). ``kept``: the placements already decided (core.decisions), by
+    session name: those sessions stay where they are, and the others are placed on what is
+    left beside them."""
     copies = session_copies(session)
+    kept = kept or {}
     left = list(pool_capacity(pool) if free is None else free)
+    for copy in copies:
+        if copy.name in kept:
+            left = take(left, kept[copy.name], request_of(copy.resources))
     placements: list[Placement] = []
     for copy in copies:
         request = request_of(copy.resources)
+        if copy.name in kept:
+            placements.append(kept[copy.name])
+            continue
         placement = place(copy.cluster.mode, copy.cluster.size, request, left)
         if len(placement.agents) > 1 and pool.swarm is None:  # no one to make the overlay
             placement = Placement(reason=no_swarm_reason(pool))

@@ -1,0 +1,144 @@
+"""Decisions made once, at a session's first ``up``, and kept in its stack's config.
+
+A shared pool changes under a session (others come and go), so what ``up`` decided from the
+engines must not be decided again by the next ``up`` or by a direct ``pulumi up -s NAME``:
+each such decision is one stack-config key, written by ``sessionctl`` (under the pool's lock,
+where the decision depends on the pool) and read by the program. This module is that one
+mechanism: the keys, their values' form, and when a kept value no longer holds.
+
+- ``stack-id``: who the stack is on a pool (random, on every label of what it makes), so that
+  a second stack with the same session name is refused instead of sweeping the first's objects.
+- ``placement``: each container's agent and GPU ids, with the shape they were decided for; the
+  session is placed again only when that shape changes (size, resources, mode, pool) or an
+  agent or GPU it holds left the pool: never because someone else came or left.
+- ``service-ports``: main1's host ports (core.services chooses them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .names import PLACEMENT_KEY, SERVICE_PORTS_KEY, STACK_ID_KEY
+from .placement import Placement, Slot
+from .spec import Pool, Session
+
+KEPT_KEYS = (STACK_ID_KEY, PLACEMENT_KEY, SERVICE_PORTS_KEY)
+
+_STACK_ID = re.compile(r"^[0-9a-f]{16}$")
+
+
+def new_stack_id() -> str:
+    """A stack's identity: 64 random bits, hex (labels and config hold it as is)."""
+    return secrets.token_hex(8)
+
+
+def valid_stack_id(value: object) -> bool:
+    return isinstance(value, str) and bool(_STACK_ID.match(value))
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a placement was decided for: a change of any of it places the session again."""
+
+    pool: str
+    mode: str
+    size: int
+    millicpu: int
+    mem: int
+    gpu: int
+
+    @classmethod
+    def of(cls, session: Session, pool: Pool) -> Shape:
+        r = session.resources
+        return cls(pool.name, session.cluster.mode, session.cluster.size, r.millicpu, r.mem,
+                   r.gpu)
+
+    def changes(self, new: Shape) -> list[str]:
+        """Each field that differs, as ``name old -> new``."""
+        return [f"{name} {getattr(self, name)} -> {getattr(new, name)}"
+                for name in self.__dataclass_fields__
+                if getattr(self, name) != getattr(new, name)]
+
+
+@dataclass(frozen=True)
+class KeptPlacement:
+    shape: Shape
+    slots: tuple[Slot, ...]
+
+    def to_config(self) -> str:
+        return json.dumps({"shape": {k: getattr(self.shape, k)
+                                     for k in self.shape.__dataclass_fields__},
+                           "slots": [[s.agent, list(s.gpus)] for s in self.slots]},
+                          separators=(",", ":"))
+
+    @classmethod
+    def from_config(cls, text: str) -> KeptPlacement:
+        """Raises ValueError for anything but what :meth:`to_config` writes."""
+        doc = json.loads(text)
+        if not isinstance(doc, dict) or set(doc) != {"shape", "slots"}:
+            raise ValueError("not a placement")
+        shape_doc, slots_doc = doc["shape"], doc["slots"]
+        fields = Shape.__dataclass_fields__
+        if not isinstance(shape_doc, dict) or set(shape_doc) != set(fields):
+            raise ValueError("not a placement shape")
+        for name, f in fields.items():
+            want = str if f.type == "str" else int
+            value = shape_doc[name]
+            if type(value) is not want:
+                raise ValueError(f"shape.{name} is not a {want.__name__}")
+        if not isinstance(slots_doc, list) or not slots_doc:
+            raise ValueError("no slots")
+        slots = []
+        for item in slots_doc:
+            if (not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], str)
+                    or not isinstance(item[1], list)
+                    or not all(type(g) is int and g >= 0 for g in item[1])):
+                raise ValueError("not a slot")
+            slots.append(Slot(item[0], tuple(item[1])))
+        shape = Shape(**shape_doc)
+        if len(slots) != shape.size:
+            raise ValueError("slots and size differ")
+        return cls(shape, tuple(slots))
+
+    @property
+    def placement(self) -> Placement:
+        return Placement(self.slots)
+
+
+def kept_placement(session: Session, pool: Pool, placement: Placement) -> KeptPlacement:
+    return KeptPlacement(Shape.of(session, pool), placement.slots)
+
+
+def replace_reason(kept: KeptPlacement | None, session: Session, pool: Pool) -> str | None:
+    """Why ``session`` must be placed (again), or None when ``kept`` still holds."""
+    if kept is None:
+        return "it has not been placed yet"
+    changes = kept.shape.changes(Shape.of(session, pool))
+    if changes:
+        return f"its shape changed ({', '.join(changes)})"
+    agents = {a.name: a for a in pool.agents}
+    for slot in kept.slots:
+        agent = agents.get(slot.agent)
+        if agent is None:
+            return f"agent {slot.agent} it runs on is no longer in pool {pool.name}"
+        gone = [g for g in slot.gpus if g not in agent.capacity.gpus]
+        if gone:
+            return (f"GPU {','.join(map(str, gone))} it holds is no longer declared on agent "
+                    f"{slot.agent}")
+    if len({s.agent for s in kept.slots}) > 1 and pool.swarm is None:
+        return f"it spans several agents and pool {pool.name} has no swarm manager now"
+    return None
+
+
+def read_placement(value: str | None) -> KeptPlacement | None:
+    """The kept placement in a config value; None when absent. ValueError when malformed."""
+    return KeptPlacement.from_config(value) if value else None
+
+
+def kept_values(config: Mapping[str, str | None]) -> dict[str, str]:
+    """The kept decisions among a stack's config (short keys), those that are set."""
+    return {k: v for k in KEPT_KEYS if (v := config.get(k))}
