@@ -19,11 +19,12 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .names import PLACEMENT_KEY, SERVICE_PORTS_KEY, STACK_ID_KEY
-from .placement import Placement, Slot
+from .placement import Free, Placement, Slot, holds, take
+from .plan import ClusterPlan, place_sessions, request_of
 from .spec import Pool, Session
 
 KEPT_KEYS = (STACK_ID_KEY, PLACEMENT_KEY, SERVICE_PORTS_KEY)
@@ -142,3 +143,35 @@ def read_placement(value: str | None) -> KeptPlacement | None:
 def kept_values(config: Mapping[str, str | None]) -> dict[str, str]:
     """The kept decisions among a stack's config (short keys), those that are set."""
     return {k: v for k in KEPT_KEYS if (v := config.get(k))}
+
+
+@dataclass(frozen=True)
+class Decided:
+    """The plans of the sessions an ``up`` places, and for each what became of its kept
+    placement: ``kept``, or why it was placed (again)."""
+
+    plans: tuple[ClusterPlan, ...]
+    notes: Mapping[str, str]
+
+
+def decide(copies: Sequence[Session], pool: Pool, free: Sequence[Free],
+           kept: Mapping[str, KeptPlacement | None]) -> Decided:
+    """Place ``copies`` on ``free`` (live free capacity, their own holdings left out): each
+    keeps its kept placement where its shape is unchanged and what it names is still free
+    (a running session always is: it holds it), else is placed anew beside the kept ones."""
+    keep: dict[str, Placement] = {}
+    notes: dict[str, str] = {}
+    left = list(free)
+    for copy in copies:
+        recorded = kept.get(copy.name)
+        reason = replace_reason(recorded, copy, pool)
+        if reason is None and recorded is not None:
+            request = request_of(copy.resources)
+            if holds(left, recorded.placement, request):
+                keep[copy.name] = recorded.placement
+                left = take(left, recorded.placement, request)
+                notes[copy.name] = "kept"
+                continue
+            reason = "what it held was taken by others while it was not running"
+        notes[copy.name] = reason or "it has not been placed yet"
+    return Decided(place_sessions(copies, pool, free, keep), notes)

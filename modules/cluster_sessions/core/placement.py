@@ -112,6 +112,23 @@ def take(agents: Sequence[Free], placement: Placement, req: Request) -> list[Fre
     return left
 
 
+def holds(agents: Sequence[Free], placement: Placement, req: Request) -> bool:
+    """Whether ``agents`` can still give every slot of ``placement`` (its agents' cpu and
+    memory, its very GPU ids): a kept placement is kept only where it still fits."""
+    by_name = {a.name: a for a in agents}
+    count: dict[str, int] = {}
+    for slot in placement.slots:
+        count[slot.agent] = count.get(slot.agent, 0) + 1
+    for name, n in count.items():
+        agent = by_name.get(name)
+        if agent is None or n * req.millicpu > agent.millicpu or n * req.mem > agent.mem:
+            return False
+        wanted = [g for s in placement.slots if s.agent == name for g in s.gpus]
+        if len(set(wanted)) != len(wanted) or not set(wanted) <= set(agent.gpus):
+            return False
+    return True
+
+
 def _fill(chosen: list[tuple[Free, int]], req: Request) -> tuple[Slot, ...]:
     slots: list[Slot] = []
     for agent, count in chosen:

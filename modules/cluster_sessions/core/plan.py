@@ -285,7 +285,13 @@ def build_plans(session: Session, pool: Pool, free: Sequence[Free] | None = None
     while another cannot be). ``kept``: the placements already decided (core.decisions), by
     session name: those sessions stay where they are, and the others are placed on what is
     left beside them."""
-    copies = session_copies(session)
+    return place_sessions(session_copies(session), pool, free, kept)
+
+
+def place_sessions(copies: Sequence[Session], pool: Pool, free: Sequence[Free] | None = None,
+                   kept: Mapping[str, Placement] | None = None) -> tuple[ClusterPlan, ...]:
+    """:func:`build_plans` for some of a definition's sessions (an ``up --index I`` places
+    only session I, beside what the others hold on the engines)."""
     kept = kept or {}
     left = list(pool_capacity(pool) if free is None else free)
     for copy in copies:
@@ -308,6 +314,12 @@ def build_plans(session: Session, pool: Pool, free: Sequence[Free] | None = None
         placements.append(placement)
         left = take(left, placement, request)
     return tuple(_plan(c, pool, p) for c, p in zip(copies, placements, strict=True))
+
+
+def plan_placed(session: Session, pool: Pool, placement: Placement) -> ClusterPlan:
+    """The plan of one session (a copy, with ``count``) where ``placement`` puts it: a kept
+    decision (core.decisions), read back by the program."""
+    return _plan(session, pool, placement)
 
 
 def build_plan(session: Session, pool: Pool, free: Sequence[Free] | None = None) -> ClusterPlan:

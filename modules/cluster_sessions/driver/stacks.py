@@ -56,10 +56,12 @@ from ..agents.capacity import preflight
 from ..agents.cleanup import sweep
 from ..agents.folders import folder_refusals
 from ..agents.reach import LOCAL, reach_of
+from ..core.decisions import kept_placement
 from ..core.loader import Loaded
 from ..core.names import (
     DEFAULT_DOCKER_HOSTS,
     DOCKER_CLIENT_ENV,
+    PLACEMENT_KEY,
     SERVICE_PORTS_KEY,
     STACKS_DIR,
     config_key,
@@ -68,6 +70,7 @@ from ..core.plan import ClusterPlan
 from ..core.spec import Agent, Pool
 from . import service_ports
 from .errors import CommandError, Exit
+from .placing import parse_duration, placed, recorded_placements
 from .session_args import EPILOG, add_session_args, selected
 from .stack_lock import StackBusy, service_ports_lock, stack_lock
 from .stack_settings import (
@@ -412,23 +415,67 @@ def run_stacks(args: argparse.Namespace, verb: str, sel: Any, stacks: dict[str, 
                                      f"sessionctl {verb} {config_path(definition, stacks_dir)}"))
                for index, plan in sel.chosen]
     pending = sel.pending
-    if verb in ("preview", "up") and pending is None:
-        # Every agent the plans use answers, and is what each plan assumes (swarm membership,
-        # encryption support) before anything is created: no half-made session.
-        mine = [p.name for p in sel.plans]
-        for agents in dict.fromkeys(p.agents for _, p in sel.chosen):
-            preflight(sel.loaded.pool, agents, exclude_session=mine)
-        refuse_unusable_folders(definition, sel)
     try:
-        refuse_taken_stacks([t for _, t in targets], prepared)
+        recorded = refuse_taken_stacks([t for _, t in targets], prepared)
     except CommandError as exc:
         report_all("invalid", backend=prepared.settings.backend_url, error=str(exc))
         raise
     with contextlib.ExitStack() as held:
+        if verb in ("preview", "up") and pending is None:
+            sel, targets = with_live_placement(args, verb, sel, targets, recorded, held,
+                                               report_all, prepared.settings.backend_url)
+            # Every agent the plans use answers, and is what each plan assumes (swarm
+            # membership, encryption support) before anything is created: no half-made session.
+            mine = [p.name for p in sel.plans]
+            for agents in dict.fromkeys(p.agents for _, p in sel.chosen):
+                preflight(sel.loaded.pool, agents, exclude_session=mine)
+            refuse_unusable_folders(definition, sel)
         if verb in ("preview", "up") and pending is None \
                 and any(p.services for _, p in sel.chosen):
             targets = with_service_ports(verb, sel, targets, prepared, held, report_all)
         return run_targets(args, verb, sel, targets, prepared, docs, emit_docs)
+
+
+def with_live_placement(args: argparse.Namespace, verb: str, sel: Any, targets: list,
+                        recorded: Mapping[str, Mapping[str, str]], held: contextlib.ExitStack,
+                        report_all: Callable[..., None], backend: str) -> tuple[Any, list]:
+    """``sel`` and ``targets`` placed on the pool's live free capacity (driver.placing): each
+    session keeps the placement its stack recorded while its shape is unchanged, else is
+    placed anew; for ``up`` under the pool's lock, with reservations ``held`` until the
+    caller's ``up``s are done. The placement goes into each stack's config, where the
+    program reads it."""
+    pool = sel.loaded.pool
+    stack_of = {plan.name: target.stack for plan, target in targets}
+    kept = recorded_placements({p.name: recorded.get(stack_of[p.name], {})
+                                for _, p in sel.chosen})
+    try:
+        decided = held.enter_context(placed(
+            pool, [p.session for _, p in sel.chosen], kept, "", reserve=verb == "up",
+            wait=getattr(args, "wait", None)))
+    except CommandError as exc:
+        if exc.code == Exit.PENDING:
+            report_all("pending", backend=backend, reason=str(exc).removeprefix("pending: "))
+        else:
+            report_all("failed", backend=backend, error=str(exc))
+        raise CommandError(f"{args.file}: {exc}", exc.code) from None
+    by_name = {p.name: p for p in decided.plans}
+    if not args.json:
+        for plan in decided.plans:
+            note = decided.notes.get(plan.name, "")
+            where = ", ".join(f"{c.host}@{c.agent}" + (f" gpu {','.join(map(str, c.gpus))}"
+                                                        if c.gpus else "")
+                              for c in plan.containers[:8])
+            more = f", +{len(plan.containers) - 8}" if len(plan.containers) > 8 else ""
+            what = ("keeps its placement" if note == "kept"
+                    else f"placed on live capacity ({note})")
+            print(f"sessionctl {verb}: {plan.name} {what}: {where}{more}", file=sys.stderr)
+    sel = dataclasses.replace(sel, plans=tuple(by_name.get(p.name, p) for p in sel.plans))
+    targets = [(by_name.get(plan.name, plan), dataclasses.replace(target, config={
+        **target.config,
+        config_key(PLACEMENT_KEY): kept_placement(plan.session, pool,
+                                                  by_name[plan.name].placement).to_config()}))
+        if plan.name in by_name else (plan, target) for plan, target in targets]
+    return sel, targets
 
 
 def with_service_ports(verb: str, sel: Any, targets: list, prepared: Prepared,
@@ -495,20 +542,24 @@ def refuse_unusable_folders(definition: Path, sel: Any) -> None:
                            Exit.INVALID)
 
 
-def refuse_taken_stacks(targets: Sequence[Target], prepared: Prepared) -> None:
+def refuse_taken_stacks(targets: Sequence[Target], prepared: Prepared
+                        ) -> dict[str, dict[str, str]]:
     """Before any stack is created or changed: refuse (exit 2) when a stack of ``targets``
     already exists and was made from another file (:func:`owner_conflict`). One
-    ``list_stacks``, and one config read per stack that exists."""
+    ``list_stacks``, and one config read per stack that exists; returns those configs by
+    stack (the kept decisions are read from them: core.decisions)."""
     from pulumi import automation as auto
 
     workspace = open_workspace(prepared.project, prepared.settings, prepared.pulumi)
     try:
         existing = {s.name for s in workspace.list_stacks()}
         problems = []
+        configs: dict[str, dict[str, str]] = {}
         for target in targets:
             if target.stack.rsplit("/", 1)[-1] not in existing:
                 continue
             recorded = {k: v.value for k, v in workspace.get_all_config(target.stack).items()}
+            configs[target.stack] = recorded
             problem = owner_conflict(target.stack, recorded, target.config)
             if problem:
                 problems.append(problem)
@@ -516,6 +567,7 @@ def refuse_taken_stacks(targets: Sequence[Target], prepared: Prepared) -> None:
         raise CommandError(f"could not read the stacks' config: {exc}", Exit.ENGINE) from None
     if problems:
         raise CommandError("\n".join(problems), Exit.INVALID)
+    return configs
 
 
 def session_target(args: argparse.Namespace, pool: Pool, plan: ClusterPlan, stack: str,
@@ -667,6 +719,13 @@ def register(subparsers) -> None:
                            help="do not ask for confirmation (required without a terminal)")
         else:
             p.set_defaults(yes=False)
+        if verb == "up":
+            p.add_argument("--wait", nargs="?", type=parse_duration, const=float("inf"),
+                           metavar="DURATION",
+                           help="when the pool cannot hold the session now, queue for it "
+                           "(first come, first served; progress on stderr; Ctrl-C leaves the "
+                           "queue) instead of exiting 3; DURATION (90s, 10m, 2h) bounds the "
+                           "wait, then exit 3 with the reason")
         if verb in ("preview", "up"):
             p.add_argument("--diff", action="store_true",
                            help="show a detailed property diff in the live output")

@@ -29,18 +29,26 @@ from pathlib import Path
 
 import pulumi
 
+from ..core.decisions import read_placement, replace_reason
 from ..core.errors import InvalidInput
 from ..core.loader import Loaded, load_session
 from ..core.names import (
     CONFIG_NAMESPACE,
     DEFINITION_KEY,
     INDEX_KEY,
+    PLACEMENT_KEY,
     POOL_KEY,
     PROVIDER_STEERING_ENV,
     SERVICE_PORTS_KEY,
     STACKS_DIR,
 )
-from ..core.plan import ClusterPlan, build_plans, check_usable, with_service_ports
+from ..core.plan import (
+    ClusterPlan,
+    build_plans,
+    check_usable,
+    plan_placed,
+    with_service_ports,
+)
 from ..core.problems import DefinitionError
 from ..core.services import allocate
 from .session import Session, SessionArgs, SessionPending
@@ -141,6 +149,33 @@ def service_ports(plan: ClusterPlan, recorded: str | None) -> ClusterPlan:
     return with_service_ports(plan, chosen_.ports)
 
 
+def kept_placement(plan: ClusterPlan, loaded: Loaded, recorded: str | None) -> ClusterPlan:
+    """``plan`` where ``sessionctl up`` placed it on the pool's live capacity (the stack's
+    kept placement, core.decisions), so a direct ``pulumi up`` makes the same session. A
+    placement decided for another shape is not used: the session must be placed again, on
+    live capacity, by ``sessionctl up``. Without one (a stack ``sessionctl`` never placed),
+    the declared-capacity plan, said as a warning."""
+    if not recorded:
+        if not plan.pending:
+            pulumi.log.warn(f"session {plan.name}: placed on the pool's declared capacity, "
+                            "without looking at what the agents hold; `sessionctl up` places "
+                            "it on live capacity and records it in the stack's config")
+        return plan
+    try:
+        kept = read_placement(recorded)
+    except (ValueError, TypeError):
+        raise InvalidDefinition(f"stack config {CONFIG_NAMESPACE}:{PLACEMENT_KEY} is not a "
+                                "placement sessionctl wrote; remove it and run `sessionctl up`"
+                                ) from None
+    assert kept is not None
+    reason = replace_reason(kept, plan.session, loaded.pool)
+    if reason is not None:
+        raise InvalidDefinition(f"session {plan.name} must be placed again ({reason}); "
+                                "nothing was changed: `sessionctl up` places it on the pool's "
+                                "live capacity")
+    return plan_placed(plan.session, loaded.pool, kept.placement)
+
+
 def run(project_dir: Path) -> Session:
     """Build this stack's Session and export its outputs."""
     check_environment(os.environ)
@@ -149,6 +184,7 @@ def run(project_dir: Path) -> Session:
     plans = build_plans(loaded.session, loaded.pool)
     config = pulumi.Config(CONFIG_NAMESPACE)
     plan = chosen(plans, config.get(INDEX_KEY) or None, stack)
+    plan = kept_placement(plan, loaded, config.get(PLACEMENT_KEY))
     if plan.pending:  # before any resource, so nothing is created (Session checks it too)
         raise SessionPending(f"session {plan.name!r} is pending, nothing was created: "
                              f"{plan.reason}")

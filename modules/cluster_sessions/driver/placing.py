@@ -1,0 +1,199 @@
+"""Placing sessions on the pool's live free capacity at ``up`` and ``preview`` (issue 31):
+what the engines hold is read (agents.capacity probes, the ledger's reservations), the
+decision is core.decisions' pure ``decide``, and for ``up`` it is made under the pool's lock
+and held by a reservation until the ``up`` ends (agents.pool_ledger). ``--wait`` queues.
+docs/scheduling.md tells the whole story."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+import time
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+
+from ..agents.capacity import AgentReport, PreflightError, probe_pool
+from ..agents.pool_ledger import (
+    QUEUE_LEASE,
+    RESERVATION_LEASE,
+    Entry,
+    Holder,
+    Ledger,
+    PoolBusy,
+)
+from ..core.decisions import Decided, KeptPlacement, decide, read_placement
+from ..core.names import PLACEMENT_KEY, config_key
+from ..core.placement import Free
+from ..core.plan import ClusterPlan
+from ..core.spec import Pool, Session
+from .errors import CommandError, Exit
+
+WAIT_POLL = 2.0  # seconds between looks while queued
+
+
+def parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``10m``, ``2h`` as seconds (argparse type of ``--wait``)."""
+    import argparse
+
+    units = {"s": 1, "m": 60, "h": 3600}
+    value, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "s")
+    try:
+        seconds = float(value) * units[unit]
+    except ValueError:
+        seconds = -1
+    if not 0 < seconds < 10**8 or math.isnan(seconds):
+        raise argparse.ArgumentTypeError("must be a duration: seconds, or 90s, 10m, 2h")
+    return seconds
+
+
+def recorded_placements(configs: Mapping[str, Mapping[str, str]]
+                        ) -> dict[str, KeptPlacement | None]:
+    """The kept placement in each session's recorded stack config (by session name); a value
+    that is not one (edited by hand) counts as none, and is said."""
+    found: dict[str, KeptPlacement | None] = {}
+    for session, config in configs.items():
+        try:
+            found[session] = read_placement(config.get(config_key(PLACEMENT_KEY)))
+        except (ValueError, TypeError):
+            print(f"sessionctl: {session}: the recorded placement is not one sessionctl wrote; "
+                  "placing the session again", file=sys.stderr)
+            found[session] = None
+    return found
+
+
+def _holdings(report_held: Sequence, reservations: Sequence[Entry], agent: str,
+              exclude: Collection[str]) -> tuple[int, int, set[int]]:
+    """What others hold on ``agent``: per session the larger of its containers and its
+    reservation (an ``up`` under way has both), GPU ids of either."""
+    sessions: dict[str, list[int | set[int]]] = {}
+    for h in report_held:
+        if h.session in exclude:
+            continue
+        cur = sessions.setdefault(h.session, [0, 0, set(), 0, 0])
+        cur[0] += h.millicpu
+        cur[1] += h.mem
+        cur[2] |= set(h.gpus)
+    for r in reservations:
+        if r.session in exclude:
+            continue
+        held = r.holds.get(agent)
+        if not isinstance(held, dict):
+            continue
+        cur = sessions.setdefault(r.session, [0, 0, set(), 0, 0])
+        cur[3] += int(held.get("cpu", 0))
+        cur[4] += int(held.get("mem", 0))
+        cur[2] |= {int(g) for g in held.get("gpus", [])}
+    cpu = sum(max(c[0], c[3]) for c in sessions.values())
+    mem = sum(max(c[1], c[4]) for c in sessions.values())
+    gpus: set[int] = set().union(*(c[2] for c in sessions.values())) if sessions else set()
+    return cpu, mem, gpus
+
+
+def live_free(reports: Sequence[AgentReport], reservations: Sequence[Entry],
+              exclude: Collection[str]) -> list[Free]:
+    """Declared (less GPUs the machine lacks) − what other sessions' containers and live
+    reservations hold, per agent in pool order."""
+    free = []
+    for report in reports:
+        assert report.total is not None
+        cpu, mem, gpus = _holdings(report.held, reservations, report.name, exclude)
+        total = report.total
+        free.append(Free(total.name, max(0, total.millicpu - cpu), max(0, total.mem - mem),
+                         tuple(g for g in total.gpus if g not in gpus)))
+    return free
+
+
+def holds_of(plan: ClusterPlan) -> dict[str, dict[str, object]]:
+    """What a plan takes, per agent (a reservation's content)."""
+    out: dict[str, dict[str, object]] = {}
+    res = plan.resources
+    for c in plan.containers:
+        cur = out.setdefault(c.agent or "", {"cpu": 0, "mem": 0, "gpus": []})
+        cur["cpu"] = int(cur["cpu"]) + res.millicpu  # type: ignore[call-overload]
+        cur["mem"] = int(cur["mem"]) + res.mem  # type: ignore[call-overload]
+        cur["gpus"] = [*cur["gpus"], *c.gpus]  # type: ignore[misc]
+    return out
+
+
+def probe(pool: Pool) -> list[AgentReport]:
+    reports = probe_pool(pool)
+    if not all(r.ok for r in reports):
+        raise PreflightError(pool, reports, " to read what the pool holds")
+    return reports
+
+
+def place_live(pool: Pool, copies: Sequence[Session], kept: Mapping[str, KeptPlacement | None],
+               ledger: Ledger, exclude: Collection[str]) -> Decided:
+    """The decision on what the engines show now (call under the pool's lock for ``up``)."""
+    reports = probe(pool)
+    reservations = ledger.live("reservation")
+    return decide(copies, pool, live_free(reports, reservations, exclude), kept)
+
+
+def pending_error(decided: Decided) -> CommandError | None:
+    pending = next((p for p in decided.plans if p.pending), None)
+    if pending is None:
+        return None
+    return CommandError(f"pending: {pending.reason}; nothing was created", Exit.PENDING)
+
+
+def _say(line: str) -> None:
+    print(f"sessionctl up: {line}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def placed(pool: Pool, copies: Sequence[Session], kept: Mapping[str, KeptPlacement | None],
+           stack_id: str, *, reserve: bool, wait: float | None = None,
+           say: Callable[[str], None] = _say) -> Iterator[Decided]:
+    """Decide where ``copies`` go on live capacity; with ``reserve`` (``up``), one decision at
+    a time per pool and a reservation per session held until the block ends. ``wait``
+    (seconds, ``inf``): queue instead of failing when they do not fit (first come, first
+    served). Raises CommandError (exit 3) when pending, 1 when the pool cannot be read."""
+    names = [c.name for c in copies]
+    holder = Holder(", ".join(names))
+    with contextlib.ExitStack() as held:
+        try:
+            ledger = held.enter_context(Ledger.open(pool))
+        except PoolBusy as exc:
+            raise CommandError(str(exc), Exit.ENGINE) from None
+        if not reserve:  # preview: where it would go now, nothing held
+            decided = place_live(pool, copies, kept, ledger, names)
+            yield decided
+            return
+        queued = None
+        if wait is not None:
+            queued = ledger.renewed("queue", names[0], stack_id, holder, QUEUE_LEASE)
+            held.callback(queued.close)
+        deadline = time.monotonic() + (wait or 0)
+        shown = ""
+        while True:
+            with ledger.locked(holder, on_wait=lambda who: say(
+                    f"pool {pool.name} is deciding a placement for {who}; waiting")) as taken:
+                queue = [e for e in ledger.live("queue") if e.session not in names]
+                ahead = [e for e in queue if queued is None or e.arrival < queued.arrival
+                         or (e.arrival == queued.arrival and e.name < queued.current)]
+                decided = place_live(pool, copies, kept, ledger, names) if not ahead else None
+                error = (pending_error(decided) if decided is not None else CommandError(
+                    f"pending: {len(ahead)} session(s) wait in pool {pool.name}'s queue ahead "
+                    f"(first: {ahead[0].session}); `sessionctl up FILE --wait` joins the "
+                    "queue; nothing was created", Exit.PENDING))
+                if error is None and not ledger.still_locked(taken):
+                    continue  # the decision outlived the lock's lease: decide again
+                if error is None:
+                    assert decided is not None
+                    for plan in decided.plans:
+                        held.enter_context(contextlib.closing(ledger.renewed(
+                            "reservation", plan.name, stack_id, holder, RESERVATION_LEASE,
+                            holds_of(plan))))
+                    break
+            if wait is None or time.monotonic() > deadline:
+                raise error
+            line = str(error).removeprefix("pending: ")
+            if line != shown:
+                say(f"queued in pool {pool.name}"
+                    f"{f' behind {len(ahead)}' if ahead else ' (first)'}: {line}")
+                shown = line
+            time.sleep(WAIT_POLL)
+        if queued is not None:
+            queued.close()
+        yield decided

@@ -1,0 +1,164 @@
+"""Decisions kept in a stack's config (core/decisions.py): the placement's form, when it still
+holds, and the decision that keeps it or places the session anew beside the kept ones."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cluster_sessions.core import decisions
+from cluster_sessions.core.decisions import KeptPlacement, Shape, decide, replace_reason
+from cluster_sessions.core.placement import Free, Placement, Request, Slot, holds
+from cluster_sessions.core.plan import build_plans, pool_capacity
+from cluster_sessions.core.spec import Pool, Session
+
+from . import factories
+
+GIB = 2**30
+
+
+def pool_of(*agents: dict, swarm: str | None = None) -> Pool:
+    extra = {"swarm": {"manager": swarm}} if swarm else {}
+    return Pool.model_validate(factories.pool("p", *agents, **extra))
+
+
+def session_of(name: str = "sess", gpu: int = 0, count: int = 1, **over) -> Session:
+    doc = factories.session(name, pool="p", **over)
+    doc["resources"]["gpu"] = gpu
+    if count > 1:
+        doc["count"] = count
+    return Session.model_validate(doc)
+
+
+def two_agents() -> Pool:
+    return pool_of(factories.agent("a1", cpu=2, mem="4g", gpus=[0, 1]),
+                   factories.agent("a2", cpu=2, mem="4g", gpus=[0, 1]), swarm="a1")
+
+
+def test_a_kept_placement_reads_back_what_it_wrote():
+    kept = KeptPlacement(Shape("p", "multi-node", 2, 1000, GIB, 1),
+                         (Slot("a1", (0,)), Slot("a2", (1,))))
+    assert KeptPlacement.from_config(kept.to_config()) == kept
+    assert json.loads(kept.to_config()) == {
+        "shape": {"pool": "p", "mode": "multi-node", "size": 2, "millicpu": 1000,
+                  "mem": GIB, "gpu": 1},
+        "slots": [["a1", [0]], ["a2", [1]]]}
+
+
+@pytest.mark.parametrize("text", [
+    "[]", "{}", '{"shape": {}, "slots": []}',
+    # a size that is not the slots' count, a GPU id that is a bool or negative, a float size
+    '{"shape":{"pool":"p","mode":"single-node","size":2,"millicpu":1,"mem":1,"gpu":0},'
+    '"slots":[["a1",[]]]}',
+    '{"shape":{"pool":"p","mode":"single-node","size":1,"millicpu":1,"mem":1,"gpu":1},'
+    '"slots":[["a1",[true]]]}',
+    '{"shape":{"pool":"p","mode":"single-node","size":1,"millicpu":1,"mem":1,"gpu":1},'
+    '"slots":[["a1",[-1]]]}',
+    '{"shape":{"pool":"p","mode":"single-node","size":1.0,"millicpu":1,"mem":1,"gpu":0},'
+    '"slots":[["a1",[]]]}',
+    '{"shape":{"pool":"p","mode":"single-node","size":1,"millicpu":1,"mem":1,"gpu":0},'
+    '"slots":[["a1",[]]],"extra":1}',
+    "not json",
+])
+def test_anything_but_a_placement_is_refused(text):
+    with pytest.raises(ValueError):
+        KeptPlacement.from_config(text)
+
+
+def kept_for(session: Session, pool: Pool, *slots: Slot) -> KeptPlacement:
+    return KeptPlacement(Shape.of(session, pool), slots)
+
+
+def test_a_placement_holds_while_the_shape_and_the_pool_keep_it():
+    pool = two_agents()
+    s = session_of(mode="multi-node", size=2, cpu=1, mem="1g", gpu=1)
+    kept = kept_for(s, pool, Slot("a1", (1,)), Slot("a2", (0,)))
+    assert replace_reason(kept, s, pool) is None
+    assert replace_reason(None, s, pool) == "it has not been placed yet"
+    bigger = session_of(mode="multi-node", size=3, cpu=1, mem="1g", gpu=1)
+    assert replace_reason(kept, bigger, pool) == "its shape changed (size 2 -> 3)"
+    more_mem = session_of(mode="multi-node", size=2, cpu=1, mem="2g", gpu=1)
+    assert replace_reason(kept, more_mem, pool) == \
+        f"its shape changed (mem {GIB} -> {2 * GIB})"
+    shrunk = pool_of(factories.agent("a1", cpu=2, mem="4g", gpus=[0, 1]), swarm="a1")
+    assert replace_reason(kept, s, shrunk) == "agent a2 it runs on is no longer in pool p"
+    fewer_gpus = pool_of(factories.agent("a1", cpu=2, mem="4g", gpus=[0]),
+                         factories.agent("a2", cpu=2, mem="4g", gpus=[0, 1]), swarm="a1")
+    assert replace_reason(kept, s, fewer_gpus) == \
+        "GPU 1 it holds is no longer declared on agent a1"
+    no_swarm = pool_of(factories.agent("a1", cpu=2, mem="4g", gpus=[0, 1]),
+                       factories.agent("a2", cpu=2, mem="4g", gpus=[0, 1]))
+    assert replace_reason(kept, s, no_swarm) == \
+        "it spans several agents and pool p has no swarm manager now"
+
+
+def test_holds_checks_every_slot_and_the_very_gpu_ids():
+    req = Request(1000, GIB, 1)
+    free = [Free("a1", 2000, 2 * GIB, (1,)), Free("a2", 1000, GIB, (0, 1))]
+    assert holds(free, Placement((Slot("a1", (1,)), Slot("a2", (0,)))), req)
+    assert not holds(free, Placement((Slot("a1", (0,)),)), req)  # GPU 0 of a1 is taken
+    assert not holds(free, Placement((Slot("a2", (0,)), Slot("a2", (1,)))), req)  # cpu
+    assert not holds(free, Placement((Slot("a1", (1,)), Slot("a1", (1,)))), req)  # twice
+    assert not holds(free, Placement((Slot("gone", ()),)), Request(1, 1, 0))
+
+
+def test_a_running_session_keeps_its_placement_whoever_came_or_left():
+    pool = two_agents()
+    s = session_of(cpu=1, mem="1g")
+    # placed on a2 when a1 was full; a1 is empty now: it stays on a2
+    kept = kept_for(s, pool, Slot("a2", ()))
+    decided = decide([s], pool, pool_capacity(pool), {s.name: kept})
+    assert decided.notes == {s.name: "kept"}
+    assert [c.agent for c in decided.plans[0].containers] == ["a2"]
+
+
+def test_a_changed_shape_is_placed_again_and_says_why():
+    pool = two_agents()
+    s = session_of(cpu=2, mem="1g")
+    kept = kept_for(session_of(cpu=1, mem="1g"), pool, Slot("a2", ()))
+    free = [Free("a1", 2000, 4 * GIB, ()), Free("a2", 1000, 4 * GIB, ())]
+    decided = decide([s], pool, free, {s.name: kept})
+    assert decided.notes == {s.name: "its shape changed (millicpu 1000 -> 2000)"}
+    assert [c.agent for c in decided.plans[0].containers] == ["a1"]
+
+
+def test_a_stopped_session_whose_place_was_taken_is_placed_elsewhere():
+    pool = two_agents()
+    s = session_of(cpu=2, mem="1g")
+    kept = kept_for(s, pool, Slot("a1", ()))
+    free = [Free("a1", 0, 4 * GIB, ()), Free("a2", 2000, 4 * GIB, ())]
+    decided = decide([s], pool, free, {s.name: kept})
+    assert decided.notes == {s.name: "what it held was taken by others while it was not "
+                             "running"}
+    assert [c.agent for c in decided.plans[0].containers] == ["a2"]
+
+
+def test_new_sessions_are_placed_beside_the_kept_ones():
+    pool = pool_of(factories.agent("a1", cpu=2, mem="4g"))
+    first, second = session_of("sess-1", cpu=1, mem="1g"), session_of("sess-2", cpu=1,
+                                                                       mem="1g")
+    kept = {first.name: kept_for(first, pool, Slot("a1", ())), second.name: None}
+    # what is free besides these two sessions' own holdings: one cpu (someone else holds one)
+    decided = decide([first, second], pool, [Free("a1", 1000, 4 * GIB, ())], kept)
+    assert decided.plans[1].pending and "short of cpu" in decided.plans[1].reason
+    decided = decide([first, second], pool, [Free("a1", 2000, 4 * GIB, ())], kept)
+    assert [p.status for p in decided.plans] == ["scheduled", "scheduled"]
+    assert decided.notes == {first.name: "kept", second.name: "it has not been placed yet"}
+
+
+def test_build_plans_keeps_given_placements_and_counts_them_as_taken():
+    pool = pool_of(factories.agent("a1", cpu=2, mem="4g", gpus=[0, 1]),
+                   factories.agent("a2", cpu=2, mem="4g", gpus=[0, 1]), swarm="a1")
+    s = session_of("sweep", count=2, cpu=2, mem="1g", gpu=1)
+    plans = build_plans(s, pool, kept={"sweep-1": Placement((Slot("a2", (1,)),))})
+    assert [(c.agent, c.gpus) for p in plans for c in p.containers] == [
+        ("a2", (1,)), ("a1", (0,))]
+
+
+def test_stack_ids_are_random_hex_and_checked():
+    ids = {decisions.new_stack_id() for _ in range(50)}
+    assert len(ids) == 50 and all(decisions.valid_stack_id(i) for i in ids)
+    assert not decisions.valid_stack_id("ABCDEF0123456789")
+    assert not decisions.valid_stack_id("0123456789abcde")
+    assert not decisions.valid_stack_id(None)
