@@ -147,7 +147,7 @@ def engine_time(text: str) -> float:
         text = text[:-1] + "+00:00"
     head, _, rest = text.partition(".")
     if rest:
-        digits = "".join(ch for ch in rest if ch.isdigit())
+        digits = rest[:len(rest) - len(rest.lstrip("0123456789"))]
         zone = rest[len(digits):]
         text = f"{head}.{digits[:6]}{zone}"
     return datetime.fromisoformat(text).timestamp()
@@ -266,15 +266,17 @@ class Ledger:
         return sorted(found, key=lambda e: (e.arrival, e.created, e.name))
 
     def live(self, kind: str, now: float | None = None) -> list[Entry]:
-        """The unexpired entries of ``kind``; expired ones are removed on the way."""
+        """The unexpired entries of ``kind``, one per session (the newest: a renewal makes
+        the new marker before it removes the old), oldest arrival first; expired ones are
+        removed on the way."""
         now = self.now() if now is None else now
-        kept = []
+        newest: dict[str, Entry] = {}
         for entry in self.entries(kind):
             if entry.expired(now):
                 self._remove(entry.container_id)
-            else:
-                kept.append(entry)
-        return kept
+            elif entry.session not in newest or entry.created > newest[entry.session].created:
+                newest[entry.session] = entry
+        return sorted(newest.values(), key=lambda e: (e.arrival, e.created, e.name))
 
     # --- the lock ---------------------------------------------------------------------------
 

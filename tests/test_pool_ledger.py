@@ -1,0 +1,134 @@
+"""The pool's ledger on the real engine (agents/pool_ledger.py): the lock admits one holder at a
+time across processes, a killed holder's lock and reservations do not hold the pool, entries
+are renewed while their holder lives and read on the engine's clock."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from cluster_sessions.agents import pool_ledger
+from cluster_sessions.agents.pool_ledger import Holder, Ledger, engine_time
+from cluster_sessions.core.spec import Pool
+
+from . import factories
+
+
+def test_engine_times_read_with_nanoseconds_and_zones():
+    assert engine_time("2026-11-27T15:40:00Z") == 1795794000.0
+    assert engine_time("2026-11-27T15:40:00.123456789Z") == pytest.approx(1795794000.123456)
+    assert engine_time("2026-11-27T16:40:00.5+01:00") == pytest.approx(1795794000.5)
+
+
+def test_a_holder_label_reads_back_and_a_bad_one_is_nobody():
+    h = Holder("s1", "up", "host1", 42, "ops")
+    assert Holder.parse(h.label()) == h
+    assert Holder.parse("{not json") is None
+    assert "s1" in h.describe() and "ops@host1" in h.describe()
+
+
+def unique_pool(tag: str) -> Pool:
+    name = f"ledger-{tag}-{os.getpid()}-{time.monotonic_ns() % 10**6}"
+    return Pool.model_validate(factories.pool(name, factories.agent("local")))
+
+
+def markers(docker_client, pool: Pool) -> list[str]:
+    return [c.name for c in docker_client.containers.list(
+        all=True, filters={"label": f"{pool_ledger.POOL_LABEL}={pool.name}"})]
+
+
+HOLD = textwrap.dedent("""
+    import sys, time
+    from cluster_sessions.agents.pool_ledger import Holder, Ledger, RESERVATION_LEASE
+    from cluster_sessions.core.spec import Pool
+    pool = Pool.model_validate_json(sys.argv[1])
+    with Ledger.open(pool) as ledger:
+        with ledger.locked(Holder("holder")):
+            ledger.renewed("reservation", "holder", "", Holder("holder"), RESERVATION_LEASE,
+                           {"local": {"cpu": 1000, "mem": 1, "gpus": [0]}})
+            print("held", flush=True)
+            time.sleep(600)
+""")
+
+
+@pytest.mark.docker
+def test_the_lock_admits_one_holder_and_a_killed_one_releases_at_once(docker_client):
+    pool = unique_pool("kill")
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, pool.model_dump_json()],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        with Ledger.open(pool) as ledger:
+            waited: list[str] = []
+            with pytest.raises(pool_ledger.PoolBusy, match="sessionctl up of session holder"), \
+                    ledger.locked(Holder("second"), timeout=1, on_wait=waited.append):
+                pass
+            assert waited and "holder" in waited[0]
+            assert [e.session for e in ledger.live("reservation")] == ["holder"]
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            # the holder's process is gone (same host): its lock and reservation hold nothing
+            started = time.monotonic()
+            with ledger.locked(Holder("second"), timeout=5):
+                took = time.monotonic() - started
+                assert ledger.live("reservation") == []
+            assert took < 2, took
+        assert markers(docker_client, pool) == []
+    finally:
+        proc.kill()
+        proc.wait()
+        for c in docker_client.containers.list(
+                all=True, filters={"label": f"{pool_ledger.POOL_LABEL}={pool.name}"}):
+            c.remove(force=True)
+
+
+@pytest.mark.docker
+def test_an_expired_lock_of_another_host_is_broken_and_a_live_one_is_not(docker_client,
+                                                                         monkeypatch):
+    pool = unique_pool("lease")
+    elsewhere = Holder("far", host="another-host", pid=1)
+    with Ledger.open(pool) as ledger:
+        try:
+            monkeypatch.setattr(pool_ledger, "LOCK_LEASE", 2.0)
+            with ledger.locked(elsewhere):
+                # the holder is on another host: alive as far as we can tell, until its lease
+                with pytest.raises(pool_ledger.PoolBusy), \
+                        ledger.locked(Holder("near"), timeout=0.5):
+                    pass
+                # the lease runs out on the engine's clock: the lock is broken
+                time.sleep(2.2)
+                with ledger.locked(Holder("near"), timeout=3):
+                    holder = ledger.lock_holder()
+                    assert holder is not None and holder.holder.session == "near"
+        finally:
+            for c in docker_client.containers.list(
+                    all=True, filters={"label": f"{pool_ledger.POOL_LABEL}={pool.name}"}):
+                c.remove(force=True)
+
+
+@pytest.mark.docker
+def test_a_renewed_entry_stays_one_live_marker_and_goes_when_closed(docker_client):
+    pool = unique_pool("renew")
+    with Ledger.open(pool) as ledger:
+        entry = ledger.renewed("reservation", "s1", "abc", Holder("s1"), 0.9,
+                               {"local": {"cpu": 500, "mem": 2, "gpus": [1]}})
+        try:
+            seen = set()
+            for _ in range(12):  # ~4 renewals
+                live = ledger.live("reservation")
+                assert [e.session for e in live] == ["s1"], live
+                assert live[0].holds == {"local": {"cpu": 500, "mem": 2, "gpus": [1]}}
+                assert live[0].stack_id == "abc"
+                seen.add(live[0].container_id)
+                time.sleep(0.3)
+            assert len(seen) >= 2  # renewed by new markers, never two at once
+        finally:
+            entry.close()
+        assert ledger.live("reservation") == []
+    assert markers(docker_client, pool) == []
