@@ -132,3 +132,36 @@ def test_a_renewed_entry_stays_one_live_marker_and_goes_when_closed(docker_clien
             entry.close()
         assert ledger.live("reservation") == []
     assert markers(docker_client, pool) == []
+
+
+@pytest.mark.docker
+def test_pool_usage_shows_who_decides_what_is_reserved_and_the_queue(docker_client, tmp_path,
+                                                                     capfd):
+    import json
+
+    from cluster_sessions.driver import cli
+
+    pool = unique_pool("usage")
+    pool_file = factories.write(tmp_path / "pool.yaml", pool.model_dump(mode="json",
+                                                                       exclude_defaults=True))
+    with Ledger.open(pool) as ledger:
+        reserved = ledger.renewed("reservation", "s-res", "", Holder("s-res"), 60,
+                                  {"local": {"cpu": 1500, "mem": 2**30, "gpus": [3]}})
+        queued = ledger.renewed("queue", "s-wait", "", Holder("s-wait"), 60)
+        try:
+            with ledger.locked(Holder("s-lock")):
+                assert cli.main(["pool", "usage", str(pool_file), "--json"]) == 0
+                doc = json.loads(capfd.readouterr().out)["ledger"]
+                assert cli.main(["pool", "usage", str(pool_file)]) == 0
+                text = capfd.readouterr().out
+        finally:
+            reserved.close()
+            queued.close()
+    assert doc["lock"]["session"] == "s-lock"
+    assert [(e["session"], e["holds"]) for e in doc["reservations"]] == [
+        ("s-res", {"local": {"cpu": 1500, "mem": 2**30, "gpus": [3]}})]
+    assert [e["session"] for e in doc["queue"]] == ["s-wait"]
+    assert "now by sessionctl up of session s-lock" in text
+    assert "reserved for s-res by sessionctl up of session s-res" in text
+    assert "local: cpu 1.5, mem 1.0g, gpus 3" in text
+    assert "queued #1: s-wait" in text

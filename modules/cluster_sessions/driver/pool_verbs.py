@@ -176,6 +176,52 @@ def cmd_pool_check(args: argparse.Namespace) -> int:
     return Exit.OK
 
 
+def ledger_view(pool) -> dict:
+    """What the pool's ledger holds now (agents.pool_ledger): who decides a placement, the
+    reservations of sessions being placed, the queue of ``up --wait``; times are the ledger
+    engine's, as seconds since the epoch, and ``until`` is when a lease runs out."""
+    from ..agents.pool_ledger import Ledger, ledger_agent
+
+    def entry(e) -> dict:
+        return {"session": e.session, "holder": e.holder.describe() if e.holder else None,
+                "since": round(e.arrival, 3), "until": round(e.until, 3),
+                **({"holds": dict(e.holds)} if e.kind == "reservation" else {})}
+
+    view: dict = {"agent": ledger_agent(pool).name}
+    try:
+        with Ledger.open(pool) as ledger:
+            now = ledger.now()
+            lock = ledger.lock_holder()
+            view.update(now=round(now, 3),
+                        lock=entry(lock) if lock and not lock.expired(now) else None,
+                        reservations=[entry(e) for e in ledger.live("reservation", now)],
+                        queue=[entry(e) for e in ledger.live("queue", now)])
+    except Exception as exc:  # the ledger agent down: say so, the usage above still stands
+        view["error"] = f"could not read the ledger on agent {view['agent']}: {exc}"
+    return view
+
+
+def ledger_text(view: dict) -> str:
+    if "error" in view:
+        return view["error"]
+    now = view["now"]
+
+    def ago(e: dict) -> str:
+        return f"since {now - e['since']:.0f}s, lease {e['until'] - now:.0f}s left"
+
+    lines = [f"placements on this pool are decided one at a time on agent {view['agent']}: "
+             + (f"now by {view['lock']['holder']} ({ago(view['lock'])})" if view["lock"]
+                else "nobody deciding now")]
+    for e in view["reservations"]:
+        held = "; ".join(f"{agent}: cpu {h['cpu'] / 1000:g}, mem {_gib(h['mem'])}"
+                         + (f", gpus {','.join(map(str, h['gpus']))}" if h["gpus"] else "")
+                         for agent, h in sorted(e["holds"].items()))
+        lines.append(f"reserved for {e['session']} by {e['holder']} ({ago(e)}): {held}")
+    for i, e in enumerate(view["queue"], 1):
+        lines.append(f"queued #{i}: {e['session']} by {e['holder']} ({ago(e)})")
+    return "\n".join(lines)
+
+
 def cmd_pool_usage(args: argparse.Namespace) -> int:
     from ..agents.capacity import probe_pool
     from ..core.usage import agent_usage, usage_text, usage_to_dict
@@ -185,8 +231,10 @@ def cmd_pool_usage(args: argparse.Namespace) -> int:
     declared = {a.name: a.capacity for a in pool.agents}
     usage = [agent_usage(r.name, declared.get(r.name), r.held) for r in reports if r.ok]
     failing = [r for r in reports if not r.ok]
+    ledger = ledger_view(pool)
     if args.json:
         json.dump({"pool": pool.name, "agents": [usage_to_dict(u) for u in usage],
+                   "ledger": ledger,
                    "unreachable": {r.name: "; ".join(str(p) for p in r.problems)
                                    for r in failing}}, sys.stdout, indent=2)
         print()
@@ -199,6 +247,7 @@ def cmd_pool_usage(args: argparse.Namespace) -> int:
               f"{','.join(map(str, u.gpus)) or '-'}/{','.join(map(str, u.declared_gpus)) or '-'}",
               str(u.containers), str(u.stopped), ",".join(u.sessions) or "-")
              for u in usage))))
+        print(printable(ledger_text(ledger)))
         for u in usage:
             if u.over:
                 print(printable(f"warning: {usage_text(u)}"), file=sys.stderr)
