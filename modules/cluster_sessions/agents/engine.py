@@ -244,6 +244,44 @@ def gone_already(stderr: str) -> bool:
     return "No such" in stderr or "not found" in stderr
 
 
+# --- the pool's ledger: never-started marker containers (agents/pool_ledger.py) -------------
+
+
+@dataclass(frozen=True)
+class MarkerFacts:
+    """One marker container of a pool's ledger, as ``docker inspect`` shows it."""
+
+    container_id: str
+    name: str
+    created: str  # the engine's own timestamp (RFC 3339, nanoseconds)
+    labels: Mapping[str, str]
+
+
+def marker_facts(attrs: Mapping[str, Any]) -> MarkerFacts:
+    return MarkerFacts(container_id=attrs.get("Id", ""),
+                       name=(attrs.get("Name") or "").lstrip("/"),
+                       created=attrs.get("Created") or "1970-01-01T00:00:00Z",
+                       labels=dict((attrs.get("Config") or {}).get("Labels") or {}))
+
+
+def inspect_marker(client: Any, name_or_id: str) -> MarkerFacts | None:
+    """The marker named (or with id) ``name_or_id``; None when there is none."""
+    import docker
+
+    try:
+        return marker_facts(client.api.inspect_container(name_or_id))
+    except docker.errors.NotFound:
+        return None
+
+
+def ledger_markers(client: Any, labels: Sequence[str]) -> list[MarkerFacts]:
+    """Every marker carrying all of ``labels`` (``key=value``), in any state; one removed
+    while listed is left out."""
+    listed = client.api.containers(all=True, filters={"label": list(labels)})
+    found = [inspect_marker(client, item["Id"]) for item in listed]
+    return [m for m in found if m is not None]
+
+
 # --- reach --------------------------------------------------------------------------------------
 
 

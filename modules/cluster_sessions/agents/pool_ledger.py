@@ -36,9 +36,21 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ..core.names import LABEL_PREFIX, PROJECT
+from ..core.names import (
+    LEDGER_ARRIVAL_LABEL,
+    LEDGER_HOLDER_LABEL,
+    LEDGER_HOLDS_LABEL,
+    LEDGER_KIND_LABEL,
+    LEDGER_LEASE_LABEL,
+    LEDGER_POOL_LABEL,
+    LEDGER_SESSION_LABEL,
+    LEDGER_STACK_LABEL,
+    PROJECT,
+)
 from ..core.spec import Agent, Pool
+from . import engine
 from .connectors import AgentError
+from .engine import MarkerFacts
 from .errors import AgentsUnusable
 
 MARKER_IMAGE = f"{PROJECT}/marker:1"
@@ -46,14 +58,14 @@ LOCK_LEASE = 60.0  # seconds; a decision takes a probe of the pool and one creat
 RESERVATION_LEASE = 90.0
 QUEUE_LEASE = 90.0
 
-KIND_LABEL = f"{LABEL_PREFIX}.ledger"  # lock | reservation | queue
-POOL_LABEL = f"{LABEL_PREFIX}.ledger-pool"
-ENTRY_SESSION_LABEL = f"{LABEL_PREFIX}.ledger-session"
-ENTRY_STACK_LABEL = f"{LABEL_PREFIX}.ledger-stack-id"
-HOLDER_LABEL = f"{LABEL_PREFIX}.ledger-holder"
-LEASE_LABEL = f"{LABEL_PREFIX}.ledger-lease"
-ARRIVAL_LABEL = f"{LABEL_PREFIX}.ledger-arrival"
-HOLDS_LABEL = f"{LABEL_PREFIX}.ledger-holds"
+KIND_LABEL = LEDGER_KIND_LABEL
+POOL_LABEL = LEDGER_POOL_LABEL
+ENTRY_SESSION_LABEL = LEDGER_SESSION_LABEL
+ENTRY_STACK_LABEL = LEDGER_STACK_LABEL
+HOLDER_LABEL = LEDGER_HOLDER_LABEL
+LEASE_LABEL = LEDGER_LEASE_LABEL
+ARRIVAL_LABEL = LEDGER_ARRIVAL_LABEL
+HOLDS_LABEL = LEDGER_HOLDS_LABEL
 
 
 class PoolBusy(AgentsUnusable):
@@ -153,13 +165,14 @@ def engine_time(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
 
 
-def entry_from_inspect(data: Mapping[str, Any]) -> Entry:
-    labels = (data.get("Config") or {}).get("Labels") or {}
+def entry_of(marker: MarkerFacts) -> Entry:
+    """A ledger entry from what the engine shows of its marker (agents.engine)."""
+    labels = marker.labels
     holds: Mapping[str, Any] = {}
     with contextlib.suppress(ValueError):
         parsed = json.loads(labels.get(HOLDS_LABEL) or "{}")
         holds = parsed if isinstance(parsed, dict) else {}
-    created = engine_time(data.get("Created") or "1970-01-01T00:00:00Z")
+    created = engine_time(marker.created)
     try:
         lease = float(labels.get(LEASE_LABEL) or 0)
     except ValueError:
@@ -168,9 +181,8 @@ def entry_from_inspect(data: Mapping[str, Any]) -> Entry:
         arrival = float(labels.get(ARRIVAL_LABEL) or created)
     except ValueError:
         arrival = created
-    return Entry(kind=labels.get(KIND_LABEL, ""), container_id=data.get("Id", ""),
-                 name=(data.get("Name") or "").lstrip("/"),
-                 session=labels.get(ENTRY_SESSION_LABEL, ""),
+    return Entry(kind=labels.get(KIND_LABEL, ""), container_id=marker.container_id,
+                 name=marker.name, session=labels.get(ENTRY_SESSION_LABEL, ""),
                  stack_id=labels.get(ENTRY_STACK_LABEL, ""),
                  holder=Holder.parse(labels.get(HOLDER_LABEL, "")), created=created,
                  lease=lease, arrival=arrival, holds=holds)
@@ -251,18 +263,8 @@ class Ledger:
 
     def entries(self, kind: str | None = None) -> list[Entry]:
         """Every marker of this pool (of ``kind``), oldest first."""
-        filters = [f"{POOL_LABEL}={self.pool.name}"]
-        if kind:
-            filters.append(f"{KIND_LABEL}={kind}")
-        listed = self.client.api.containers(all=True, filters={"label": filters})
-        found = []
-        for item in listed:
-            import docker
-
-            try:
-                found.append(entry_from_inspect(self.client.api.inspect_container(item["Id"])))
-            except docker.errors.NotFound:  # removed meanwhile
-                continue
+        labels = [f"{POOL_LABEL}={self.pool.name}"] + ([f"{KIND_LABEL}={kind}"] if kind else [])
+        found = [entry_of(m) for m in engine.ledger_markers(self.client, labels)]
         return sorted(found, key=lambda e: (e.arrival, e.created, e.name))
 
     def live(self, kind: str, now: float | None = None) -> list[Entry]:
@@ -281,13 +283,8 @@ class Ledger:
     # --- the lock ---------------------------------------------------------------------------
 
     def lock_holder(self) -> Entry | None:
-        import docker
-
-        try:
-            return entry_from_inspect(self.client.api.inspect_container(lock_name(
-                self.pool.name)))
-        except docker.errors.NotFound:
-            return None
+        marker = engine.inspect_marker(self.client, lock_name(self.pool.name))
+        return entry_of(marker) if marker is not None else None
 
     @contextlib.contextmanager
     def locked(self, holder: Holder, timeout: float = 300,
@@ -318,11 +315,18 @@ class Ledger:
                 on_wait(who)
                 told = True
             time.sleep(0.1)
-        taken = entry_from_inspect(self.client.api.inspect_container(made)).created
+        taken = self._entry(made).created
         try:
             yield taken
         finally:
             self._remove(made)
+
+    def _entry(self, container_id: str) -> Entry:
+        marker = engine.inspect_marker(self.client, container_id)
+        if marker is None:
+            raise AgentError(ledger_agent(self.pool).name, "ledger",
+                             f"marker {container_id[:12]} vanished as it was made")
+        return entry_of(marker)
 
     def still_locked(self, taken: float) -> bool:
         """The lock taken at ``taken`` has not run out (check before writing a decision)."""
@@ -353,7 +357,7 @@ class Renewed:
                                                separators=(",", ":"))}
         self.lease = lease
         self.current = self._make(arrival)
-        entry = entry_from_inspect(ledger.client.api.inspect_container(self.current))
+        entry = ledger._entry(self.current)
         self.arrival = arrival if arrival is not None else entry.created
         self._stop = threading.Event()
         self._lock = threading.Lock()

@@ -31,6 +31,17 @@ GPUS_LABEL = f"{LABEL_PREFIX}.gpus"
 # A session network's MTU and encryption (the provider does not compare its ``options``)
 MTU_LABEL = f"{LABEL_PREFIX}.mtu"
 ENCRYPTED_LABEL = f"{LABEL_PREFIX}.encrypted"
+# On the never-started marker containers of a pool's ledger (agents/pool_ledger.py): which
+# kind (lock | reservation | queue), of which pool and session, who holds it, its lease
+# (seconds from its creation), a queue entry's arrival, a reservation's holdings (JSON)
+LEDGER_KIND_LABEL = f"{LABEL_PREFIX}.ledger"
+LEDGER_POOL_LABEL = f"{LABEL_PREFIX}.ledger-pool"
+LEDGER_SESSION_LABEL = f"{LABEL_PREFIX}.ledger-session"
+LEDGER_STACK_LABEL = f"{LABEL_PREFIX}.ledger-stack-id"
+LEDGER_HOLDER_LABEL = f"{LABEL_PREFIX}.ledger-holder"
+LEDGER_LEASE_LABEL = f"{LABEL_PREFIX}.ledger-lease"
+LEDGER_ARRIVAL_LABEL = f"{LABEL_PREFIX}.ledger-arrival"
+LEDGER_HOLDS_LABEL = f"{LABEL_PREFIX}.ledger-holds"
 #: on the short-lived, never started container that makes a data folder (agents/folders.py)
 FOLDER_HELPER_LABEL = f"{LABEL_PREFIX}.folder-helper"
 
