@@ -656,3 +656,26 @@ def test_a_job_ends_by_main1_s_exit_code_or_by_a_sub_that_stopped_first(tmp_path
     exited_without_code = wait_verb.job_outcome(plan, {**running,
                                                      "main1": found("main1", "exited")})
     assert exited_without_code is None  # no code yet: still ending
+
+
+def test_a_session_is_observed_where_the_engines_show_it_not_where_declared_capacity_puts_it():
+    from cluster_sessions.core.loader import Loaded
+    from cluster_sessions.core.spec import Pool, Session
+
+    pool = Pool.model_validate(factories.pool(
+        "p", factories.agent("agent1"), factories.agent("agent2"), swarm={"manager": "agent1"}))
+    session = Session.model_validate(factories.session("obs-moved", pool="p", size=2))
+    loaded = Loaded(session, Path("s.yaml"), pool, Path("p.yaml"))
+    plan = build_plan(session, pool)
+    assert plan.agents == ("agent1",)  # declared capacity: the first agent
+    assert observe.agents_to_ask(plan, loaded) == ("agent1", "agent2")
+    found = [observe.Found("agent2", f"id{i}", f"obs-moved-{h}", h, r, "running", None, None,
+                           None, "img") for i, (h, r) in enumerate([("main1", "main"),
+                                                                   ("sub1", "sub")])]
+    moved = observe.placed_as_found(plan, loaded, found)
+    assert moved.agents == ("agent2",) and moved.network.agent == "agent2"
+    # one host found elsewhere, the other not found: it keeps the offline plan's agent
+    spread = observe.placed_as_found(plan, loaded, found[:1])
+    assert [c.agent for c in spread.containers] == ["agent2", "agent1"]
+    assert spread.network.driver == "overlay"
+    assert observe.placed_as_found(plan, loaded, []) is plan

@@ -29,7 +29,8 @@ from ..agents.engine import (
 )
 from ..agents.facts import published_ports
 from ..core.loader import Loaded
-from ..core.plan import ClusterPlan
+from ..core.placement import Placement, Slot
+from ..core.plan import ClusterPlan, plan_placed
 from ..core.spec import Agent
 from ..core.terminal import printable
 from .session_args import Selected
@@ -79,10 +80,25 @@ class NetworkState:
 
 
 def agents_to_ask(plan: ClusterPlan, loaded: Loaded) -> tuple[str, ...]:
-    if plan.pending:
-        return tuple(a.name for a in loaded.pool.agents)
-    extra = (plan.network.agent,) if plan.network.agent else ()
-    return tuple(dict.fromkeys((*plan.agents, *extra)))
+    """Every agent of the pool: ``up`` places a session on the pool's live free capacity (and
+    keeps that placement), so the definition alone does not say where it runs; the engines
+    do (:func:`placed_as_found`)."""
+    return tuple(a.name for a in loaded.pool.agents)
+
+
+def placed_as_found(plan: ClusterPlan, loaded: Loaded, found: Sequence[Found]) -> ClusterPlan:
+    """``plan`` placed where the engines show its containers (each found host on its agent),
+    so its network and its rows are looked for where the session runs; hosts not found keep
+    the offline plan's agent. A pending offline plan with every host found is placed too."""
+    where = {f.host: f.agent for f in found if f.host}
+    if not any(c.host in where for c in plan.containers):
+        return plan
+    if plan.pending and not all(c.host in where for c in plan.containers):
+        return plan
+    slots = tuple(Slot(where.get(c.host) or c.agent or "", c.gpus) for c in plan.containers)
+    if len({s.agent for s in slots}) > 1 and loaded.pool.swarm is None:
+        return plan  # found spread over agents of a pool without a swarm: as the plan says
+    return plan_placed(plan.session, loaded.pool, Placement(slots))
 
 
 Connect = Callable[[Agent], Any]

@@ -18,7 +18,16 @@ from typing import Any
 from ..core.plan import ClusterPlan, ServicePlan
 from ..core.terminal import dumps, printable, table
 from .errors import Exit
-from .observe import Connect, Found, NetworkState, agents_to_ask, connect, network_state, survey
+from .observe import (
+    Connect,
+    Found,
+    NetworkState,
+    agents_to_ask,
+    connect,
+    network_state,
+    placed_as_found,
+    survey,
+)
 from .session_args import add_session_args, selected, verb_parser
 
 
@@ -202,6 +211,7 @@ def cmd_status(args: argparse.Namespace, connect: Connect = connect) -> int:
     for _, plan in sel.chosen:
         found = survey(plan, sel.loaded, agents_to_ask(plan, sel.loaded), connect)
         try:
+            plan = placed_as_found(plan, sel.loaded, found.found)
             net = network_state(plan, found.clients, found.unreachable)
             reports.append(status_report(plan, found.found, net, found.unreachable))
         finally:
