@@ -165,3 +165,20 @@ def test_pool_usage_shows_who_decides_what_is_reserved_and_the_queue(docker_clie
     assert "reserved for s-res by sessionctl up of session s-res" in text
     assert "local: cpu 1.5, mem 1.0g, gpus 3" in text
     assert "queued #1: s-wait" in text
+
+
+@pytest.mark.parametrize("lease, arrival, want_lease", [
+    ("nan", "nan", 0.0), ("inf", "-5", 0.0), ("1e12", "x", pool_ledger.MAX_LEASE),
+    ("-1", "", 0.0), ("30", "12.5", 30.0)])
+def test_a_markers_numbers_are_believed_only_within_bounds(lease, arrival, want_lease):
+    from cluster_sessions.agents.engine import MarkerFacts
+
+    labels = {pool_ledger.LEASE_LABEL: lease, pool_ledger.ARRIVAL_LABEL: arrival,
+              pool_ledger.HOLDS_LABEL: '{"a1": {"cpu": "9", "mem": true, "gpus": [1, -1, '
+                                       'true, "2", 3]}, "a2": 7}'}
+    entry = pool_ledger.entry_of(MarkerFacts("id", "n", "2026-11-27T15:40:00Z", labels))
+    assert entry.lease == want_lease
+    assert entry.arrival == (12.5 if arrival == "12.5" else entry.created)
+    assert entry.holds == {"a1": {"cpu": 0, "mem": 0, "gpus": [1, 3]}}
+    # an entry with a lease of nan or inf would never run out; bounded, it does
+    assert entry.expired(entry.created + pool_ledger.MAX_LEASE + 1)

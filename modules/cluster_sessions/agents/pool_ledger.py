@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import io
 import json
+import math
 import os
 import secrets
 import socket
@@ -57,6 +58,7 @@ MARKER_IMAGE = f"{PROJECT}/marker:1"
 LOCK_LEASE = 60.0  # seconds; a decision takes a probe of the pool and one create
 RESERVATION_LEASE = 90.0
 QUEUE_LEASE = 90.0
+MAX_LEASE = 300.0  # the most any marker's label is believed
 
 KIND_LABEL = LEDGER_KIND_LABEL
 POOL_LABEL = LEDGER_POOL_LABEL
@@ -165,22 +167,34 @@ def engine_time(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
 
 
+def _seconds(text: str | None, default: float) -> float:
+    try:
+        value = float(text) if text else default
+    except ValueError:
+        return default
+    return value if math.isfinite(value) and value >= 0 else default
+
+
+def _count(value: object) -> int:
+    return value if type(value) is int and value >= 0 else 0
+
+
 def entry_of(marker: MarkerFacts) -> Entry:
     """A ledger entry from what the engine shows of its marker (agents.engine)."""
     labels = marker.labels
-    holds: Mapping[str, Any] = {}
+    holds: dict[str, dict[str, Any]] = {}
     with contextlib.suppress(ValueError):
         parsed = json.loads(labels.get(HOLDS_LABEL) or "{}")
-        holds = parsed if isinstance(parsed, dict) else {}
+        for agent, held in (parsed.items() if isinstance(parsed, dict) else ()):
+            if isinstance(held, dict):
+                holds[str(agent)] = {"cpu": _count(held.get("cpu")),
+                                     "mem": _count(held.get("mem")),
+                                     "gpus": [g for g in held.get("gpus") or []
+                                              if type(g) is int and g >= 0]}
     created = engine_time(marker.created)
-    try:
-        lease = float(labels.get(LEASE_LABEL) or 0)
-    except ValueError:
-        lease = 0.0
-    try:
-        arrival = float(labels.get(ARRIVAL_LABEL) or created)
-    except ValueError:
-        arrival = created
+    # a lease is at most MAX_LEASE whatever a label says: a marker cannot hold a pool forever
+    lease = min(_seconds(labels.get(LEASE_LABEL), 0.0), MAX_LEASE)
+    arrival = _seconds(labels.get(ARRIVAL_LABEL), created)
     return Entry(kind=labels.get(KIND_LABEL, ""), container_id=marker.container_id,
                  name=marker.name, session=labels.get(ENTRY_SESSION_LABEL, ""),
                  stack_id=labels.get(ENTRY_STACK_LABEL, ""),
