@@ -182,3 +182,28 @@ def test_a_markers_numbers_are_believed_only_within_bounds(lease, arrival, want_
     assert entry.holds == {"a1": {"cpu": 0, "mem": 0, "gpus": [1, 3]}}
     # an entry with a lease of nan or inf would never run out; bounded, it does
     assert entry.expired(entry.created + pool_ledger.MAX_LEASE + 1)
+
+
+@pytest.mark.docker
+def test_plan_probe_counts_what_an_up_under_way_has_reserved(docker_client, tmp_path, capfd):
+    import json
+
+    from cluster_sessions.driver import cli
+
+    name = f"ledger-probe-{os.getpid()}-{time.monotonic_ns() % 10**6}"
+    pool_doc = factories.pool(name, factories.agent("local", cpu=2, mem="1000g"))
+    pool_file = factories.write(tmp_path / "pool.yaml", pool_doc)
+    path = factories.write(tmp_path / "s.yaml", factories.session(
+        "probe-me", pool=str(pool_file), cpu=0.1, mem="600g"))
+    assert cli.main(["plan", str(path), "--probe", "--json"]) == 0
+    capfd.readouterr()
+    pool = Pool.model_validate(pool_doc)
+    with Ledger.open(pool) as ledger:
+        reserved = ledger.renewed("reservation", "someone-else", "", Holder("someone-else"), 60,
+                                  {"local": {"cpu": 100, "mem": 600 * 2**30, "gpus": []}})
+        try:
+            assert cli.main(["plan", str(path), "--probe", "--json"]) == 3
+            doc = json.loads(capfd.readouterr().out)
+        finally:
+            reserved.close()
+    assert doc["status"] == "pending" and "short of mem" in doc["reason"], doc

@@ -37,10 +37,14 @@ def probed_free(args: argparse.Namespace, loaded: Loaded) -> tuple[list[Free], l
     """Live free capacity (``plan --probe``), said on stderr: which pool, what it found; with
     the agents' reports, from which the swarm's readiness is judged."""
     from ..agents.capacity import free_of, probe_pool
+    from ..agents.pool_ledger import Ledger
+    from .placing import live_free
 
     exclude = [s.name for s in session_copies(loaded.session)]
     reports = probe_pool(loaded.pool, exclude_session=exclude)
-    free = free_of(loaded.pool, reports)
+    free_of(loaded.pool, reports)  # every agent answered, or PreflightError naming them
+    with Ledger.open(loaded.pool) as ledger:  # what `up`s under way have reserved counts too
+        free = live_free(reports, ledger.live("reservation"), exclude)
     print(f"probed pool {printable(loaded.pool.name)} ({printable(loaded.pool_file)}), "
           "free now:", file=sys.stderr)
     for f in free:
