@@ -717,3 +717,40 @@ def test_recorded_ports_that_are_not_a_json_object_of_ports_are_refused():
     for bad in ('[30000]', '{"jupyter": "x"}', '{"jupyter": 70000}', 'nope'):
         with pytest.raises(Exception, match="service-ports"):
             services_run("svc-pair", bad)
+
+
+# --- a kept placement (core/decisions.py): the program builds where `sessionctl up` placed ----
+
+
+def kept_config(slots: list, **shape) -> dict[str, str]:
+    base = {"pool": "ssh-pair", "mode": "multi-node", "size": 4, "millicpu": 2000,
+            "mem": 2**30, "gpu": 0}
+    return {**FIXTURE_STACKS["spread-demo"], "cluster-sessions:placement": json.dumps(
+        {"shape": {**base, **shape}, "slots": slots})}
+
+
+def test_the_program_builds_where_the_stack_s_kept_placement_says():
+    # declared capacity puts main1 and sub1 on node-a; up placed them the other way round
+    slots = [["node-b", []], ["node-b", []], ["node-a", []], ["node-a", []]]
+    engine = Engine()
+    run_program(engine, "spread-demo", kept_config(slots))
+    providers = {r.urn: r.name for r in engine.of_type(PROVIDER)}
+    where = {host: providers[engine.named(CONTAINER, f"spread-demo-{host}").provider_urn]
+             for host in ("main1", "sub1", "sub2", "sub3")}
+    assert {h: n.split("-")[3] for h, n in where.items()} == {
+        "main1": "b", "sub1": "b", "sub2": "a", "sub3": "a"}, where
+
+
+@pytest.mark.parametrize("config, message", [
+    (kept_config([["node-a", []]] * 2, size=2), r"must be placed again \(its shape changed "
+     r"\(size 2 -> 4\)\); nothing was changed"),
+    (kept_config([["gone", []]] * 4), "agent gone it runs on is no longer in pool ssh-pair"),
+    ({**FIXTURE_STACKS["spread-demo"], "cluster-sessions:placement": "[1]"},
+     "is not a placement sessionctl wrote"),
+])
+def test_a_kept_placement_that_no_longer_holds_is_refused_before_anything_is_made(config,
+                                                                                  message):
+    engine = Engine()
+    with pytest.raises(Exception, match=message):
+        run_program(engine, "spread-demo", config)
+    assert not engine.of_type(CONTAINER) and not engine.of_type(NETWORK)
