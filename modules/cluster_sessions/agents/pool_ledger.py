@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ..core.errors import EngineFailure
 from ..core.names import (
     LEDGER_ARRIVAL_LABEL,
     LEDGER_HOLDER_LABEL,
@@ -70,8 +71,12 @@ ARRIVAL_LABEL = LEDGER_ARRIVAL_LABEL
 HOLDS_LABEL = LEDGER_HOLDS_LABEL
 
 
-class PoolBusy(AgentsUnusable):
+class PoolBusy(EngineFailure):
     """The pool's lock stayed held by another live client; the message names it."""
+
+
+class LedgerUnreachable(AgentsUnusable):
+    """The agent that keeps the pool's ledger does not answer: no placement can be decided."""
 
 
 def ledger_agent(pool: Pool) -> Agent:
@@ -224,11 +229,10 @@ class Ledger:
         agent = ledger_agent(pool)
         try:
             client = open_client(agent, timeout)
-        except AgentError:
-            raise
         except Exception as exc:  # the SDK's many ways of saying "no engine"
-            raise PoolBusy(f"pool {pool.name}: the ledger agent {agent.name} (where placements "
-                           f"are ordered) does not answer: {exc}; nothing was created") from None
+            raise LedgerUnreachable(
+                f"pool {pool.name}: agent {agent.name}, where the pool's placements are "
+                f"decided one at a time, does not answer: {exc}; nothing was created") from None
         try:
             yield cls(pool, client)
         finally:

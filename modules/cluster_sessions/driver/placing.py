@@ -19,7 +19,6 @@ from ..agents.pool_ledger import (
     Entry,
     Holder,
     Ledger,
-    PoolBusy,
 )
 from ..core.decisions import Decided, KeptPlacement, decide, read_placement
 from ..core.names import PLACEMENT_KEY, config_key
@@ -142,20 +141,18 @@ def _say(line: str) -> None:
 
 
 @contextlib.contextmanager
-def placed(pool: Pool, copies: Sequence[Session], kept: Mapping[str, KeptPlacement | None],
-           stack_id: str, *, reserve: bool, wait: float | None = None,
-           say: Callable[[str], None] = _say) -> Iterator[Decided]:
+def placed(ledger: Ledger, copies: Sequence[Session],
+           kept: Mapping[str, KeptPlacement | None], stack_id: str, *, reserve: bool,
+           wait: float | None = None, say: Callable[[str], None] = _say) -> Iterator[Decided]:
     """Decide where ``copies`` go on live capacity; with ``reserve`` (``up``), one decision at
     a time per pool and a reservation per session held until the block ends. ``wait``
     (seconds, ``inf``): queue instead of failing when they do not fit (first come, first
-    served). Raises CommandError (exit 3) when pending, 1 when the pool cannot be read."""
+    served). Raises CommandError (exit 3) when pending; PoolBusy (exit 1) when the lock stays
+    held; PreflightError (exit 4) when an agent cannot be probed."""
+    pool = ledger.pool
     names = [c.name for c in copies]
     holder = Holder(", ".join(names))
     with contextlib.ExitStack() as held:
-        try:
-            ledger = held.enter_context(Ledger.open(pool))
-        except PoolBusy as exc:
-            raise CommandError(str(exc), Exit.ENGINE) from None
         if not reserve:  # preview: where it would go now, nothing held
             decided = place_live(pool, copies, kept, ledger, names)
             yield decided

@@ -55,6 +55,7 @@ from typing import Any
 from ..agents.capacity import preflight
 from ..agents.cleanup import sweep
 from ..agents.folders import folder_refusals
+from ..agents.pool_ledger import Ledger
 from ..agents.reach import LOCAL, reach_of
 from ..core.decisions import kept_placement
 from ..core.loader import Loaded
@@ -415,15 +416,19 @@ def run_stacks(args: argparse.Namespace, verb: str, sel: Any, stacks: dict[str, 
                                      f"sessionctl {verb} {config_path(definition, stacks_dir)}"))
                for index, plan in sel.chosen]
     pending = sel.pending
-    try:
-        recorded = refuse_taken_stacks([t for _, t in targets], prepared)
-    except CommandError as exc:
-        report_all("invalid", backend=prepared.settings.backend_url, error=str(exc))
-        raise
+    placing = verb in ("preview", "up") and pending is None
     with contextlib.ExitStack() as held:
-        if verb in ("preview", "up") and pending is None:
+        # the pool's ledger agent answers (exit 4, nothing made) before any stack is read
+        ledger = held.enter_context(Ledger.open(sel.loaded.pool)) if placing else None
+        try:
+            recorded = refuse_taken_stacks([t for _, t in targets], prepared)
+        except CommandError as exc:
+            report_all("invalid", backend=prepared.settings.backend_url, error=str(exc))
+            raise
+        if ledger is not None:
             sel, targets = with_live_placement(args, verb, sel, targets, recorded, held,
-                                               report_all, prepared.settings.backend_url)
+                                               report_all, prepared.settings.backend_url,
+                                               ledger)
             # Every agent the plans use answers, and is what each plan assumes (swarm
             # membership, encryption support) before anything is created: no half-made session.
             mine = [p.name for p in sel.plans]
@@ -438,7 +443,8 @@ def run_stacks(args: argparse.Namespace, verb: str, sel: Any, stacks: dict[str, 
 
 def with_live_placement(args: argparse.Namespace, verb: str, sel: Any, targets: list,
                         recorded: Mapping[str, Mapping[str, str]], held: contextlib.ExitStack,
-                        report_all: Callable[..., None], backend: str) -> tuple[Any, list]:
+                        report_all: Callable[..., None], backend: str,
+                        ledger: Ledger) -> tuple[Any, list]:
     """``sel`` and ``targets`` placed on the pool's live free capacity (driver.placing): each
     session keeps the placement its stack recorded while its shape is unchanged, else is
     placed anew; for ``up`` under the pool's lock, with reservations ``held`` until the
@@ -450,7 +456,7 @@ def with_live_placement(args: argparse.Namespace, verb: str, sel: Any, targets: 
                                 for _, p in sel.chosen})
     try:
         decided = held.enter_context(placed(
-            pool, [p.session for _, p in sel.chosen], kept, "", reserve=verb == "up",
+            ledger, [p.session for _, p in sel.chosen], kept, "", reserve=verb == "up",
             wait=getattr(args, "wait", None)))
     except CommandError as exc:
         if exc.code == Exit.PENDING:
