@@ -123,7 +123,8 @@ def test_a_renewed_entry_stays_one_live_marker_and_goes_when_closed(docker_clien
             for _ in range(12):  # ~4 renewals
                 live = ledger.live("reservation")
                 assert [e.session for e in live] == ["s1"], live
-                assert live[0].holds == {"local": {"cpu": 500, "mem": 2, "gpus": [1]}}
+                assert live[0].holds == {"local": {"cpu": 500, "mem": 2, "gpus": [1],
+                                                   "ports": []}}
                 assert live[0].stack_id == "abc"
                 seen.add(live[0].container_id)
                 time.sleep(0.3)
@@ -159,7 +160,7 @@ def test_pool_usage_shows_who_decides_what_is_reserved_and_the_queue(docker_clie
             queued.close()
     assert doc["lock"]["session"] == "s-lock"
     assert [(e["session"], e["holds"]) for e in doc["reservations"]] == [
-        ("s-res", {"local": {"cpu": 1500, "mem": 2**30, "gpus": [3]}})]
+        ("s-res", {"local": {"cpu": 1500, "mem": 2**30, "gpus": [3], "ports": []}})]
     assert [e["session"] for e in doc["queue"]] == ["s-wait"]
     assert "now by sessionctl up of session s-lock" in text
     assert "reserved for s-res by sessionctl up of session s-res" in text
@@ -179,7 +180,7 @@ def test_a_markers_numbers_are_believed_only_within_bounds(lease, arrival, want_
     entry = pool_ledger.entry_of(MarkerFacts("id", "n", "2026-11-27T15:40:00Z", labels))
     assert entry.lease == want_lease
     assert entry.arrival == (12.5 if arrival == "12.5" else entry.created)
-    assert entry.holds == {"a1": {"cpu": 0, "mem": 0, "gpus": [1, 3]}}
+    assert entry.holds == {"a1": {"cpu": 0, "mem": 0, "gpus": [1, 3], "ports": []}}
     # an entry with a lease of nan or inf would never run out; bounded, it does
     assert entry.expired(entry.created + pool_ledger.MAX_LEASE + 1)
 

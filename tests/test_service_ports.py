@@ -203,3 +203,28 @@ def test_a_full_range_is_pending_and_an_unreadable_agent_an_engine_failure():
     with pytest.raises(CommandError) as exc:
         choose(build_plans(session, pool), pool, read=unreachable)
     assert exc.value.code == Exit.ENGINE and "nothing was created" in str(exc.value)
+
+
+def test_ports_another_up_under_way_reserved_are_not_chosen():
+    from cluster_sessions.agents.engine import MarkerFacts
+    from cluster_sessions.agents.pool_ledger import HOLDS_LABEL, entry_of
+    from cluster_sessions.core.plan import build_plans
+    from cluster_sessions.driver.placing import holds_of, reserved_ports
+    from cluster_sessions.driver.service_ports import choose
+
+    pool, session = _pool_and_session()
+    plans = build_plans(session, pool)
+    # what the other `up` wrote in its reservation, read back as the ledger reads it
+    other_plan = build_plans(_pool_and_session()[1].model_copy(update={"name": "other"}),
+                             pool)[0]
+    holds = holds_of(other_plan, {"web": 31005})
+    assert holds == {"a1": {"cpu": 1000, "mem": 2**30, "gpus": [], "ports": [31005]}}
+    import json
+    entry = entry_of(MarkerFacts("id", "n", "2026-11-27T15:40:00Z",
+                                 {HOLDS_LABEL: json.dumps(holds)}))
+    reserved = reserved_ports([entry], exclude=())
+    assert reserved == {"a1": {31005}}
+    assert choose(plans, pool, read=lambda a: (), reserved=reserved) == {
+        "svc-up": {"web": 31000}}
+    # its own reservation (an `up` again) does not stand in its way
+    assert reserved_ports([entry], exclude=[""]) == {}

@@ -47,37 +47,3 @@ def test_only_a_pulumi_lock_of_a_process_gone_from_this_host_is_stale(tmp_path):
         (locks / file).write_text(json.dumps({**doc, "username": "u", "timestamp": "t"}))
     assert clear_stale_pulumi_locks(tmp_path, "s1") == [locks / "dead.json"]
     assert sorted(p.name for p in locks.iterdir()) == ["alive.json", "elsewhere.json"]
-
-
-def test_service_ports_of_a_pool_are_chosen_by_one_run_at_a_time(tmp_path):
-    """A second `up` with services on the same pool waits for the first (and says for whom),
-    then gets the lock; with the wait over, it is refused."""
-    import threading
-    import time
-
-    from cluster_sessions.driver.stack_lock import service_ports_lock, service_ports_lock_path
-
-    url = f"file://{tmp_path}"
-    order: list[str] = []
-    with service_ports_lock(url, "lab"):
-        got = threading.Event()
-
-        def second() -> None:
-            with service_ports_lock(url, "lab"):
-                order.append("second")
-                got.set()
-
-        thread = threading.Thread(target=second)
-        thread.start()
-        time.sleep(0.5)
-        assert not got.is_set()
-        order.append("first done")
-    thread.join(10)
-    assert order == ["first done", "second"]
-    assert service_ports_lock_path(url, "lab").parent == tmp_path / ".sessionctl-locks"
-    with service_ports_lock(url, "lab"):
-        with pytest.raises(StackBusy, match="stayed locked"), \
-                service_ports_lock(url, "lab", timeout=0.3):
-            pass
-        with service_ports_lock(url, "other pool"):  # another pool is another lock
-            pass

@@ -195,7 +195,9 @@ def entry_of(marker: MarkerFacts) -> Entry:
                 holds[str(agent)] = {"cpu": _count(held.get("cpu")),
                                      "mem": _count(held.get("mem")),
                                      "gpus": [g for g in held.get("gpus") or []
-                                              if type(g) is int and g >= 0]}
+                                              if type(g) is int and g >= 0],
+                                 "ports": [p for p in held.get("ports") or []
+                                           if type(p) is int and 0 < p < 65536]}
     created = engine_time(marker.created)
     # a lease is at most MAX_LEASE whatever a label says: a marker cannot hold a pool forever
     lease = min(_seconds(labels.get(LEASE_LABEL), 0.0), MAX_LEASE)

@@ -11,6 +11,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 from ..agents.capacity import AgentReport, PreflightError, probe_pool
 from ..agents.pool_ledger import (
@@ -25,6 +26,7 @@ from ..core.names import PLACEMENT_KEY, config_key
 from ..core.placement import Free
 from ..core.plan import ClusterPlan
 from ..core.spec import Pool, Session
+from . import service_ports
 from .errors import CommandError, Exit
 
 WAIT_POLL = 2.0  # seconds between looks while queued
@@ -102,16 +104,39 @@ def live_free(reports: Sequence[AgentReport], reservations: Sequence[Entry],
     return free
 
 
-def holds_of(plan: ClusterPlan) -> dict[str, dict[str, object]]:
-    """What a plan takes, per agent (a reservation's content)."""
+def holds_of(plan: ClusterPlan, ports: Mapping[str, int] | None = None
+             ) -> dict[str, dict[str, object]]:
+    """What a plan takes, per agent (a reservation's content): cpu, memory, GPU ids, and the
+    host ports chosen for main1's services."""
     out: dict[str, dict[str, object]] = {}
     res = plan.resources
     for c in plan.containers:
-        cur = out.setdefault(c.agent or "", {"cpu": 0, "mem": 0, "gpus": []})
+        cur = out.setdefault(c.agent or "", {"cpu": 0, "mem": 0, "gpus": [], "ports": []})
         cur["cpu"] = int(cur["cpu"]) + res.millicpu  # type: ignore[call-overload]
         cur["mem"] = int(cur["mem"]) + res.mem  # type: ignore[call-overload]
         cur["gpus"] = [*cur["gpus"], *c.gpus]  # type: ignore[misc]
+    if ports and plan.containers[0].agent:
+        out[plan.containers[0].agent]["ports"] = sorted(ports.values())
     return out
+
+
+def reserved_ports(reservations: Sequence[Entry], exclude: Collection[str]) -> dict[str, set[int]]:
+    """The host ports other ``up``s under way chose, by agent."""
+    found: dict[str, set[int]] = {}
+    for r in reservations:
+        if r.session in exclude:
+            continue
+        for agent, held in r.holds.items():
+            found.setdefault(agent, set()).update(held.get("ports", []))
+    return found
+
+
+@dataclass(frozen=True)
+class Placed:
+    """Where the sessions go, and (with ``services``) the host ports chosen for them."""
+
+    decided: Decided
+    ports: Mapping[str, Mapping[str, int]]
 
 
 def probe(pool: Pool) -> list[AgentReport]:
@@ -122,11 +147,17 @@ def probe(pool: Pool) -> list[AgentReport]:
 
 
 def place_live(pool: Pool, copies: Sequence[Session], kept: Mapping[str, KeptPlacement | None],
-               ledger: Ledger, exclude: Collection[str]) -> Decided:
-    """The decision on what the engines show now (call under the pool's lock for ``up``)."""
+               ledger: Ledger, exclude: Collection[str]) -> Placed:
+    """The decision on what the engines show now (call under the pool's lock for ``up``):
+    where the sessions go, then the host ports of their services."""
     reports = probe(pool)
     reservations = ledger.live("reservation")
-    return decide(copies, pool, live_free(reports, reservations, exclude), kept)
+    decided = decide(copies, pool, live_free(reports, reservations, exclude), kept)
+    ports: Mapping[str, Mapping[str, int]] = {}
+    if not any(p.pending for p in decided.plans) and any(p.services for p in decided.plans):
+        ports = service_ports.choose(decided.plans, pool,
+                                     reserved=reserved_ports(reservations, exclude))
+    return Placed(decided, ports)
 
 
 def pending_error(decided: Decided) -> CommandError | None:
@@ -136,6 +167,26 @@ def pending_error(decided: Decided) -> CommandError | None:
     return CommandError(f"pending: {pending.reason}; nothing was created", Exit.PENDING)
 
 
+def attempt(pool: Pool, copies: Sequence[Session], kept: Mapping[str, KeptPlacement | None],
+            ledger: Ledger, names: Sequence[str], ahead: Sequence[Entry]
+            ) -> tuple[Placed | None, CommandError | None]:
+    """One try under the lock: the placement, or why it is pending (others queued ahead,
+    no fit, no free service port)."""
+    if ahead:
+        return None, CommandError(
+            f"pending: {len(ahead)} session(s) wait in pool {pool.name}'s queue ahead (first: "
+            f"{ahead[0].session}); `sessionctl up FILE --wait` joins the queue; nothing was "
+            "created", Exit.PENDING)
+    try:
+        result = place_live(pool, copies, kept, ledger, names)
+    except CommandError as exc:
+        if exc.code != Exit.PENDING:
+            raise
+        return None, exc
+    error = pending_error(result.decided)
+    return (None, error) if error is not None else (result, None)
+
+
 def _say(line: str) -> None:
     print(f"sessionctl up: {line}", file=sys.stderr, flush=True)
 
@@ -143,7 +194,7 @@ def _say(line: str) -> None:
 @contextlib.contextmanager
 def placed(ledger: Ledger, copies: Sequence[Session],
            kept: Mapping[str, KeptPlacement | None], stack_id: str, *, reserve: bool,
-           wait: float | None = None, say: Callable[[str], None] = _say) -> Iterator[Decided]:
+           wait: float | None = None, say: Callable[[str], None] = _say) -> Iterator[Placed]:
     """Decide where ``copies`` go on live capacity; with ``reserve`` (``up``), one decision at
     a time per pool and a reservation per session held until the block ends. ``wait``
     (seconds, ``inf``): queue instead of failing when they do not fit (first come, first
@@ -154,8 +205,7 @@ def placed(ledger: Ledger, copies: Sequence[Session],
     holder = Holder(", ".join(names))
     with contextlib.ExitStack() as held:
         if not reserve:  # preview: where it would go now, nothing held
-            decided = place_live(pool, copies, kept, ledger, names)
-            yield decided
+            yield place_live(pool, copies, kept, ledger, names)
             return
         queued = None
         if wait is not None:
@@ -169,19 +219,15 @@ def placed(ledger: Ledger, copies: Sequence[Session],
                 queue = [e for e in ledger.live("queue") if e.session not in names]
                 ahead = [e for e in queue if queued is None or e.arrival < queued.arrival
                          or (e.arrival == queued.arrival and e.name < queued.current)]
-                decided = place_live(pool, copies, kept, ledger, names) if not ahead else None
-                error = (pending_error(decided) if decided is not None else CommandError(
-                    f"pending: {len(ahead)} session(s) wait in pool {pool.name}'s queue ahead "
-                    f"(first: {ahead[0].session}); `sessionctl up FILE --wait` joins the "
-                    "queue; nothing was created", Exit.PENDING))
+                result, error = attempt(pool, copies, kept, ledger, names, ahead)
                 if error is None and not ledger.still_locked(taken):
                     continue  # the decision outlived the lock's lease: decide again
                 if error is None:
-                    assert decided is not None
-                    for plan in decided.plans:
+                    assert result is not None
+                    for plan in result.decided.plans:
                         held.enter_context(contextlib.closing(ledger.renewed(
                             "reservation", plan.name, stack_id, holder, RESERVATION_LEASE,
-                            holds_of(plan))))
+                            holds_of(plan, result.ports.get(plan.name)))))
                     break
             if wait is None or time.monotonic() > deadline:
                 raise error
@@ -193,4 +239,4 @@ def placed(ledger: Ledger, copies: Sequence[Session],
             time.sleep(WAIT_POLL)
         if queued is not None:
             queued.close()
-        yield decided
+        yield result

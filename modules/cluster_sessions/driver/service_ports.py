@@ -1,8 +1,9 @@
 """Choosing the host ports of main1's services at ``up`` (issue 23, item 1): what each agent's
-engine publishes is read (agents.facts.PublishedPorts), and core.services decides. The caller
-holds :func:`.stack_lock.service_ports_lock` from here until main1 exists, so two ``up``s on
-one pool never choose the same free port; the engine refusing a taken port is the last guard
-(an ``up`` from another machine, or a program outside ``sessionctl``)."""
+engine publishes is read (agents.facts.PublishedPorts), and core.services decides. It runs
+under the pool's lock (driver/placing.py), and the ports chosen are held in the session's
+reservation on the pool's ledger until main1 exists, so two ``up``s on one pool, from any
+machine, never choose the same free port; the engine refusing a taken port is the last guard
+(a program run outside ``sessionctl``)."""
 
 from __future__ import annotations
 
@@ -25,14 +26,15 @@ def read_published(agent: Agent) -> tuple[facts.PublishedPort, ...]:
         return gather(conn, facts.PublishedPorts())
 
 
-def choose(plans: Sequence[ClusterPlan], pool: Pool,
-           read: ReadPorts = read_published) -> dict[str, dict[str, int]]:
+def choose(plans: Sequence[ClusterPlan], pool: Pool, read: ReadPorts = read_published,
+           reserved: Mapping[str, set[int]] | None = None) -> dict[str, dict[str, int]]:
     """Host ports by session, then service: each session's main1 keeps what it holds, and no
-    port another container publishes (or a session chosen before it here) is given. Raises
-    CommandError: exit 1 when an agent cannot be read, 3 (pending) when a range is full."""
+    port another container publishes, another ``up`` under way has reserved (``reserved``, by
+    agent) or a session chosen before it here is given. Raises CommandError: exit 1 when an
+    agent cannot be read, 3 (pending) when a range is full."""
     published: dict[str, tuple[facts.PublishedPort, ...]] = {}
     chosen: dict[str, dict[str, int]] = {}
-    given: dict[str, set[int]] = {}
+    given: dict[str, set[int]] = {a: set(ports) for a, ports in (reserved or {}).items()}
     for plan in plans:
         if not plan.services or plan.pending:
             continue

@@ -55,7 +55,7 @@ from typing import Any
 from ..agents.capacity import preflight
 from ..agents.cleanup import sweep
 from ..agents.folders import folder_refusals
-from ..agents.pool_ledger import Ledger
+from ..agents.pool_ledger import Ledger, PoolBusy
 from ..agents.reach import LOCAL, reach_of
 from ..core.decisions import kept_placement
 from ..core.loader import Loaded
@@ -73,7 +73,7 @@ from . import service_ports
 from .errors import CommandError, Exit
 from .placing import parse_duration, placed, recorded_placements
 from .session_args import EPILOG, add_session_args, selected
-from .stack_lock import StackBusy, service_ports_lock, stack_lock
+from .stack_lock import StackBusy, stack_lock
 from .stack_settings import (
     CONFIRM,
     PASSPHRASE_WARNING,
@@ -435,9 +435,6 @@ def run_stacks(args: argparse.Namespace, verb: str, sel: Any, stacks: dict[str, 
             for agents in dict.fromkeys(p.agents for _, p in sel.chosen):
                 preflight(sel.loaded.pool, agents, exclude_session=mine)
             refuse_unusable_folders(definition, sel)
-        if verb in ("preview", "up") and pending is None \
-                and any(p.services for _, p in sel.chosen):
-            targets = with_service_ports(verb, sel, targets, prepared, held, report_all)
         return run_targets(args, verb, sel, targets, prepared, docs, emit_docs)
 
 
@@ -455,7 +452,7 @@ def with_live_placement(args: argparse.Namespace, verb: str, sel: Any, targets: 
     kept = recorded_placements({p.name: recorded.get(stack_of[p.name], {})
                                 for _, p in sel.chosen})
     try:
-        decided = held.enter_context(placed(
+        result = held.enter_context(placed(
             ledger, [p.session for _, p in sel.chosen], kept, "", reserve=verb == "up",
             wait=getattr(args, "wait", None)))
     except CommandError as exc:
@@ -464,6 +461,10 @@ def with_live_placement(args: argparse.Namespace, verb: str, sel: Any, targets: 
         else:
             report_all("failed", backend=backend, error=str(exc))
         raise CommandError(f"{args.file}: {exc}", exc.code) from None
+    except PoolBusy as exc:
+        report_all("busy", backend=backend, error=str(exc))
+        raise
+    decided = result.decided
     by_name = {p.name: p for p in decided.plans}
     if not args.json:
         for plan in decided.plans:
@@ -476,35 +477,21 @@ def with_live_placement(args: argparse.Namespace, verb: str, sel: Any, targets: 
                     else f"placed on live capacity ({note})")
             print(f"sessionctl {verb}: {plan.name} {what}: {where}{more}", file=sys.stderr)
     sel = dataclasses.replace(sel, plans=tuple(by_name.get(p.name, p) for p in sel.plans))
-    targets = [(by_name.get(plan.name, plan), dataclasses.replace(target, config={
-        **target.config,
-        config_key(PLACEMENT_KEY): kept_placement(plan.session, pool,
-                                                  by_name[plan.name].placement).to_config()}))
+    targets = [(by_name[plan.name], dataclasses.replace(target, config={
+        **target.config, **kept_config(by_name[plan.name], pool, result.ports.get(plan.name))}))
         if plan.name in by_name else (plan, target) for plan, target in targets]
     return sel, targets
 
 
-def with_service_ports(verb: str, sel: Any, targets: list, prepared: Prepared,
-                       held: contextlib.ExitStack, report_all: Callable[..., None]) -> list:
-    """``targets`` with the host ports of their services in their config, chosen from what the
-    agents publish (driver.service_ports) while ``held`` keeps the pool's service ports
-    locked (released when the caller's ``up``s are done)."""
-    backend = prepared.settings.backend_url
-    try:
-        if verb == "up":
-            held.enter_context(service_ports_lock(backend, sel.loaded.pool.name))
-        chosen = service_ports.choose(list(sel.plans), sel.loaded.pool)
-    except StackBusy as exc:
-        report_all("busy", backend=backend, error=str(exc))
-        raise CommandError(str(exc), Exit.ENGINE) from None
-    except CommandError as exc:
-        report_all("pending" if exc.code == Exit.PENDING else "failed", backend=backend,
-                   error=str(exc))
-        raise
-    return [(plan, dataclasses.replace(target, config={
-        **target.config,
-        config_key(SERVICE_PORTS_KEY): service_ports.config_value(chosen[plan.name])}))
-        if plan.name in chosen else (plan, target) for plan, target in targets]
+def kept_config(plan: ClusterPlan, pool: Pool, ports: Mapping[str, int] | None
+                ) -> dict[str, str]:
+    """The decisions of this ``up`` that the stack keeps (core.decisions): the placement, and
+    the host ports of main1's services (driver.service_ports, chosen under the pool's lock)."""
+    config = {config_key(PLACEMENT_KEY): kept_placement(plan.session, pool,
+                                                        plan.placement).to_config()}
+    if ports is not None:
+        config[config_key(SERVICE_PORTS_KEY)] = service_ports.config_value(ports)
+    return config
 
 
 def run_targets(args: argparse.Namespace, verb: str, sel: Any, targets: list,
