@@ -232,7 +232,7 @@ def diff_plans(old: ClusterPlan | None, new: ClusterPlan | None,
                         f"stack. `up` creates {new.name} from scratch and leaves {old.name} "
                         f"running until `sessionctl destroy` on the old definition.")
     if new is not None:
-        warnings += public_warnings(new.services)
+        warnings += public_warnings(new)
     # A deployed state exists only for a scheduled old plan of the same stack.
     base = old if old is not None and not old.pending and (new is None
                                                            or old.name == new.name) else None
@@ -541,7 +541,10 @@ def plan_markdown(plan: ClusterPlan, name_from_file: bool = False) -> str:
              f"{code(plan.session.image)}", ""]
     if plan.pending:
         lines += [f"> ⚠️ pending: {printable(plan.reason or '')}", ""]
-    else:
+    warnings = public_warnings(plan)
+    if warnings:
+        lines += [*(f"> ⚠️ {w}" for w in warnings), ""]
+    if not plan.pending:
         lines += [f"Network {code(net.name)} ({net.driver} on {code(net.agent)})", ""]
     lines += ["| host | role | agent | cpu | mem | shmem | gpus |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {c.host} | {c.role} | {code(c.agent, cell=True) if c.agent else '-'} | "
