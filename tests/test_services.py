@@ -149,7 +149,8 @@ def test_diff_warns_of_a_public_service_and_shows_the_services_change():
     review = diff_plans(build_plan(old, pool), build_plan(new, pool))
     assert any("'web' is public" in w and "every address of this machine" in w
                for w in review.warnings)
-    assert [c.what for c in review.definition] == ["services"]
+    assert [(c.what, c.old, c.new) for c in review.definition] == [  # the entry gone, and come
+        ("services", "web=8080/http", None), ("services", None, "web=8080/http PUBLIC")]
     assert not any("public" in w for w in diff_plans(build_plan(old, pool),
                                                      build_plan(old, pool)).warnings)
 
