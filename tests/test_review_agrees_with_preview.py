@@ -31,6 +31,9 @@ CHANGES = {  # name: what the new definition changes
     "readiness": {"readiness": {"timeout": 90}},
     "uid": {"user": {"name": "work", "uid": 4242, "gid": 4242}},
     "grow": {"cluster": {"mode": "single-node", "size": 3}},
+    "command": {"command": ["sh", "-c", "sleep 700"]},
+    "master-port": {"distributed": {"master_port": 29600, "slots": 1}},
+    "cpu": {"resources": {"cpu": 1, "mem": "512m", "shmem": "64m"}},
     "nothing": {},
 }
 
