@@ -6,9 +6,11 @@ component maps a plan onto resources and from the docker provider's schema:
 
 - Almost every ``docker.Container`` input forces a replacement: image, env (``envs``),
   ``cpus``, ``shm_size``, ``gpus``, mounts, command, ports, labels (which carry cpu, mem and
-  GPU ids, so a memory change replaces too) and uploads (the rendered files, which carry the
-  host list, the container user and the readiness timeout). Only the restart policy is
-  updated in place. Which arguments force a replacement is the provider's schema, kept in
+  GPU ids, so a memory change replaces too) and uploads (the rendered bundle, compared by the
+  digest of its public files, the label every container carries: rendered here for both
+  sides with the same stand-in keys, so whatever the bundle holds is compared, never a list
+  of the fields it is made from). Only the restart policy is updated in place. Which
+  arguments force a replacement is the provider's schema, kept in
   :mod:`cluster_sessions.core.provider_facts` (docs/provider-fidelity.md).
 - A size change rewrites every container's ``BACKENDAI_CLUSTER_SIZE``/``_HOSTS``/``_REPLICAS``,
   so every existing container is replaced, not only the added or removed ones.
@@ -17,7 +19,10 @@ component maps a plan onto resources and from the docker provider's schema:
   every container attached to it. Containers are delete-before-replace: a replaced container
   is down while its successor starts.
 - A new session name is a new stack: the old session is not touched by ``up`` and keeps
-  running until destroyed.
+  running until destroyed; so is a session a definition no longer makes (``count`` 1 -> 2,
+  a count that shrinks: :func:`left_running`).
+- A session that is new or gone shows everything it holds: every field, each list entry on a
+  row of its own and shown whole, every env variable (credential values hidden).
 """
 
 from __future__ import annotations
