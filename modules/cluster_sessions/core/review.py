@@ -36,16 +36,16 @@ import re
 import shlex
 import typing
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from pydantic import BaseModel
 
-from .container_args import container_args
+from .container_args import NetworkArgs, container_args, network_args
 from .flowchart import Box, placement_chart
 from .keys import KeyPair, SessionKeys
 from .names import CLUSTER_ENV_PREFIX, ENDPOINT_LABEL
 from .plan import ClusterPlan, ContainerPlan
-from .provider_facts import CONTAINER_FORCE_NEW
+from .provider_facts import CONTAINER_FORCE_NEW, NETWORK_FORCE_NEW, NETWORK_IGNORED
 from .render import public_digest, render_container
 from .services import public_warnings
 from .spec import Session
@@ -255,6 +255,20 @@ def _network_fields(plan: ClusterPlan) -> dict[str, str]:
             "encrypted": "yes" if n.encrypted else "no"}
 
 
+def _network_args_changed(old: ClusterPlan, new: ClusterPlan, old_hosts: Mapping[str, str],
+                          new_hosts: Mapping[str, str]) -> list[tuple[str, object, object]]:
+    """The session network's provider arguments that differ and force a new network (all do;
+    the Session has the provider ignore ``options``: provider_facts.NETWORK_IGNORED)."""
+    def args(plan: ClusterPlan, hosts: Mapping[str, str]) -> NetworkArgs:
+        agent = plan.network.agent or ""
+        return network_args(plan, hosts.get(agent, f"agent {agent}"))
+
+    before, after = args(old, old_hosts), args(new, new_hosts)
+    return [(f.name, before, after) for f in fields(NetworkArgs)
+            if f.name not in NETWORK_IGNORED and NETWORK_FORCE_NEW.get(f.name, True)
+            and getattr(before, f.name) != getattr(after, f.name)]
+
+
 # Why a changed docker.Container argument changed, in a reviewer's words; whether it replaces
 # the container is the provider's schema (provider_facts.CONTAINER_FORCE_NEW), not ours.
 _ARG_REASONS: dict[str, str] = {
@@ -401,7 +415,13 @@ def diff_plans(old: ClusterPlan | None, new: ClusterPlan | None,
                 changes.append(Change(f"{base.network.agent}'s docker_host",
                                       old_hosts.get(base.network.agent or ""),
                                       new_hosts.get(base.network.agent or "")))
-            network = NetworkAction(new.network.name, REPLACE if changes else SAME,
+            # decided from the network's provider arguments, as for containers
+            replaced = bool(_network_args_changed(base, new, old_hosts, new_hosts))
+            if replaced and not changes:  # an argument without a reviewer's word: show it
+                changes = [Change(a, str(getattr(o, a)), str(getattr(n, a)))
+                           for a, o, n in _network_args_changed(base, new, old_hosts,
+                                                                new_hosts)]
+            network = NetworkAction(new.network.name, REPLACE if replaced else SAME,
                                     new.network.driver, new.network.agent, tuple(changes))
     elif new is None and base is not None:
         network = NetworkAction(base.network.name, REMOVE, base.network.driver,
