@@ -29,6 +29,22 @@ def test_the_issues_ports_on_every_address_are_refused_naming_file_and_field(tmp
         assert "add public: true to this port" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("verb", [["preview"], ["up", "--yes"]])
+def test_engine_verbs_refuse_it_before_anything_is_made(tmp_path, capsys, monkeypatch, verb):
+    """Refused at load, before the pulumi CLI is even looked for (nothing can be made)."""
+    from cluster_sessions.driver import stacks
+
+    def no_cli(*args, **kwargs):
+        raise AssertionError("the engine was reached")
+
+    monkeypatch.setattr(stacks, "find_pulumi", no_cli)
+    file = definition(tmp_path, ISSUE_PORTS)
+    assert main([*verb, str(file)]) == Exit.INVALID
+    err = capsys.readouterr().err
+    assert f"{file}: ports.0.host_ip: 0.0.0.0 is not a loopback address" in err
+    assert "Traceback" not in err
+
+
 @pytest.mark.parametrize("host_ip", [
     "0.0.0.0", "::", "10.0.0.11", "192.168.1.5", "fd00::1", "0:0:0:0:0:0:0:0", "::ffff:0.0.0.0",
     "::ffff:10.0.0.1", "169.254.1.1"])
@@ -111,8 +127,11 @@ def test_status_warns_of_every_public_port(tmp_path, capsys):
     engine's."""
     pool = factories.pool("p", factories.agent(
         "agent1", f"unix://{tmp_path / 'no-docker.sock'}"))
-    file = factories.write_pair(tmp_path, factories.session("pub-status", ports=PUBLIC), pool)
+    file = factories.write_pair(tmp_path, factories.session(
+        "pub-status", ports=PUBLIC, services=[{"name": "web", "port": 8080, "public": True}]),
+        pool)
     assert main(["status", str(file)]) == Exit.ENGINE
     err = capsys.readouterr().err.splitlines()
-    assert [line for line in err if "warning" in line] == [
-        f"sessionctl status: warning: {w}" for w in WARNINGS]
+    warned = [line for line in err if "warning" in line]
+    assert warned[1:] == [f"sessionctl status: warning: {w}" for w in WARNINGS]
+    assert warned[0].startswith("sessionctl status: warning: service 'web' is public")
