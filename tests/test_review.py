@@ -790,7 +790,6 @@ flowchart LR
 | restart | `unless-stopped` | *(absent)* |
 | distributed.master_port | `29500` | *(absent)* |
 | type | `interactive` | *(absent)* |
-| count | `1` | *(absent)* |
 | distributed.slots | `(unset)` | *(absent)* |
 | plan status | `scheduled` | *(absent)* |
 
@@ -841,7 +840,7 @@ def test_definition_fields_spell_each_field_a_reviewer_compares(tmp_path):
         "user": "work (9001:9001)", "readiness.timeout": "120s", "restart": "unless-stopped",
         "distributed.master_port": "29400",
         # the rest of the definition, from the model itself (the pool has rows of its own)
-        "type": "interactive", "count": "1", "distributed.slots": "(unset)",
+        "type": "interactive", "distributed.slots": "(unset)",
         "plan status": "scheduled"}
     plan, _ = side(factories.write_pair(tmp_path, factories.session("bare"), pool))
     fields = definition_fields(plan)

@@ -93,7 +93,7 @@ def test_every_field_of_a_definition_is_a_row_of_the_review():
     for path, _ in _model_fields(Session, plan.session):
         assert path in NOT_ROWS or path in rows or any(
             path.startswith(k + ".") for k in rows), path
-    assert set(NOT_ROWS) == {"kind", "name", "env", "pool"}
+    assert set(NOT_ROWS) == {"kind", "name", "env", "pool", "count"}
 
 
 SOCKET = "/var/run/docker.sock"
@@ -166,6 +166,10 @@ def test_ports_and_services_change_entry_by_entry(tmp_path):
     assert [(c.what, c.old, c.new) for c in r.definition] == [  # reordered: one row
         ("ports (order)", "127.0.0.1:*->8000/tcp | 127.0.0.1:*->8001/tcp",
          "127.0.0.1:*->8001/tcp | 127.0.0.1:*->8000/tcp")]
+    r = review(tmp_path, base, {**base, "ports": [
+        {"container": 8000}, {"container": 8001, "host_ip": "::", "public": True}]})
+    assert [(c.what, c.old, c.new) for c in r.definition] == [  # IPv6 bracketed, public said
+        ("ports", "127.0.0.1:*->8001/tcp", None), ("ports", None, "[::]:*->8001/tcp PUBLIC")]
 
 
 def diff_json(tmp_path, capsys, old: dict, new: dict) -> dict:

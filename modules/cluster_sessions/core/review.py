@@ -150,9 +150,11 @@ def _mount_text(m) -> str:  # noqa: ANN001 (plan.MountPlan)
 
 
 # Not rows of the definition table: the name is the stack (a rename is its own warning), the
-# kind is fixed, the env has a section of its own (credential values hidden), and the pool is
-# shown with what it decides for the session (the pool's own rows, not its spelling here).
-NOT_ROWS = frozenset({"kind", "name", "env", "pool"})
+# kind is fixed, the env has a section of its own (credential values hidden), the pool is
+# shown with what it decides for the session (the pool's own rows, not its spelling here), and
+# a review is of one session: ``count`` is the sessions the diff lists (each of the K is
+# planned with count 1), added or left running.
+NOT_ROWS = frozenset({"kind", "name", "env", "pool", "count"})
 Value = str | tuple[str, ...]  # one value, or the entries of a list (each shown on its own)
 
 
@@ -169,7 +171,7 @@ def definition_fields(plan: ClusterPlan) -> dict[str, Value]:
         **_fmt_res(plan),
         "mounts": tuple(_mount_text(m) for m in plan.mounts),
         "command": shlex.join(s.command),
-        "ports": tuple(f"{p.host_ip}:{p.host or '*'}->{p.container}/{p.protocol}"
+        "ports": tuple(f"{_address(p.host_ip)}:{p.host or '*'}->{p.container}/{p.protocol}"
                        + (" PUBLIC" if p.public else "") for p in s.ports),
         "services": tuple(
             f"{v.name}={v.port}/{v.protocol}"
@@ -184,6 +186,10 @@ def definition_fields(plan: ClusterPlan) -> dict[str, Value]:
             if path not in NOT_ROWS and path not in spelled
             and not any(path.startswith(k + ".") for k in spelled)}
     return {**spelled, **rest, "plan status": plan.status}
+
+
+def _address(ip: str) -> str:
+    return f"[{ip}]" if ":" in ip else ip  # IPv6 bracketed before a port, as Docker shows it
 
 
 def _submodel(annotation: object) -> type[BaseModel] | None:
