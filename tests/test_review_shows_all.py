@@ -217,3 +217,13 @@ def test_a_deleted_count_definition_is_still_what_destroy_removes(tmp_path, caps
     docs = json.loads(capsys.readouterr().out)["sessions"]
     assert [(d["deleted"], d["left"], [c["action"] for c in d["containers"]]) for d in docs] \
         == [(True, False, ["remove"])] * 2
+
+
+def test_a_pending_session_no_longer_made_was_never_running(tmp_path, capsys):
+    base = factories.session("sweep", size=64)  # more than the pool holds: pending
+    docs = diff_json(tmp_path, capsys, base, {**base, "count": 2, "cluster": {
+        "mode": "single-node", "size": 1}})
+    left = docs["sweep"]
+    assert left["left"] and left["containers"] == []
+    assert left["summary"] == "sweep: no longer made by the new definition (it was pending)"
+    assert "nothing of it can be running" in left["warnings"][0]

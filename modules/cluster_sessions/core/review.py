@@ -119,6 +119,8 @@ class Review:
         if not self.changed:
             return f"{self.name}: no changes"
         if self.left:
+            if not self.containers:  # it was pending: nothing of it was made
+                return f"{self.name}: no longer made by the new definition (it was pending)"
             return (f"{self.name}: no longer made by the new definition; `pulumi up` leaves "
                     f"its {len(self.containers)} container(s) running")
         if self.pending:
@@ -488,7 +490,9 @@ def left_running(old: ClusterPlan, hosts: Mapping[str, str] | None = None) -> Re
     gone = diff_plans(old, None, hosts, {})
     warning = (f"the new definition no longer makes session {old.name}: `pulumi up` does not "
                "touch it and it keeps running until `sessionctl destroy` on the old definition "
-               "removes it.")
+               "removes it." if not old.pending else
+               f"the new definition no longer makes session {old.name}, which was pending: "
+               "nothing of it can be running (unless an earlier version was applied).")
     return replace(gone, deleted=False, left=True, warnings=(warning,),
                    containers=tuple(replace(c, action=SAME, new_agent=c.old_agent,
                                             why=("left running: not in the new definition",))
