@@ -53,7 +53,7 @@ def test_more_slots_replace_every_container_since_the_hostfiles_change(tmp_path)
     assert "- `cluster-hosts.sh`: main1, sub1" in md
 
 
-def test_slots_that_follow_the_gpus_and_slots_set_to_the_same_number_change_nothing(tmp_path):
+def test_slots_set_to_what_the_gpus_gave_change_nothing_and_other_slots_replace(tmp_path):
     """A variant: the digest, not a list of fields, decides; the same bytes are no change."""
     base = factories.session("slots", size=2, command=JOB, resources={
         "cpu": 1, "mem": "1g", "shmem": "64m", "gpu": 2}, distributed={"master_port": 29500})
@@ -157,7 +157,7 @@ def test_a_long_mount_hides_no_later_entry(tmp_path):
     assert not any("…" in line for line in md if line.startswith("| mounts"))
 
 
-def test_ports_and_services_change_entry_by_entry(tmp_path):
+def test_ports_change_entry_by_entry_and_a_reorder_is_one_row(tmp_path):
     base = factories.session("lists", ports=[{"container": 8000}, {"container": 8001}])
     r = review(tmp_path, base, {**base, "ports": [{"container": 8001}, {"container": 8002}]})
     assert [(c.what, c.old, c.new) for c in r.definition] == [
