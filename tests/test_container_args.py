@@ -180,7 +180,7 @@ def two_container_plan(**over):
                            {"source": "vol1", "target": "/mnt/b", "read_only": True}],
                    ports=[{"container": 8888},
                           {"container": 6006, "host": 16006, "host_ip": "0.0.0.0",
-                           "protocol": "udp"}],
+                           "protocol": "udp", "public": True}],
                    services=[{"name": "web", "port": 80}], restart="on-failure",
                    command=["python3", "x.py"], **over)
 

@@ -1157,7 +1157,7 @@ KINDS_WANTED = "expected one of ClusterSession, AgentPool"
         ({**BASE, "distributed": {"master_prt": 1}}, "distributed.master_prt",
          "unknown key; did you mean 'master_port'? (allowed: master_port, slots)"),
         ({**BASE, "ports": [{"container": 1, "x": 1}]}, "ports.0.x",
-         "unknown key (allowed: container, host, host_ip, protocol)"),
+         "unknown key (allowed: container, host, host_ip, protocol, public)"),
         ({"kind": "AgentPool", "name": "p", "agents": [
             {"name": "a", "capacity": {"cpu": 1, "mem": "1g"}, "ssh": {"host": "h", "hst": "x"}}]},
          "agents.0.ssh.hst", "unknown key; did you mean 'host'? (allowed: host, port, user, "

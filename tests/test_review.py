@@ -133,7 +133,9 @@ def test_memory_change_replaces_because_labels_carry_it():
 def test_gpu_change_replaces_with_new_gpu_ids():
     review = review_of("gpu")
     assert set(actions(review).values()) == {"replace"}
-    assert why(review, "main1") == ("GPU ids",)
+    # the GPUs are the hostfiles' default slots: the bundle up uploads changes with them
+    assert why(review, "main1") == ("GPU ids", "rendered files")
+    assert review.files == {"main1": ("cluster-hosts.sh",), "sub1": ("cluster-hosts.sh",)}
 
 
 def test_restart_policy_is_the_one_in_place_update():
@@ -508,6 +510,7 @@ def test_the_json_review_is_the_whole_review_with_credentials_hidden():
                                 "new": "main2"}]},
         "agents": [{"what": "agent1", "old": "unix:///var/run/docker.sock",
                     "new": "ssh://ops@box"}],
+        "files": {}, "left": False,
         "warnings": ["agent agent1 now points at ssh://ops@box"],
     }
 
@@ -631,6 +634,12 @@ flowchart LR
 | field | old | new |
 |---|---|---|
 | cluster.size | `2` | `4` |
+
+#### Rendered files
+
+What `up` uploads changes (the bundle's digest label with it):
+
+- `static-env.sh`, `setup.sh`: main1, sub1
 
 #### Environment
 
@@ -761,6 +770,36 @@ flowchart LR
   a0 --- net
 ```
 
+#### Definition
+
+| field | old | new |
+|---|---|---|
+| image | `registry.example/pytorch:2.3` | *(absent)* |
+| cluster.mode | `single-node` | *(absent)* |
+| cluster.size | `2` | *(absent)* |
+| resources.cpu | `2` | *(absent)* |
+| resources.mem | `4g` | *(absent)* |
+| resources.shmem | `1g` | *(absent)* |
+| resources.gpu | `0` | *(absent)* |
+| mounts | `/srv/datasets:/home/work/datasets:ro` | *(absent)* |
+| command | `sleep infinity` | *(absent)* |
+| ports | `127.0.0.1:*->2200/tcp` | *(absent)* |
+| services | `(none)` | *(absent)* |
+| user | `work (9001:9001)` | *(absent)* |
+| readiness.timeout | `120s` | *(absent)* |
+| restart | `unless-stopped` | *(absent)* |
+| distributed.master_port | `29500` | *(absent)* |
+| type | `interactive` | *(absent)* |
+| distributed.slots | `(unset)` | *(absent)* |
+| plan status | `scheduled` | *(absent)* |
+
+#### Environment
+
+User env (every container):
+
+- removed `EXPERIMENT` (was `baseline`)
+- removed `OMP_NUM_THREADS` (was `4`)
+
 #### Network
 
 `train-net` (bridge on agent1): **removed**
@@ -793,18 +832,22 @@ def test_definition_fields_spell_each_field_a_reviewer_compares(tmp_path):
         "image": "img:2", "cluster.mode": "single-node", "cluster.size": "1",
         "resources.cpu": "1.5", "resources.mem": "2g", "resources.shmem": "64m",
         "resources.gpu": "0",
-        "mounts": "/srv/a:/data/a, folder results (/srv/nfs/results, kept after destroy)"
-                  ":/data/results:ro",
+        "mounts": ("/srv/a:/data/a", "folder results (/srv/nfs/results, kept after destroy)"
+                   ":/data/results:ro"),
         "command": "python train.py",
-        "ports": "127.0.0.1:2222->22/tcp, 127.0.0.1:*->80/tcp",
-        "services": "web=8080/http PUBLIC, tb=6006/http preferred 30606",
+        "ports": ("127.0.0.1:2222->22/tcp", "127.0.0.1:*->80/tcp"),
+        "services": ("web=8080/http PUBLIC", "tb=6006/http preferred 30606"),
         "user": "work (9001:9001)", "readiness.timeout": "120s", "restart": "unless-stopped",
-        "distributed.master_port": "29400", "plan status": "scheduled"}
+        "distributed.master_port": "29400",
+        # the rest of the definition, from the model itself (the pool has rows of its own)
+        "type": "interactive", "distributed.slots": "(unset)",
+        "plan status": "scheduled"}
     plan, _ = side(factories.write_pair(tmp_path, factories.session("bare"), pool))
     fields = definition_fields(plan)
-    assert {k: fields[k] for k in ("mounts", "ports", "services", "distributed.master_port")} \
-        == {"mounts": "(none)", "ports": "(none)", "services": "(none)",
-            "distributed.master_port": "(unset)"}
+    assert {k: fields[k] for k in ("mounts", "ports", "services", "distributed.master_port",
+                                   "distributed.slots")} \
+        == {"mounts": (), "ports": (), "services": (), "distributed.master_port": "(unset)",
+            "distributed.slots": "(unset)"}
 
 
 def test_diff_plans_refuses_two_empty_sides():

@@ -97,7 +97,8 @@ def test_only_public_services_are_warned_of_each_with_where_it_is_published():
     shown = [Shown(name="ssh", public=False, port=22, bind="127.0.0.1", agent="gpu1"),
              Shown(name="web", public=True, port=8080, bind="10.0.0.11", agent="gpu1"),
              Shown(name="tb", public=True, port=6006, bind="0.0.0.0", agent="local")]
-    assert public_warnings(shown) == [
+    plan = Shown(services=shown, session=Shown(ports=()), containers=[])
+    assert public_warnings(plan) == [
         "service 'web' is public: port 8080 of main1 is published on agent gpu1's address "
         "10.0.0.11, not on its loopback; anyone who reaches it reaches the app, with no login in "
         "front of it (Backend.AI's AppProxy would stand there)",
@@ -135,7 +136,7 @@ def test_the_plan_carries_services_on_main1s_agent_and_ports_once_chosen():
                               ("db", "a1", "127.0.0.1", [31000, 31009], None, None)]
     chosen = plan_to_dict(with_service_ports(plan, {"web": 31003, "db": 31000}))["services"]
     assert [s["url"] for s in chosen] == ["http://10.0.0.5:31003/", "tcp://127.0.0.1:31000"]
-    warnings = public_warnings(plan.services)
+    warnings = public_warnings(plan)
     assert len(warnings) == 1 and "'web' is public" in warnings[0] and "10.0.0.5" in warnings[0]
 
 
@@ -148,7 +149,8 @@ def test_diff_warns_of_a_public_service_and_shows_the_services_change():
     review = diff_plans(build_plan(old, pool), build_plan(new, pool))
     assert any("'web' is public" in w and "every address of this machine" in w
                for w in review.warnings)
-    assert [c.what for c in review.definition] == ["services"]
+    assert [(c.what, c.old, c.new) for c in review.definition] == [  # the entry gone, and come
+        ("services", "web=8080/http", None), ("services", None, "web=8080/http PUBLIC")]
     assert not any("public" in w for w in diff_plans(build_plan(old, pool),
                                                      build_plan(old, pool)).warnings)
 

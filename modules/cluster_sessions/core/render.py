@@ -17,6 +17,7 @@ interpolates a value without one of these filters.
 from __future__ import annotations
 
 import functools
+import hashlib
 import posixpath
 import re
 import shlex
@@ -195,6 +196,14 @@ _COMPACT_ENV = _environment(compact=True)  # the bundle a container is sent
 def entrypoint_argv() -> list[str]:
     """The container's entrypoint; the session command is the container's command (CMD)."""
     return ["/bin/sh", f"{BUNDLE_DIR}/entrypoint.sh"]
+
+
+def public_digest(files: Sequence[RenderedFile]) -> str:
+    """The SHA-256 of :func:`pack` of the files that are not secret: what every container
+    carries as its bundle-digest label (pulumi_layer/session.py), so a preview shows a change
+    of the entrypoint or any public file, and what ``sessionctl diff`` compares (core/review.py)
+    to say whether ``up`` sends another bundle. Never changes with a private key."""
+    return hashlib.sha256(pack([f for f in files if not f.secret]).encode()).hexdigest()
 
 
 def pack(files: Sequence[RenderedFile]) -> str:

@@ -6,9 +6,11 @@ component maps a plan onto resources and from the docker provider's schema:
 
 - Almost every ``docker.Container`` input forces a replacement: image, env (``envs``),
   ``cpus``, ``shm_size``, ``gpus``, mounts, command, ports, labels (which carry cpu, mem and
-  GPU ids, so a memory change replaces too) and uploads (the rendered files, which carry the
-  host list, the container user and the readiness timeout). Only the restart policy is
-  updated in place. Which arguments force a replacement is the provider's schema, kept in
+  GPU ids, so a memory change replaces too) and uploads (the rendered bundle, compared by the
+  digest of its public files, the label every container carries: rendered here for both
+  sides with the same stand-in keys, so whatever the bundle holds is compared, never a list
+  of the fields it is made from). Only the restart policy is updated in place. Which
+  arguments force a replacement is the provider's schema, kept in
   :mod:`cluster_sessions.core.provider_facts` (docs/provider-fidelity.md).
 - A size change rewrites every container's ``BACKENDAI_CLUSTER_SIZE``/``_HOSTS``/``_REPLICAS``,
   so every existing container is replaced, not only the added or removed ones.
@@ -17,24 +19,36 @@ component maps a plan onto resources and from the docker provider's schema:
   every container attached to it. Containers are delete-before-replace: a replaced container
   is down while its successor starts.
 - A new session name is a new stack: the old session is not touched by ``up`` and keeps
-  running until destroyed.
+  running until destroyed; so is a session a definition no longer makes (``count`` 1 -> 2,
+  a count that shrinks: :func:`left_running`).
+- A session that is new or gone shows everything it holds: every field, each list entry on a
+  row of its own and shown whole, every env variable (credential values hidden).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
+import json
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import shlex
+import typing
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields, replace
 
-from .container_args import container_args
+from pydantic import BaseModel
+
+from .container_args import NetworkArgs, container_args, network_args
 from .flowchart import Box, placement_chart
+from .keys import KeyPair, SessionKeys
 from .names import CLUSTER_ENV_PREFIX, ENDPOINT_LABEL
 from .plan import ClusterPlan, ContainerPlan
-from .provider_facts import CONTAINER_FORCE_NEW
+from .provider_facts import CONTAINER_FORCE_NEW, NETWORK_FORCE_NEW, NETWORK_IGNORED
+from .render import public_digest, render_container
 from .services import public_warnings
+from .spec import Session
 from .terminal import printable
 from .units import format_size
 
@@ -85,6 +99,10 @@ class Review:
     warnings: tuple[str, ...] = field(default=())
     pending: bool = False  # the new definition cannot be placed: ``up`` fails
     deleted: bool = False  # the definition is gone: only ``destroy`` removes its session
+    # the rendered files (the bundle up uploads) that change, by host
+    files: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # the new definition no longer makes this session: ``up`` leaves it running
+    left: bool = False
 
     def count(self, action: str) -> int:
         return sum(1 for c in self.containers if c.action == action)
@@ -94,12 +112,17 @@ class Review:
         return (any(c.action != SAME for c in self.containers)
                 or (self.network is not None and self.network.action != SAME)
                 or bool(self.definition or self.user_env or self.cluster_env or self.agents
-                        or self.old_name != self.name))
+                        or self.files or self.left or self.old_name != self.name))
 
     @property
     def summary(self) -> str:
         if not self.changed:
             return f"{self.name}: no changes"
+        if self.left:
+            if not self.containers:  # it was pending: nothing of it was made
+                return f"{self.name}: no longer made by the new definition (it was pending)"
+            return (f"{self.name}: no longer made by the new definition; `pulumi up` leaves "
+                    f"its {len(self.containers)} container(s) running")
         if self.pending:
             return f"{self.name}: PENDING, `pulumi up` fails and changes nothing"
         counts = [(self.count(ADD), "to add"), (self.count(REPLACE), "to replace"),
@@ -123,32 +146,104 @@ def _fmt_res(plan: ClusterPlan) -> dict[str, str]:
             "resources.shmem": format_size(r.shmem), "resources.gpu": str(r.gpu)}
 
 
-def definition_fields(plan: ClusterPlan) -> dict[str, str]:
-    """The session's fields that reach its resources, each as one comparable string."""
+def _mount_text(m) -> str:  # noqa: ANN001 (plan.MountPlan)
+    return ((f"folder {m.folder} ({m.source}, kept after destroy)" if m.folder else m.source)
+            + f":{m.target}{':ro' if m.read_only else ''}")
+
+
+# Not rows of the definition table: the name is the stack (a rename is its own warning), the
+# kind is fixed, the env has a section of its own (credential values hidden), the pool is
+# shown with what it decides for the session (the pool's own rows, not its spelling here), and
+# a review is of one session: ``count`` is the sessions the diff lists (each of the K is
+# planned with count 1), added or left running.
+NOT_ROWS = frozenset({"kind", "name", "env", "pool", "count"})
+Value = str | tuple[str, ...]  # one value, or the entries of a list (each shown on its own)
+
+
+def definition_fields(plan: ClusterPlan) -> dict[str, Value]:
+    """The session's fields, each as one comparable string, or a list's entries each as one
+    (so no entry hides behind another). The fields a reviewer compares most are spelled here;
+    every other field of the definition follows from the model itself (:func:`_model_fields`),
+    so a field added to ``spec.Session`` shows in the review without being listed twice."""
     s = plan.session
-    ports = ", ".join(f"{p.host_ip}:{p.host or '*'}->{p.container}/{p.protocol}"
-                      for p in s.ports)
-    mounts = ", ".join(
-        (f"folder {m.folder} ({m.source}, kept after destroy)" if m.folder else m.source)
-        + f":{m.target}{':ro' if m.read_only else ''}" for m in plan.mounts)
-    return {
+    spelled: dict[str, Value] = {
         "image": s.image,
         "cluster.mode": s.cluster.mode,
         "cluster.size": str(s.cluster.size),
         **_fmt_res(plan),
-        "mounts": mounts or "(none)",
-        "command": " ".join(s.command),
-        "ports": ports or "(none)",
-        "services": ", ".join(
+        "mounts": tuple(_mount_text(m) for m in plan.mounts),
+        "command": shlex.join(s.command),
+        "ports": tuple(f"{_address(p.host_ip)}:{p.host or '*'}->{p.container}/{p.protocol}"
+                       + (" PUBLIC" if p.public else "") for p in s.ports),
+        "services": tuple(
             f"{v.name}={v.port}/{v.protocol}"
             + (f" preferred {v.preferred_port}" if v.preferred_port else "")
-            + (" PUBLIC" if v.public else "") for v in s.services) or "(none)",
+            + (" PUBLIC" if v.public else "") for v in s.services),
         "user": f"{s.user.name} ({s.user.uid}:{s.user.gid})",
         "readiness.timeout": f"{s.readiness.timeout}s",
         "restart": s.restart,
         "distributed.master_port": str(s.distributed.master_port) if s.distributed else "(unset)",
-        "plan status": plan.status,
     }
+    rest = {path: value for path, value in _model_fields(Session, s)
+            if path not in NOT_ROWS and path not in spelled
+            and not any(path.startswith(k + ".") for k in spelled)}
+    return {**spelled, **rest, "plan status": plan.status}
+
+
+def _address(ip: str) -> str:
+    return f"[{ip}]" if ":" in ip else ip  # IPv6 bracketed before a port, as Docker shows it
+
+
+def _submodel(annotation: object) -> type[BaseModel] | None:
+    for t in (annotation, *typing.get_args(annotation)):
+        if isinstance(t, type) and issubclass(t, BaseModel):
+            return t
+    return None
+
+
+def _model_fields(model: type[BaseModel], value: BaseModel | None,
+                  prefix: str = "") -> Iterator[tuple[str, Value]]:
+    """Every leaf of a definition as (dotted path, text), an unset optional block's leaves
+    "(unset)"; a list as its entries."""
+    for name, info in model.model_fields.items():
+        path = prefix + name
+        v = getattr(value, name) if value is not None else None
+        sub = _submodel(info.annotation)
+        if sub is not None and not isinstance(v, tuple | list):
+            yield from _model_fields(sub, v, path + ".")
+        elif isinstance(v, tuple | list):
+            yield path, tuple(json.dumps(e.model_dump(mode="json") if isinstance(e, BaseModel)
+                                         else e, sort_keys=True) for e in v)
+        elif isinstance(v, dict):
+            yield path, json.dumps(v, sort_keys=True)
+        else:
+            yield path, "(unset)" if v is None else str(v)
+
+
+def _field_changes(old: Mapping[str, Value] | None,
+                   new: Mapping[str, Value] | None) -> list[Change]:
+    """Each changed field; for a list, each entry removed or added (a list reordered is one
+    row, " | " between its entries). One side absent: every field the other holds."""
+    old, new = old or {}, new or {}
+    out: list[Change] = []
+    for k in list(dict.fromkeys((*new, *old))):
+        a, b = old.get(k), new.get(k)
+        if a == b and (old and new):
+            continue
+        if isinstance(a, tuple) or isinstance(b, tuple):
+            ea, eb = a or (), b or ()
+            if not ea and not eb:  # an empty list on the only side there is
+                out.append(Change(k, "(none)" if k in old else None,
+                                  "(none)" if k in new else None))
+                continue
+            gone = [e for e in ea if e not in eb]
+            came = [e for e in eb if e not in ea]
+            out += [Change(k, e, None) for e in gone] + [Change(k, None, e) for e in came]
+            if not gone and not came:
+                out.append(Change(f"{k} (order)", " | ".join(ea), " | ".join(eb)))
+        else:
+            out.append(Change(k, a, b))
+    return out
 
 
 def _dict_changes(old: Mapping[str, str], new: Mapping[str, str],
@@ -168,6 +263,20 @@ def _network_fields(plan: ClusterPlan) -> dict[str, str]:
             "encrypted": "yes" if n.encrypted else "no"}
 
 
+def _network_args_changed(old: ClusterPlan, new: ClusterPlan, old_hosts: Mapping[str, str],
+                          new_hosts: Mapping[str, str]) -> list[tuple[str, object, object]]:
+    """The session network's provider arguments that differ and force a new network (all do;
+    the Session has the provider ignore ``options``: provider_facts.NETWORK_IGNORED)."""
+    def args(plan: ClusterPlan, hosts: Mapping[str, str]) -> NetworkArgs:
+        agent = plan.network.agent or ""
+        return network_args(plan, hosts.get(agent, f"agent {agent}"))
+
+    before, after = args(old, old_hosts), args(new, new_hosts)
+    return [(f.name, before, after) for f in fields(NetworkArgs)
+            if f.name not in NETWORK_IGNORED and NETWORK_FORCE_NEW.get(f.name, True)
+            and getattr(before, f.name) != getattr(after, f.name)]
+
+
 # Why a changed docker.Container argument changed, in a reviewer's words; whether it replaces
 # the container is the provider's schema (provider_facts.CONTAINER_FORCE_NEW), not ours.
 _ARG_REASONS: dict[str, str] = {
@@ -180,37 +289,84 @@ _ARG_REASONS: dict[str, str] = {
 }
 
 
+# Key material of the right shapes and of no use: the bundle's public files hold public keys
+# and certificates, which a stack keeps from one ``up`` to the next (keystore: a host keeps
+# its key and certificate while it stays), so rendering both sides with the same stand-ins
+# tells exactly which files a change of definition rewrites.
+_STAND_IN = KeyPair("", "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHJldmlldyBzdGFuZC1pbg")
+_STAND_IN_CERT = "ssh-ed25519-cert-v01@openssh.com AAAAIHNzaC1lZDI1NTE5LWNlcnQtdjAxQG9wZW5zc2guY29t"
+
+
+@functools.lru_cache(maxsize=4)
+def _stand_in_keys(hosts: tuple[str, ...]) -> SessionKeys:
+    return SessionKeys(_STAND_IN, dict.fromkeys(hosts, _STAND_IN), _STAND_IN,
+                       dict.fromkeys(hosts, _STAND_IN_CERT))
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """One container's public files as ``up`` sends them (path: mode and digest), and the
+    digest of them all (the label)."""
+
+    digest: str
+    files: Mapping[str, str]
+
+
+def bundles(plan: ClusterPlan, hosts: set[str]) -> dict[str, Bundle]:
+    """The bundles of ``hosts`` of ``plan``, rendered one plan at a time (render keeps the
+    session-wide files of the last plan it rendered: alternating two plans renders them anew
+    for every container)."""
+    keys = _stand_in_keys(plan.hosts)
+    out = {}
+    for c in plan.containers:
+        if c.host in hosts:
+            files = render_container(plan, c, keys)
+            out[c.host] = Bundle(public_digest(files), {  # each file by its mode and digest
+                f.path: f"{f.mode:o} {digest(f.content)}" for f in files if not f.secret})
+    return out
+
+
+# Files the definition's env is rendered into: their change is told as "user env".
+USER_ENV_FILES = frozenset({"user-env.sh", "exec-env.sh"})
+
+
 def _container_change(old: ClusterPlan, new: ClusterPlan, o: ContainerPlan, n: ContainerPlan,
                       old_hosts: Mapping[str, str], new_hosts: Mapping[str, str],
-                      network_replaced: bool) -> tuple[list[str], bool]:
-    """(why, replaced): the reasons ``o`` becomes ``n`` and whether the provider replaces it,
-    from the two containers' provider arguments (core.container_args, as the Session passes
-    them). The bundle (``uploads``) needs the keys, so its change is read from what it holds:
-    the hosts, the user, the readiness timeout and the definition's env (which only the
-    bundle carries, never the container's env)."""
+                      network_replaced: bool, ob: Bundle, nb: Bundle
+                      ) -> tuple[list[str], bool, tuple[str, ...]]:
+    """(why, replaced, files): the reasons ``o`` becomes ``n``, whether the provider replaces
+    it, and the rendered files that change. Decided from what ``up`` sends: the two
+    containers' provider arguments (core.container_args, as the Session passes them) and
+    their bundles' digests (the label every container carries; rendered here with stand-in
+    keys on both sides), never from a list of the definition's fields."""
     # an agent's endpoint, or its name where no pool said (two agents are two engines)
     before = container_args(old, o, old_hosts.get(o.agent or "", f"agent {o.agent}"))
     after = container_args(new, n, new_hosts.get(n.agent or "", f"agent {n.agent}"))
     changed = list(after.changed(before))
-    so, sn = old.session, new.session
-    bundle = so.user != sn.user or so.readiness != sn.readiness or old.hosts != new.hosts
-    if bundle or so.env != sn.env:
+    files: tuple[str, ...] = ()
+    if ob.digest != nb.digest:  # the upload and the digest label: both force a new container
         changed.append("uploads")
+        files = tuple(p for p in dict.fromkeys((*nb.files, *ob.files))
+                      if ob.files.get(p) != nb.files.get(p))
     if network_replaced:  # a replaced network replaces what is attached (why is deduplicated)
         changed.append("networks_advanced")
     why: list[str] = []
-    if so.env != sn.env:
+    env_changed = old.session.env != new.session.env
+    if env_changed:
         why.append("user env")
     if _cluster_env(o) != _cluster_env(n):  # they are in the container's env (envs)
         why.append("cluster variables")
+    told = USER_ENV_FILES if env_changed else frozenset()
     why += [_ARG_REASONS[a] for a in changed
-            if a in _ARG_REASONS and (a != "uploads" or bundle)]
+            if a in _ARG_REASONS and (a != "uploads" or set(files) - told)]
     if "labels" in changed and dict(before.labels).get(ENDPOINT_LABEL) != dict(
             after.labels).get(ENDPOINT_LABEL):
         why.append(f"moves {o.agent} -> {n.agent}" if o.agent != n.agent
                    else f"{n.agent}'s docker_host")
+    if changed and not why:  # an argument without a reviewer's word: say which
+        why += changed
     replaced = network_replaced or any(CONTAINER_FORCE_NEW.get(a, True) for a in changed)
-    return list(dict.fromkeys(why)), replaced
+    return list(dict.fromkeys(why)), replaced, files
 
 
 def diff_plans(old: ClusterPlan | None, new: ClusterPlan | None,
@@ -232,7 +388,7 @@ def diff_plans(old: ClusterPlan | None, new: ClusterPlan | None,
                         f"stack. `up` creates {new.name} from scratch and leaves {old.name} "
                         f"running until `sessionctl destroy` on the old definition.")
     if new is not None:
-        warnings += public_warnings(new.services)
+        warnings += public_warnings(new)
     # A deployed state exists only for a scheduled old plan of the same stack.
     base = old if old is not None and not old.pending and (new is None
                                                            or old.name == new.name) else None
@@ -240,9 +396,10 @@ def diff_plans(old: ClusterPlan | None, new: ClusterPlan | None,
         warnings.append("the old definition was pending, so nothing of it can be running "
                         "(unless an earlier version was applied); every container is new.")
 
-    definition = _dict_changes(definition_fields(old), definition_fields(new),
-                               list(definition_fields(new))) if old and new else []
-    user_env = _dict_changes(old.session.env, new.session.env) if old and new else []
+    # a session that is new or gone shows everything it holds (the other side absent)
+    definition = _field_changes(definition_fields(old) if old else None,
+                                definition_fields(new) if new else None)
+    user_env = _dict_changes(old.session.env if old else {}, new.session.env if new else {})
     moved = [Change(a, old_hosts.get(a), new_hosts.get(a))
              for a in sorted(set(old_hosts) & set(new_hosts))
              if old_hosts[a] != new_hosts[a]
@@ -266,7 +423,13 @@ def diff_plans(old: ClusterPlan | None, new: ClusterPlan | None,
                 changes.append(Change(f"{base.network.agent}'s docker_host",
                                       old_hosts.get(base.network.agent or ""),
                                       new_hosts.get(base.network.agent or "")))
-            network = NetworkAction(new.network.name, REPLACE if changes else SAME,
+            # decided from the network's provider arguments, as for containers
+            replaced = bool(_network_args_changed(base, new, old_hosts, new_hosts))
+            if replaced and not changes:  # an argument without a reviewer's word: show it
+                changes = [Change(a, str(getattr(o, a)), str(getattr(n, a)))
+                           for a, o, n in _network_args_changed(base, new, old_hosts,
+                                                                new_hosts)]
+            network = NetworkAction(new.network.name, REPLACE if replaced else SAME,
                                     new.network.driver, new.network.agent, tuple(changes))
     elif new is None and base is not None:
         network = NetworkAction(base.network.name, REMOVE, base.network.driver,
@@ -275,16 +438,23 @@ def diff_plans(old: ClusterPlan | None, new: ClusterPlan | None,
     net_replaced = network is not None and network.action == REPLACE
     actions: list[ContainerAction] = []
     cluster_changes: dict[str, list[Change]] = {}
+    files: dict[str, tuple[str, ...]] = {}
     if new is not None and not new.pending:
         old_by_host = {c.host: c for c in base.containers} if base else {}
+        staying = set(old_by_host) & {c.host for c in new.containers}
+        old_b = bundles(base, staying) if base else {}
+        new_b = bundles(new, staying) if base else {}
         for n in new.containers:
             o = old_by_host.pop(n.host, None)
             if o is None or base is None:
                 actions.append(ContainerAction(n.host, ADD, None, n.agent, ("new host",)))
                 continue
             cluster_changes[n.host] = _dict_changes(_cluster_env(o), _cluster_env(n))
-            why, replaced = _container_change(base, new, o, n, old_hosts, new_hosts,
-                                              net_replaced)
+            why, replaced, changed_files = _container_change(
+                base, new, o, n, old_hosts, new_hosts, net_replaced, old_b[n.host],
+                new_b[n.host])
+            if changed_files:
+                files[n.host] = changed_files
             if replaced:
                 actions.append(ContainerAction(n.host, REPLACE, o.agent, n.agent, tuple(why)))
             elif why:  # every change is one the provider applies in place
@@ -309,7 +479,26 @@ def diff_plans(old: ClusterPlan | None, new: ClusterPlan | None,
                   user_env=tuple(user_env), cluster_env=tuple(shared),
                   host_env={h: tuple(c) for h, c in per_host.items() if c},
                   agents=tuple(moved), warnings=tuple(warnings),
-                  pending=new is not None and new.pending, deleted=new is None)
+                  pending=new is not None and new.pending, deleted=new is None, files=files)
+
+
+def left_running(old: ClusterPlan, hosts: Mapping[str, str] | None = None) -> Review:
+    """A session the old definition made and the new one (still there) no longer does, as
+    with ``count`` 1 -> 2 (``<name>`` -> ``<name>-1``, ``-2``) or a count that shrinks: ``up``
+    applies only the sessions the definition makes, so this one keeps running, untouched,
+    until ``sessionctl destroy`` removes it. It shows what it holds."""
+    gone = diff_plans(old, None, hosts, {})
+    warning = (f"the new definition no longer makes session {old.name}: `pulumi up` does not "
+               "touch it and it keeps running until `sessionctl destroy` on the old definition "
+               "removes it." if not old.pending else
+               f"the new definition no longer makes session {old.name}, which was pending: "
+               "nothing of it can be running (unless an earlier version was applied).")
+    return replace(gone, deleted=False, left=True, warnings=(warning,),
+                   containers=tuple(replace(c, action=SAME, new_agent=c.old_agent,
+                                            why=("left running: not in the new definition",))
+                                    for c in gone.containers),
+                   network=None if gone.network is None else replace(gone.network,
+                                                                     action=SAME))
 
 
 def _split_shared(per_host: Mapping[str, list[Change]]) -> tuple[list[Change],
@@ -356,13 +545,14 @@ def digest(value: str) -> str:
     return "sha256:" + hashlib.sha256(value.encode(errors="surrogatepass")).hexdigest()[:12]
 
 
-def code(value: str | None, cell: bool = False) -> str:
+def code(value: str | None, cell: bool = False, whole: bool = False) -> str:
     """A value as a code span (controls escaped, so it stays on its line); a value longer than
-    MAX_VALUE is cut with "…" and followed by its length and digest, never cut silently."""
+    MAX_VALUE is cut with "…" and followed by its length and digest, never cut silently
+    (``whole``: never cut)."""
     if value is None:
         return "*(absent)*"
     text = printable(value)  # newlines, escapes and other controls as \n, \x1b, ...
-    if len(text) <= MAX_VALUE:
+    if len(text) <= MAX_VALUE or whole:
         return _span(text, cell)
     return f"{_span(_window(text, 0), cell)} ({len(value)} characters, {digest(value)})"
 
@@ -427,6 +617,24 @@ def _change_line(c: Change, label: str) -> str:
     return f"- {label}: {old} → {new}"
 
 
+def _field_cells(c: Change) -> tuple[str, str]:
+    """A definition row: a value on one side only (a list's entry, a field of a session that
+    is new or gone) is shown whole, so nothing it holds hides behind a cut; a changed value as
+    :func:`changed` shows it."""
+    if c.old is None or c.new is None:
+        return code(c.old, cell=True, whole=True), code(c.new, cell=True, whole=True)
+    return changed(c.old, c.new, cell=True)
+
+
+def _files_lines(files: Mapping[str, tuple[str, ...]]) -> list[str]:
+    """Each set of rendered files that changes, with the hosts it changes in."""
+    by_set: dict[tuple[str, ...], list[str]] = {}
+    for host, names in files.items():
+        by_set.setdefault(names, []).append(host)
+    return [f"- {', '.join(code(n) for n in names)}: {', '.join(hosts)}"
+            for names, hosts in by_set.items()]
+
+
 ACTION_TEXT = {ADD: "add", REMOVE: "**remove**", REPLACE: "**replace**",
                UPDATE: "update in place", SAME: "unchanged"}
 
@@ -473,9 +681,12 @@ def to_markdown(review: Review, old_label: str = "old", new_label: str = "new") 
     if review.definition:
         lines += ["#### Definition", "", "| field | old | new |",
                   "|---|---|---|"]
-        lines += ["| {} | {} | {} |".format(c.what, *changed(c.old, c.new, cell=True))
+        lines += ["| {} | {} | {} |".format(c.what, *_field_cells(c))
                   for c in review.definition]
         lines.append("")
+    if review.files:
+        lines += ["#### Rendered files", "", "What `up` uploads changes (the bundle's digest "
+                  "label with it):", "", *_files_lines(review.files), ""]
     if review.user_env or review.cluster_env or review.host_env:
         lines += ["#### Environment", ""]
         if review.user_env:
@@ -541,7 +752,10 @@ def plan_markdown(plan: ClusterPlan, name_from_file: bool = False) -> str:
              f"{code(plan.session.image)}", ""]
     if plan.pending:
         lines += [f"> ⚠️ pending: {printable(plan.reason or '')}", ""]
-    else:
+    warnings = public_warnings(plan)
+    if warnings:
+        lines += [*(f"> ⚠️ {w}" for w in warnings), ""]
+    if not plan.pending:
         lines += [f"Network {code(net.name)} ({net.driver} on {code(net.agent)})", ""]
     lines += ["| host | role | agent | cpu | mem | shmem | gpus |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {c.host} | {c.role} | {code(c.agent, cell=True) if c.agent else '-'} | "
@@ -578,5 +792,7 @@ def review_to_dict(review: Review) -> dict:
         "cluster_env": [ch(c) for c in review.cluster_env],
         "host_env": {h: [ch(c) for c in cs] for h, cs in review.host_env.items()},
         "agents": [ch(c) for c in review.agents],
+        "files": {h: list(names) for h, names in review.files.items()},
+        "left": review.left,
         "warnings": list(review.warnings),
     }

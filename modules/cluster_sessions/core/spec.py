@@ -203,6 +203,20 @@ class PublishedPort(_Model):
     host: Port | None = None  # None: the engine picks a free port
     host_ip: NonEmpty = "127.0.0.1"
     protocol: Literal["tcp", "udp"] = "tcp"
+    # true: host_ip is meant to be an address beyond the agent's loopback (is_loopback)
+    public: StrictBool = False
+
+
+def is_loopback(address: str) -> bool:
+    """Whether a bind address reaches only the agent itself: 127.0.0.0/8, ::1, and an IPv4
+    loopback written IPv6-mapped (``::ffff:127.0.0.1``). Anything else, ``0.0.0.0`` and ``::``
+    above all (every address of the agent), reaches beyond it."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return bool(ip.is_loopback or (mapped is not None and mapped.is_loopback))
 
 
 class Service(_Model):
@@ -481,6 +495,8 @@ def session_problems(session: Session) -> list[tuple[str, str]]:
                 raise ValueError(port.host_ip)
         except ValueError:
             found.append((f"ports.{i}.host_ip", f"{port.host_ip!r} is not an IP address"))
+        else:
+            found += _public_problems(i, port)
         if port.host is not None:
             key = (port.host_ip, port.host, port.protocol)
             if key in seen_host:
@@ -488,6 +504,22 @@ def session_problems(session: Session) -> list[tuple[str, str]]:
                               f"{port.host_ip} is used twice"))
             seen_host.add(key)
     return found
+
+
+def _public_problems(i: int, port: PublishedPort) -> list[tuple[str, str]]:
+    """One rule for every published port (services follow it by construction: bound to the
+    loopback unless ``public``): an address beyond the agent's loopback must be meant."""
+    if not is_loopback(port.host_ip) and not port.public:
+        return [(f"ports.{i}.host_ip", f"{port.host_ip} is not a loopback address: port "
+                 f"{port.container}/{port.protocol} of main1 would be reachable by anyone who "
+                 "reaches the agent there; add public: true to this port to mean it, or leave "
+                 "host_ip unset (127.0.0.1: `sessionctl ssh`/`open` reach it through the "
+                 "agent)")]
+    if is_loopback(port.host_ip) and port.public:
+        return [(f"ports.{i}.public", f"public: true, but host_ip {port.host_ip} is the "
+                 "agent's loopback: give the address to publish on as host_ip, or drop "
+                 "public")]
+    return []
 
 
 def _mount_problems(session: Session) -> list[tuple[str, str]]:

@@ -80,7 +80,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         print("\n\n".join(plan_table(p, loaded.name_from_file) for p in plans))
     for p in plans:
-        for warning in public_warnings(p.services):
+        for warning in public_warnings(p):
             print(f"{printable(args.file)}: warning: {printable(warning)}", file=sys.stderr)
     if sel.pending is not None:
         print(f"{printable(args.file)}: pending: {printable(sel.pending.reason)}",

@@ -5,7 +5,8 @@ Each side is planned against its own pool (the one it names, resolved next to it
 plan`` does. ``/dev/null`` (or ``-``) stands for a definition that does not exist on that side:
 a file added or deleted by the change. A definition with ``count: K`` is its K sessions: each is
 compared with the session of the same name on the other side (a count that grows adds
-sessions, one that shrinks destroys them). In CI, check out the base revision in a second work tree
+sessions; a session NEW no longer makes, after a count that shrinks or goes from 1 to 2, is left
+running by ``up`` and shown so). In CI, check out the base revision in a second work tree
 and compare the two files (examples/ci).
 
 Exit codes: 0 (also for a pending side: the review says so), 2 invalid input. With
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from ..agents.reach import reach_of
 from ..core.plan import ClusterPlan, build_plans
-from ..core.review import diff_plans, review_to_dict, to_markdown
+from ..core.review import diff_plans, left_running, review_to_dict, to_markdown
 from ..core.terminal import dumps
 from .errors import CommandError, Exit
 from .session_args import load_definition, nonempty, verb_parser
@@ -44,7 +45,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
     new, new_hosts = side(args.new, new_pool)
     if not old and not new:
         raise CommandError("both OLD and NEW are absent: nothing to compare", Exit.INVALID)
-    reviews = [diff_plans(old.get(name), new.get(name), old_hosts, new_hosts)
+    # a session only OLD makes, while NEW is a definition: `up` leaves it running (count 1 -> 2,
+    # a count that shrinks); only a deleted definition is destroyed (the CI example does)
+    reviews = [left_running(old[name], old_hosts)
+               if name not in new and args.new not in ABSENT
+               else diff_plans(old.get(name), new.get(name), old_hosts, new_hosts)
                for name in dict.fromkeys((*old, *new))]
     if args.json:
         docs = [review_to_dict(r) for r in reviews]

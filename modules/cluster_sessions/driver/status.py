@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..core.plan import ClusterPlan, ServicePlan
+from ..core.services import public_warnings
 from ..core.terminal import dumps, printable, table
 from .errors import Exit
 from .observe import (
@@ -229,6 +230,8 @@ def cmd_status(args: argparse.Namespace, connect: Connect = connect) -> int:
                   file=sys.stderr)
         for fault in report.faults:  # states and names as the engine gave them
             print(printable(f"sessionctl status: {who}{fault}"), file=sys.stderr)
+        for warning in public_warnings(report.plan):  # as `plan` and `diff` say it
+            print(printable(f"sessionctl status: {who}warning: {warning}"), file=sys.stderr)
     return Exit.OK if all(r.ok for r in reports) else Exit.ENGINE
 
 

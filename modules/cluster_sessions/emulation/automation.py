@@ -76,6 +76,9 @@ class StackState:
     outputs: dict[str, tuple[Any, bool]] = field(default_factory=dict)
     registrations: dict[str, Registration] = field(default_factory=dict)
     last_update: datetime | None = None
+    # the last preview's step per resource: (action, the arguments that differ), as the CLI's
+    # `preview --diff` would list them
+    previewed: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
 
 
 class Backend:
@@ -328,6 +331,7 @@ class EmulatedStack:
                          old_provider=dict(live.old_provider),
                          old_dependencies=copy.deepcopy(live.old_dependencies))
         run_program(scratch, self.name, self._config())
+        self.state.previewed = dict(scratch.actions)
         changes: dict[str, int] = {}
         for action, _ in scratch.actions.values():
             changes[action] = changes.get(action, 0) + 1

@@ -28,7 +28,6 @@ A pending plan raises :class:`SessionPending` before anything is registered.
 
 from __future__ import annotations
 
-import hashlib
 import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -43,7 +42,7 @@ from ..core.errors import Pending
 from ..core.names import BUNDLE_DIGEST_LABEL, DEFAULT_DOCKER_HOST
 from ..core.plan import ClusterPlan, ContainerPlan
 from ..core.provider_facts import NETWORK_IGNORED
-from ..core.render import BUNDLE_DIR, RenderedFile, pack, render_container
+from ..core.render import BUNDLE_DIR, RenderedFile, pack, public_digest, render_container
 from ..core.spec import SSH_PORT, Agent, Pool, agent_address
 from .folders import DataFolder
 from .keystore import SessionKeyStore
@@ -131,8 +130,7 @@ def bundle_pack(files: Sequence[RenderedFile]) -> tuple[str, str]:
     The digest (SHA-256 of :func:`render.pack` of the files that are not secret) goes on a
     label, so that a preview still shows when the entrypoint or any public file changes.
     """
-    public = pack([f for f in files if not f.secret])
-    return pack(files), hashlib.sha256(public.encode()).hexdigest()
+    return pack(files), public_digest(files)
 
 
 class Session(pulumi.ComponentResource):
