@@ -153,8 +153,8 @@ def test_plan_json_container_bind_and_review_show_the_folder(tmp_path):
     assert [(m.source, m.target, m.type, m.read_only) for m in args.mounts] == [
         ("/srv/vfolders/mydata", "/home/work/mydata", "bind", False),
         ("vol", "/data/v", "volume", True)]
-    assert definition_fields(plan)["mounts"] == (
-        "folder mydata (/srv/vfolders/mydata, kept after destroy):/home/work/mydata, "
+    assert definition_fields(plan)["mounts"] == (  # one row per entry (issue 32, class 4)
+        "folder mydata (/srv/vfolders/mydata, kept after destroy):/home/work/mydata",
         "vol:/data/v:ro")
 
 

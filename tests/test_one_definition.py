@@ -4,6 +4,7 @@ a stack whose config records another definition."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,10 @@ def emulated(monkeypatch, tmp_path):
     monkeypatch.setattr(stacks, "open_workspace", backend.open_workspace)
     monkeypatch.setattr(stacks, "find_pulumi", lambda environ: Path("/emulated/bin/pulumi"))
     monkeypatch.setattr(stacks, "preflight", lambda *args, **kwargs: None)
+    # no engine here: the pool's ledger and live placement stand aside (declared capacity)
+    monkeypatch.setattr(stacks.Ledger, "open", lambda pool: contextlib.nullcontext(None))
+    monkeypatch.setattr(stacks, "with_live_placement",
+                        lambda args, verb, sel, targets, *rest: (sel, targets))
     state = tmp_path / "state"
     state.mkdir()
     monkeypatch.setenv("PULUMI_BACKEND_URL", f"file://{state}")

@@ -92,7 +92,8 @@ def test_diff_of_a_count_that_grows_adds_sessions_and_keeps_the_others(counted, 
     doc = json.loads(capsys.readouterr().out)
     by_name = {r["session"]: r for r in doc["sessions"]}
     assert set(by_name) == {"train", "train-1", "train-2"}
-    assert by_name["train"]["deleted"]
+    # nothing removes the count-less session: it is left running (issue 32, class 4)
+    assert by_name["train"]["left"] and not by_name["train"]["deleted"]
     assert {c["action"] for c in by_name["train-2"]["containers"]} == {"add"}
 
 

@@ -43,8 +43,14 @@ def probed_free(args: argparse.Namespace, loaded: Loaded) -> tuple[list[Free], l
     exclude = [s.name for s in session_copies(loaded.session)]
     reports = probe_pool(loaded.pool, exclude_session=exclude)
     free_of(loaded.pool, reports)  # every agent answered, or PreflightError naming them
-    with Ledger.open(loaded.pool) as ledger:  # what `up`s under way have reserved counts too
-        free = live_free(reports, ledger.live("reservation"), exclude)
+    try:
+        with Ledger.open(loaded.pool) as ledger:  # what `up`s under way reserved counts too
+            reservations = ledger.live("reservation")
+    except Exception as exc:  # a plan is advice: say what it could not count, and go on
+        print(printable(f"sessionctl plan: warning: reservations not counted: {exc}"),
+              file=sys.stderr)
+        reservations = []
+    free = live_free(reports, reservations, exclude)
     print(f"probed pool {printable(loaded.pool.name)} ({printable(loaded.pool_file)}), "
           "free now:", file=sys.stderr)
     for f in free:

@@ -96,9 +96,9 @@ def live_free(reports: Sequence[AgentReport], reservations: Sequence[Entry],
     reservations hold, per agent in pool order."""
     free = []
     for report in reports:
-        assert report.total is not None
+        total = report.total or report.free  # a report without a declared total: its free
+        assert total is not None
         cpu, mem, gpus = _holdings(report.held, reservations, report.name, exclude)
-        total = report.total
         free.append(Free(total.name, max(0, total.millicpu - cpu), max(0, total.mem - mem),
                          tuple(g for g in total.gpus if g not in gpus)))
     return free
