@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pulumi
 import pytest
+import yaml
 from pulumi import automation as auto
 from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
 
@@ -309,31 +310,69 @@ def swarm_roles(pool) -> dict[str, str]:
     return roles
 
 
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    with lab_pool(tmp_path_factory, PREFIX, SUBNET, 3, name="sdlab",
+                  capacity={"cpu": 1, "mem": "1g", "gpus": []}) as built:
+        yield built
+
+
+@pytest.fixture
+def pool_backend(lab, tmp_path):
+    """A file backend for the pool stack; whatever a failure left, no swarm after the test."""
+    state = tmp_path / "state"
+    state.mkdir()
+    original = lab.pool_file.read_text()
+    try:
+        yield state
+    finally:
+        lab.pool_file.write_text(original)
+        for agent in lab.pool.agents:
+            with connector_for(agent) as conn:
+                conn.run("docker swarm leave --force", timeout=60)
+
+
+ALL_LEFT = {"agent1": "inactive", "agent2": "inactive", "agent3": "inactive"}
+
+
 @pytest.mark.lab
 @pytest.mark.docker
-def test_pool_destroy_in_another_process_leaves_the_swarm(tmp_path_factory, tmp_path):
+def test_pool_destroy_in_another_process_leaves_the_swarm(lab, pool_backend):
     """``pool up`` in one process forms the swarm; ``pool destroy`` in the next calls each
     dynamic resource's delete (workers first), so every agent has left it."""
-    with lab_pool(tmp_path_factory, PREFIX, SUBNET, 3, name="sdlab",
-                  capacity={"cpu": 1, "mem": "1g", "gpus": []}) as lab:
-        state = tmp_path / "state"
-        state.mkdir()
-        try:
-            started = time.monotonic()
-            made = sessionctl(state, "pool", "up", str(lab.pool_file), "--yes")
-            assert made.returncode == 0, made.stderr
-            up_s = time.monotonic() - started
-            assert swarm_roles(lab.pool) == {"agent1": "manager", "agent2": "worker",
-                                             "agent3": "worker"}
-            started = time.monotonic()
-            gone = sessionctl(state, "pool", "destroy", str(lab.pool_file), "--yes")
-            down_s = time.monotonic() - started
-            assert gone.returncode == 0, gone.stderr
-            assert "3 delete" in gone.stderr or "delete" in gone.stderr, gone.stderr
-            assert swarm_roles(lab.pool) == {"agent1": "inactive", "agent2": "inactive",
-                                             "agent3": "inactive"}
-            print(f"pool up {up_s:.1f} s, pool destroy {down_s:.1f} s")
-        finally:
-            for agent in lab.pool.agents:  # whatever a failure left: no swarm on the lab
-                with connector_for(agent) as conn:
-                    conn.run("docker swarm leave --force", timeout=60)
+    started = time.monotonic()
+    made = sessionctl(pool_backend, "pool", "up", str(lab.pool_file), "--yes")
+    assert made.returncode == 0, made.stderr
+    up_s = time.monotonic() - started
+    assert swarm_roles(lab.pool) == {"agent1": "manager", "agent2": "worker",
+                                     "agent3": "worker"}
+    started = time.monotonic()
+    gone = sessionctl(pool_backend, "pool", "destroy", str(lab.pool_file), "--yes")
+    down_s = time.monotonic() - started
+    assert gone.returncode == 0, gone.stderr
+    assert swarm_roles(lab.pool) == ALL_LEFT
+    print(f"pool up {up_s:.1f} s, pool destroy {down_s:.1f} s")
+
+
+@pytest.mark.lab
+@pytest.mark.docker
+def test_an_agent_dropped_from_the_pool_leaves_the_swarm_at_the_next_pool_up(lab, pool_backend):
+    """The program no longer declares agent3's worker: the next ``pool up`` (another process)
+    deletes it through its provider (leave, node rm on the manager) and keeps the others."""
+    assert sessionctl(pool_backend, "pool", "up", str(lab.pool_file), "--yes").returncode == 0
+    whole = lab.pool
+    doc = yaml.safe_load(lab.pool_file.read_text())
+    doc["agents"] = [a for a in doc["agents"] if a["name"] != "agent3"]
+    lab.pool_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+    smaller = sessionctl(pool_backend, "pool", "up", str(lab.pool_file), "--yes")
+    assert smaller.returncode == 0, smaller.stderr
+    assert "1 delete" in smaller.stderr, smaller.stderr
+    pool = lab.pool
+    with connector_for(pool.agent("agent1")) as conn:
+        nodes = list(gathering.gather(conn, facts.SwarmNodes()))
+    assert len(nodes) == 2, nodes
+    roles = swarm_roles(whole)
+    assert roles == {"agent1": "manager", "agent2": "worker", "agent3": "inactive"}, roles
+    gone = sessionctl(pool_backend, "pool", "destroy", str(lab.pool_file), "--yes")
+    assert gone.returncode == 0, gone.stderr
+    assert swarm_roles(pool) == {"agent1": "inactive", "agent2": "inactive"}

@@ -195,14 +195,14 @@ class Engine:
 
     def _dynamic(self, reg: Registration, inputs: dict) -> tuple[str, dict]:
         """pulumi's step generator for a dynamic resource (``step_generator.go``):
-        ``check`` with the old *inputs* (l. 1324-1342); ``diff`` with the old *outputs*
-        (``diffResource`` l. 2964-2977, dynamic/__main__.py ``Diff``), an unknown answer
-        (``changes=None``) decided by comparing the inputs (l. 2981-2990); changes with
-        ``replaces`` replace (l. 1956), the inputs checked again without the old ones
+        ``check`` with the old *inputs* (l. 1325-1342); ``diff`` with the old *outputs*
+        (``diffResource`` l. 2982-2995, dynamic/__main__.py ``Diff``), an unknown answer
+        (``changes=None``) decided by comparing the inputs (l. 2996-3000); changes with
+        ``replaces`` replace (l. 1953), the inputs checked again without the old ones
         (l. 2003-2023), delete-before-replace when the diff or the resource option says so
-        (the option wins, l. 2036-2039: old deleted first, l. 2143-2152), else the new one is
-        created and the old one deleted after the run (l. 2157-2164); changes without them
-        update in place (l. 2167-2176) and the outputs become what ``update`` returned; no
+        (the option wins, l. 2043-2047: old deleted first, l. 2147), else the new one is
+        created and the old one deleted after the run (l. 2159-2164); changes without them
+        update in place (l. 2168-2177) and the outputs become what ``update`` returned; no
         changes keep the old outputs (a same step)."""
         news = {k: plain(v) for k, v in inputs.items()}
         old = self.state.get(reg.urn)
@@ -268,7 +268,7 @@ class Engine:
         return {u for u in found if u and u != urn}
 
     def schedule_deletes(self, condemned: dict[str, str]) -> list[list[str]]:
-        """``ScheduleDeletes`` (step_generator.go l. 2747-2797): antichains of what depends
+        """``ScheduleDeletes`` (step_generator.go l. 2747-2796): antichains of what depends
         on nothing else condemned, in reverse: dependents are deleted first. ``condemned``:
         step key -> the URN it deletes."""
         by_urn: dict[str, set[str]] = {}
