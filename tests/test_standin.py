@@ -21,6 +21,7 @@ import pytest
 import yaml
 from pulumi import automation as auto
 from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
+from pulumi.runtime import rpc
 
 from cluster_sessions.agents import facts, gathering
 from cluster_sessions.agents.connectors import connector_for
@@ -171,6 +172,8 @@ class Recorder(ResourceProvider):
 
     def diff(self, id_, olds, news):
         CALLS.append(f"diff {id_} olds.made={olds.get('made')}")
+        if news.get("src") == rpc.UNKNOWN:  # what it was made from is being replaced
+            return DiffResult(changes=True, replaces=["src"] if news.get("follow") else [])
         if news.get("diff_unknown"):
             return DiffResult()
         changed = olds["v"] != news["v"]
@@ -199,7 +202,10 @@ def program(spec: dict[str, dict]):
         a = Recorded("a", pulumi.ResourceOptions(
             delete_before_replace=spec["a"].pop("option_dbr", None)), **spec["a"])
         if "b" in spec:
-            Recorded("b", pulumi.ResourceOptions(depends_on=[a]), **spec["b"])
+            b = dict(spec["b"])
+            if b.pop("from_a", False):
+                b["src"] = a.made
+            Recorded("b", pulumi.ResourceOptions(depends_on=[a]), **b)
     return run
 
 
@@ -250,6 +256,22 @@ def test_delete_before_replace_is_the_diffs_unless_the_resource_option_says(
     calls = up(engine, {"a": {**spec, "v": 2}})
     deleted, created = calls.index("delete a-1 made=True"), calls.index("create a v=2")
     assert (deleted < created) == first, calls
+
+
+@pytest.mark.parametrize("follow", [True, False])
+def test_a_delete_first_replacement_deletes_first_the_dependents_it_would_replace(follow):
+    """``b`` takes an input from ``a``: asked with it unknown, its diff says replace (or
+    not); replaced, ``b`` is deleted before ``a`` and created again after it."""
+    engine = Engine()
+    a = {"v": 1, "replace": True, "dbr": True}
+    b = {"v": 1, "from_a": True, "follow": follow}
+    up(engine, {"a": a, "b": b})
+    calls = up(engine, {"a": {**a, "v": 2}, "b": b})
+    if follow:
+        assert calls.index("delete b-1 made=True") < calls.index("delete a-1 made=True") \
+            < calls.index("create a v=2") < calls.index("create b v=1"), calls
+    else:
+        assert "delete b-1 made=True" not in calls and "create b v=1" not in calls, calls
 
 
 def test_an_unknown_diff_is_decided_by_comparing_the_inputs():

@@ -200,16 +200,23 @@ class Engine:
         (``changes=None``) decided by comparing the inputs (l. 2996-3000); changes with
         ``replaces`` replace (l. 1953), the inputs checked again without the old ones
         (l. 2003-2023), delete-before-replace when the diff or the resource option says so
-        (the option wins, l. 2043-2047: old deleted first, l. 2147), else the new one is
+        (the option wins, l. 2043-2047: old deleted first, l. 2147, after the dependents it
+        replaces, :meth:`_cascade`), else the new one is
         created and the old one deleted after the run (l. 2159-2164); changes without them
         update in place (l. 2168-2177) and the outputs become what ``update`` returned; no
         changes keep the old outputs (a same step)."""
         news = {k: plain(v) for k, v in inputs.items()}
         old = self.state.get(reg.urn)
-        olds_in = self.old_inputs.get(reg.urn, {}) if old is not None else {}
+        # deleted with what it depends on: made again, checked without old inputs (l. 1325)
+        recreating = old is not None and reg.urn in self.cascaded
+        olds_in = self.old_inputs.get(reg.urn, {}) if old is not None and not recreating else {}
         news = self._check(reg, olds_in, news)
         replaces: list[str] = []
-        if old is None:
+        if recreating:
+            replaces = [f"<replaced with {self.cascaded.pop(reg.urn)}>"]
+            action = provider.REPLACE
+            id_, outs = self._create(reg, news)
+        elif old is None:
             action = provider.CREATE
             id_, outs = self._create(reg, news)
         else:
@@ -229,6 +236,7 @@ class Engine:
                 first = (reg.delete_before_replace if reg.delete_before_replace_defined
                          else bool(diff.delete_before_replace))
                 if first:
+                    self._cascade(reg.urn)
                     self._delete_dynamic(reg.name, id_, olds)
                 else:
                     self.pending_deletes.append((reg.urn, id_, olds))
@@ -432,8 +440,11 @@ class Engine:
         self.old_dependencies[reg.urn] = reg.property_dependencies
 
     def _cascade(self, root: str) -> None:
-        """Mark (and, with a builder, delete first) what a delete-before-replace of ``root``
-        replaces with it."""
+        """Mark and delete first, dependents first, what a delete-before-replace of ``root``
+        replaces with it (``calculateDependentReplacements`` l. 3268-3417): a resource whose
+        provider is replaced, or whose inputs taken from a replaced resource, made unknown,
+        make its provider's diff say replace (the docker provider's schema; a dynamic
+        provider's own ``diff``)."""
         replacing = {root}
         changed = True
         while changed:
@@ -441,16 +452,29 @@ class Engine:
             for urn, deps in self.old_dependencies.items():
                 if urn in replacing or urn in self.cascaded or urn not in self.state:
                     continue
-                type_ = urn.rsplit("::", 2)[-2].rsplit("$", 1)[-1]
                 through = [k for k, froms in deps.items() if replacing & set(froms)]
-                if self.old_provider.get(urn, "").rsplit("::", 1)[0] in replacing or any(
-                        provider.force_new(type_, k) for k in through):
+                if self.old_provider.get(urn, "").rsplit("::", 1)[0] in replacing or (
+                        through and self._replaced_through(urn, through)):
                     self.cascaded[urn] = root
                     replacing.add(urn)
                     changed = True
-        if self.on_delete:
-            for urn in [u for u, r in self.cascaded.items() if r == root]:
+        for urn in reversed([u for u, r in self.cascaded.items() if r == root]):
+            if self._type(urn).startswith(DYNAMIC_PREFIX):
+                self._delete_dynamic(urn.rsplit("::", 1)[-1], *self.state[urn])
+            elif self.on_delete:
                 self.on_delete(urn)
+
+    def _type(self, urn: str) -> str:
+        reg = self.known.get(urn)
+        return reg.type if reg else urn.rsplit("::", 2)[-2].rsplit("$", 1)[-1]
+
+    def _replaced_through(self, urn: str, keys: list[str]) -> bool:
+        type_ = self._type(urn)
+        if not type_.startswith(DYNAMIC_PREFIX):
+            return any(provider.force_new(type_, k) for k in keys)
+        id_, outs = self.state[urn]
+        news = {**self.old_inputs[urn], **dict.fromkeys(keys, rpc.UNKNOWN)}
+        return bool(_provider_of(news).diff(id_, dict(outs), news).replaces)
 
 
 class _Mocks(pulumi.runtime.Mocks):
