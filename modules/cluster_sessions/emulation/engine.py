@@ -13,7 +13,7 @@ own source).
 - keeps a *state* across runs and drives dynamic providers the way the engine and pulumi's
   dynamic provider host do (:meth:`Engine._dynamic`: ``check`` against the old inputs, then
   ``create``, or ``diff`` against the old outputs and ``update`` in place or replace, deleting
-  first or last as the diff and the options say; :meth:`Engine.delete` for what a run or a
+  first or last as the diff and the options say; :meth:`Engine.delete_resources` for what a run or a
   ``destroy`` removes), so that two runs in a row behave like two ``pulumi up``s;
 - decides each custom resource's step as pulumi's step generator does (``ignore_changes`` keeps
   the old inputs, a changed provider reference, delete-before-replace cascades) and hands it to
