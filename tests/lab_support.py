@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,6 @@ from cluster_sessions.lab import netns
 from cluster_sessions.lab.image import ensure_images
 from cluster_sessions.lab.layout import LabInfo
 from cluster_sessions.lab.processes import LabError
-from cluster_sessions.pulumi_layer import swarm as swarm_resources
 
 from .conftest import PROJECT, clear_stale_lab, require_lab
 
@@ -130,16 +128,7 @@ def pool_swarm(pool_file: Path, stack: str) -> Iterator[tuple[Engine, dict, dict
 
 
 def leave_swarm(engine: Engine) -> None:
-    """What ``pool destroy`` does: the workers leave (in parallel, as the engine deletes them),
-    then the manager; each only if the program made it."""
-    def leave(item: tuple[str, dict]) -> None:
-        with contextlib.suppress(Exception):
-            swarm_resources.SwarmWorkerProvider().delete(*item)
-
-    workers = [state for urn, state in engine.state.items() if ":SwarmWorker::" in urn]
-    with ThreadPoolExecutor(max_workers=4) as ex:
-        list(ex.map(leave, workers))
-    for urn, (id_, outs) in list(engine.state.items()):
-        if ":SwarmManager::" in urn:
-            with contextlib.suppress(Exception):
-                swarm_resources.SwarmManagerProvider().delete(id_, outs)
+    """What ``pool destroy`` does: each dynamic resource's delete, workers before the manager
+    (the engine's order); each only leaves what the program made. What fails is left for the
+    lab's teardown."""
+    engine.delete_resources(list(engine.state), go_on=True)

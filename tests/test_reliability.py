@@ -38,7 +38,7 @@ from cluster_sessions.driver.errors import Exit
 from cluster_sessions.driver.stack_lock import LOCK_DIR
 from cluster_sessions.emulation.automation import Backend
 from cluster_sessions.emulation.docker_builder import FAULT_ENV, run_in, wait_until_ready
-from cluster_sessions.emulation.sessionctl import install
+from cluster_sessions.emulation.sessionctl import CONFIG_DIR_ENV, install
 from cluster_sessions.lab import engines
 from tests.conftest import PROJECT
 
@@ -134,9 +134,10 @@ def automation(lab, monkeypatch, tmp_path):
     names in ``names`` is swept from the lab afterwards, and must be gone."""
     state = tmp_path / "state"
     state.mkdir()
-    backend = Backend(state)
+    backend = Backend(state, state / "config")
     install(backend, monkeypatch.setattr)
-    env = {"PULUMI_BACKEND_URL": f"file://{state}", "PULUMI_CONFIG_PASSPHRASE": "test"}
+    env = {"PULUMI_BACKEND_URL": f"file://{state}", "PULUMI_CONFIG_PASSPHRASE": "test",
+           CONFIG_DIR_ENV: str(state / "config")}
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     auto = Automation(backend, state, env)

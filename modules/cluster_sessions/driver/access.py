@@ -215,7 +215,7 @@ def stack_outputs(stack: str) -> Mapping[str, Any]:
     workspace = stacks.open_workspace(project, settings, pulumi)
     try:
         outputs = workspace.stack_outputs(stack)
-    except (auto.errors.CommandError, KeyError) as exc:
+    except auto.errors.CommandError as exc:  # StackNotFoundError among them
         raise CommandError(f"cannot read the outputs of stack {stack}: "
                            f"{str(exc).strip() or 'no such stack'}", Exit.ENGINE) from None
     return {k: getattr(v, "value", v) for k, v in outputs.items()}

@@ -8,16 +8,23 @@ stood in for: the CLI process. Every call is bound to the installed SDK's own si
 (``auto.Stack.up``, ``auto.LocalWorkspace.list_stacks`` ...), so a keyword the SDK does not
 take fails here as it would there, and results are the SDK's own classes.
 
-``destroy`` does what the CLI does: dependents before what they depend on, each through the
-engine it was created on; with ``continue_on_error`` it goes on past a failure, never deletes
-what a failed resource depends on, keeps the failed ones in the stack and ends with an error
-naming them (``error`` diagnostics on the event stream, as the CLI's).
+``destroy`` does what the CLI does: every resource through its provider's delete (a dynamic
+one's ``delete``, a docker object on the engine it was created on), dependents before what
+they depend on (the engine's ``ScheduleDeletes``); with ``continue_on_error`` it goes on past
+a failure, never deletes what a failed resource depends on, keeps the failed ones in the stack
+and ends with an error naming them (``error`` diagnostics on the event stream, as the CLI's).
+``up`` deletes, after its creates and updates, what the program no longer declares and what a
+create-before-delete replacement superseded (:meth:`.engine.Engine.delete_resources`).
 
-With a ``directory`` (the file backend's), stacks outlive the process, as the DIY backend's
-checkpoints do: each stack is saved before every resource step and at the end of a run, so a
-run killed half-way leaves what it finished (an object created but not yet recorded is on the
-engine only, as a pending create is dropped by the CLI's next run), and a second process sees
-it. Updates take the DIY backend's lock file
+With a ``directory`` (the file backend's), stacks are files, as the DIY backend's are: a
+version-3 checkpoint per stack at ``.pulumi/stacks/<project>/<stack>.json`` and the config in
+``Pulumi.<stack>.yaml``; every read (``list_stacks``, ``stack_outputs``, ``get_all_config``,
+each verb of a stack) goes to them, so a second process sees what the first finished, and a
+stack the backend does not hold is the SDK's ``StackNotFoundError``. Each stack is saved
+before every resource step and at the end of a run, so a run killed half-way leaves what it
+finished (an object created but not yet recorded is on the engine only, as a pending create
+is dropped by the CLI's next run). Secrets are kept as plaintext (the CLI encrypts them).
+Updates take the DIY backend's lock file
 (``.pulumi/locks/organization/<project>/<stack>/<uuid>.json``, always on since pulumi 3.20,
 #8565): another update of the stack meanwhile is refused with the CLI's own message (the SDK
 makes it ``ConcurrentUpdateError``), and a killed run leaves its lock behind, as the CLI does.
@@ -33,7 +40,6 @@ import getpass
 import inspect
 import json
 import os
-import pickle
 import socket
 import time
 import uuid
@@ -43,19 +49,27 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pulumi import automation as auto
 from pulumi.automation import events
 from pulumi.automation._cmd import CommandResult
 from pulumi.automation.errors import create_command_error
+from pulumi.runtime import rpc
 
 from ..core.names import PROJECT as PROJECT_NAME
 from . import connhelper
 from .docker_builder import DockerBuilder
 from .engine import Engine, Registration, run_program
 
-ORDER = ("docker:index/container:Container", "docker:index/network:Network")
 LOCKED = ("error: the stack is currently locked by {n} lock(s). Either wait for the other "
           "process(es) to end or delete the lock file with `pulumi cancel`.")
+# what `pulumi stack select|output|config` say of a stack the backend does not hold; the SDK
+# makes it StackNotFoundError (automation/errors.py ``not_found_regex``)
+NOT_FOUND = "error: no stack named '{stack}' found"
+STACK_TYPE = "pulumi:pulumi:Stack"
+# how the engine marks a secret; "plaintext" is its decrypted form (the CLI's checkpoint holds
+# "ciphertext": the stand-in does not encrypt)
+SECRET_SIG, SECRET_VALUE = rpc._special_sig_key, rpc._special_secret_sig
 
 
 def _bound(cls: type, name: str, *args: Any, **kwargs: Any) -> None:
@@ -63,8 +77,16 @@ def _bound(cls: type, name: str, *args: Any, **kwargs: Any) -> None:
     inspect.signature(getattr(cls, name)).bind(None, *args, **kwargs)
 
 
+def _argument(cls: type, name: str, arg: str, *args: Any, **kwargs: Any) -> Any:
+    return inspect.signature(getattr(cls, name)).bind(None, *args, **kwargs).arguments[arg]
+
+
 def _failure(stderr: str, code: int = 255) -> auto.errors.CommandError:
     return create_command_error(CommandResult("", stderr, code))
+
+
+def _not_found(stack: str) -> auto.errors.CommandError:
+    return _failure(NOT_FOUND.format(stack=stack))
 
 
 @dataclass
@@ -72,66 +94,199 @@ class StackState:
     name: str
     builder: DockerBuilder
     engine: Engine
-    config: dict[str, str] = field(default_factory=dict)
+    config: dict[str, str] = field(default_factory=dict)  # without a directory only
     outputs: dict[str, tuple[Any, bool]] = field(default_factory=dict)
-    registrations: dict[str, Registration] = field(default_factory=dict)
     last_update: datetime | None = None
     # the last preview's step per resource: (action, the arguments that differ), as the CLI's
     # `preview --diff` would list them
     previewed: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
 
 
-class Backend:
-    """The state backend: stacks by name, each with the containers its ``up`` built."""
+# --- the checkpoint: the DIY backend's stack file ----------------------------------------------
 
-    def __init__(self, directory: Path | None = None) -> None:
+
+def _secret(value: Any) -> dict[str, str]:
+    return {SECRET_SIG: SECRET_VALUE, "plaintext": json.dumps(value)}
+
+
+def _output(value: Any) -> tuple[Any, bool]:
+    if isinstance(value, dict) and value.get(SECRET_SIG) == SECRET_VALUE and "plaintext" in value:
+        return json.loads(value["plaintext"]), True
+    return value, False
+
+
+def stack_urn(stack: str) -> str:
+    return f"urn:pulumi:{stack}::{PROJECT_NAME}::{STACK_TYPE}::{PROJECT_NAME}-{stack}"
+
+
+def encode(state: StackState) -> dict[str, Any]:
+    """``apitype.VersionedCheckpoint`` (version 3): ``checkpoint.stack`` and ``latest`` with
+    its ``manifest`` (whose ``time`` is the stack's last update) and ``resources`` in the
+    engine's fields, the stack's outputs on the ``pulumi:pulumi:Stack`` resource, and what a
+    create-before-delete replacement left to delete marked ``delete``. The docker objects the
+    stand-in built (``emulation``) are extra: the CLI's readers ignore unknown fields."""
+    engine, builder = state.engine, state.builder
+    resources: list[dict[str, Any]] = []
+    if engine.state or state.outputs:
+        resources.append({"urn": stack_urn(state.name), "custom": False, "type": STACK_TYPE,
+                          "outputs": {k: _secret(v) if secret else v
+                                      for k, (v, secret) in state.outputs.items()}})
+    for urn, (id_, outs) in engine.state.items():
+        reg = engine.known.get(urn)
+        doc: dict[str, Any] = {"urn": urn, "custom": reg.custom if reg else True, "id": id_,
+                               "type": reg.type if reg else "", "outputs": outs}
+        if reg is not None:
+            doc.update({
+                "inputs": engine.old_inputs.get(urn, reg.inputs), "parent": reg.parent,
+                "provider": reg.provider, "dependencies": reg.dependencies,
+                "propertyDependencies": reg.property_dependencies,
+                "deleteBeforeReplace": reg.delete_before_replace,
+                "additionalSecretOutputs": reg.additional_secret_outputs,
+                "ignoreChanges": reg.ignore_changes})
+        resources.append(doc)
+    for urn, id_, outs in engine.pending_deletes:
+        reg = engine.known.get(urn)
+        resources.append({"urn": urn, "custom": True, "id": id_, "delete": True,
+                          "type": reg.type if reg else "", "outputs": outs})
+    latest = None
+    if state.last_update is not None or resources:
+        latest = {"manifest": {"time": (state.last_update or datetime.now(UTC)).isoformat(),
+                               "magic": "", "version": "cluster-sessions emulation"},
+                  "resources": resources,
+                  "emulation": {"made": builder.made,
+                                "providerConfigs": builder.provider_configs}}
+    return {"version": 3, "checkpoint": {"stack": f"organization/{PROJECT_NAME}/{state.name}",
+                                         "latest": latest}}
+
+
+def decode(doc: dict[str, Any], state: StackState) -> StackState:
+    """``state`` filled from a checkpoint written by :func:`encode`."""
+    latest = doc["checkpoint"].get("latest") or {}
+    engine, builder = state.engine, state.builder
+    manifest = latest.get("manifest") or {}
+    if manifest.get("time"):
+        state.last_update = datetime.fromisoformat(manifest["time"])
+    for res in latest.get("resources") or []:
+        urn = res["urn"]
+        if res.get("type") == STACK_TYPE:
+            state.outputs = {k: _output(v) for k, v in (res.get("outputs") or {}).items()}
+            continue
+        if res.get("delete"):
+            engine.pending_deletes.append((urn, res["id"], res["outputs"]))
+            continue
+        engine.state[urn] = (res["id"], res["outputs"])
+        if "inputs" not in res:
+            continue
+        reg = Registration(
+            type=res["type"], name=urn.rsplit("::", 1)[-1], urn=urn, parent=res["parent"],
+            provider=res["provider"], inputs=res["inputs"], dependencies=res["dependencies"],
+            additional_secret_outputs=res["additionalSecretOutputs"],
+            delete_before_replace=res["deleteBeforeReplace"], custom=res["custom"],
+            ignore_changes=res["ignoreChanges"],
+            property_dependencies=res["propertyDependencies"])
+        engine.known[urn] = reg
+        engine.old_inputs[urn] = res["inputs"]
+        engine.old_provider[urn] = res["provider"]
+        engine.old_dependencies[urn] = res["propertyDependencies"]
+    extra = latest.get("emulation") or {}
+    builder.made = {urn: tuple(made) for urn, made in (extra.get("made") or {}).items()}
+    builder.provider_configs = extra.get("providerConfigs") or {}
+    return state
+
+
+class Backend:
+    """The state backend: stacks by name, each with the containers its ``up`` built.
+
+    With a ``directory`` it is the DIY backend's: every read goes to the files (a checkpoint
+    per stack, ``.pulumi/stacks/<project>/<stack>.json``, as pulumi ``pkg/backend/diy/
+    store.go`` ``StackBasePath`` l. 138-142 names it; ``list_stacks`` lists them as
+    ``ListReferences`` l. 239-301 does), and each stack's config is the project's
+    ``Pulumi.<stack>.yaml`` in its ``stackConfigDir``, or in ``config_dir`` when given (tests:
+    the checkout's ``stacks/`` holds the committed example stacks). Without one, everything
+    lives in this process."""
+
+    def __init__(self, directory: Path | None = None, config_dir: Path | None = None) -> None:
         self.stacks: dict[str, StackState] = {}
         self.calls: list[str] = []
         self.directory = directory
+        self.config_dir = config_dir
+        self.project: Path | None = None
 
-    # --- the file backend: checkpoints and locks --------------------------------------------
+    # --- the file backend: checkpoints, config files and locks ------------------------------
+
+    def _stacks_dir(self) -> Path:
+        assert self.directory is not None
+        return self.directory / ".pulumi" / "stacks" / PROJECT_NAME
 
     def _checkpoint(self, stack: str) -> Path | None:
         if self.directory is None:
             return None
-        return self.directory / ".pulumi" / "stacks" / PROJECT_NAME / f"{stack}.emulated"
+        return self._stacks_dir() / f"{stack}.json"
 
     def lock_dir(self, stack: str) -> Path:
         assert self.directory is not None
         return self.directory / ".pulumi" / "locks" / "organization" / PROJECT_NAME / stack
 
+    def config_file(self, stack: str) -> Path:
+        """``Pulumi.<stack>.yaml`` where the CLI keeps the stack's config."""
+        if self.config_dir is not None:
+            return self.config_dir / f"Pulumi.{stack}.yaml"
+        assert self.project is not None, "no project: open_stack or open_workspace first"
+        project = yaml.safe_load((self.project / "Pulumi.yaml").read_text()) or {}
+        return self.project / project.get("stackConfigDir", ".") / f"Pulumi.{stack}.yaml"
+
+    def read_config(self, stack: str) -> dict[str, str]:
+        if self.directory is None:
+            return dict(self.stacks[stack].config)
+        path = self.config_file(stack)
+        if not path.exists():
+            return {}
+        doc = yaml.safe_load(path.read_text()) or {}
+        return {k: v if isinstance(v, str) else json.dumps(v)
+                for k, v in (doc.get("config") or {}).items()}
+
+    def write_config(self, stack: str, config: dict[str, str]) -> None:
+        if self.directory is None:
+            self.stacks[stack].config = dict(config)
+            return
+        path = self.config_file(stack)
+        doc = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+        doc["config"] = dict(config)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
     def save(self, state: StackState) -> None:
         path = self._checkpoint(state.name)
         if path is None:
             return
-        engine, builder = state.engine, state.builder
-        # each resource is checkpointed with its registration (type, dependencies), as the
-        # CLI's snapshot records it with the resource: a destroy after a killed run needs them
-        state.registrations.update({r.urn: r for r in list(engine.registrations)
-                                    if r.urn in engine.state})
-        doc = {"config": state.config, "outputs": state.outputs,
-               "registrations": state.registrations, "last_update": state.last_update,
-               "state": engine.state, "old_inputs": engine.old_inputs,
-               "old_provider": engine.old_provider, "old_dependencies": engine.old_dependencies,
-               "made": builder.made, "provider_configs": builder.provider_configs}
+        meta = self.directory / ".pulumi" / "meta.yaml"  # type: ignore[operator]
+        if not meta.exists():  # the project layout (diy/meta.go): version 1
+            meta.parent.mkdir(parents=True, exist_ok=True)
+            meta.write_text("version: 1\n")
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(pickle.dumps(doc))
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(encode(state), indent=4))
         tmp.replace(path)  # a kill never leaves half a checkpoint
 
-    def _load(self, stack: str) -> StackState | None:
+    def exists(self, stack: str) -> bool:
         path = self._checkpoint(stack)
-        if path is None or not path.exists():
-            return None
-        doc = pickle.loads(path.read_bytes())
-        state = self._new_state(stack)
-        state.config, state.outputs = doc["config"], doc["outputs"]
-        state.registrations, state.last_update = doc["registrations"], doc["last_update"]
-        engine = state.engine
-        engine.state, engine.old_inputs = doc["state"], doc["old_inputs"]
-        engine.old_provider, engine.old_dependencies = doc["old_provider"], doc["old_dependencies"]
-        state.builder.made = doc["made"]
-        state.builder.provider_configs = doc["provider_configs"]
+        return path.exists() if path is not None else stack in self.stacks
+
+    def load(self, stack: str) -> StackState:
+        """The stack as the backend holds it now (read from its file, with a directory);
+        StackNotFoundError when it holds no such stack."""
+        path = self._checkpoint(stack)
+        if path is None:
+            if stack not in self.stacks:
+                raise _not_found(stack)
+            return self.stacks[stack]
+        if not path.exists():
+            raise _not_found(stack)
+        state = decode(json.loads(path.read_text()), self._new_state(stack))
+        old = self.stacks.get(stack)
+        if old is not None:
+            old.builder.close()
+        self.stacks[stack] = state
         return state
 
     def _new_state(self, stack: str) -> StackState:
@@ -147,6 +302,7 @@ class Backend:
         state.engine.on_create = saved(builder)
         state.engine.on_update = saved(builder.update)
         state.engine.on_delete = saved(builder.remove)
+        state.engine.before_step = saved(lambda: None)
         return state
 
     @contextlib.contextmanager
@@ -179,63 +335,84 @@ class Backend:
 
     def open_stack(self, stack: str, project: Path, settings: Any, pulumi: Path | None,
                    create: bool = True) -> EmulatedStack:
-        if stack not in self.stacks:
-            loaded = self._load(stack)
-            if loaded is None and not create:
+        self.project = project
+        if not self.exists(stack):
+            if not create:
                 raise auto.errors.StackNotFoundError(CommandResult(
-                    "", f"error: no stack named '{stack}' found", 255))
-            self.stacks[stack] = loaded or self._new_state(stack)
-            self.save(self.stacks[stack])
-        return EmulatedStack(self, self.stacks[stack])
+                    "", NOT_FOUND.format(stack=stack), 255))
+            self.stacks[stack] = self._new_state(stack)
+            self.save(self.stacks[stack])  # `pulumi stack init`: a checkpoint, no deployment
+        return EmulatedStack(self, stack)
 
     def open_workspace(self, project: Path, settings: Any, pulumi: Path | None) -> Backend:
+        self.project = project
         return self
 
     # --- auto.LocalWorkspace --------------------------------------------------------------------
 
+    def _names(self) -> list[str]:
+        if self.directory is None:
+            return list(self.stacks)
+        found = self._stacks_dir().glob("*.json") if self._stacks_dir().is_dir() else []
+        return sorted(p.name.removesuffix(".json") for p in found)
+
     def list_stacks(self, *args: Any, **kwargs: Any) -> list[auto.StackSummary]:
+        """``pulumi stack ls --json`` of this project: every checkpoint the backend holds, its
+        last update the manifest's time and its resource count that of ``latest.resources``
+        (pkg/backend/diy/stack.go ``diyStackSummary`` l. 141-157)."""
         _bound(auto.LocalWorkspace, "list_stacks", *args, **kwargs)
         self.calls.append("list_stacks")
-        return [auto.StackSummary(s.name, False, False, s.last_update,
-                                  len(s.engine.state) + 1 if s.engine.state else 0)
-                for s in self.stacks.values()]
+        found = []
+        for name in self._names():
+            doc = encode(self.load(name))
+            latest = doc["checkpoint"]["latest"]
+            found.append(auto.StackSummary(
+                name, False, False, self.stacks[name].last_update,
+                len(latest["resources"]) if latest is not None else None))
+        return found
 
     def stack_outputs(self, *args: Any, **kwargs: Any) -> dict[str, auto.OutputValue]:
         _bound(auto.LocalWorkspace, "stack_outputs", *args, **kwargs)
-        name = inspect.signature(auto.LocalWorkspace.stack_outputs).bind(
-            None, *args, **kwargs).arguments["stack_name"]
+        name = _argument(auto.LocalWorkspace, "stack_outputs", "stack_name", *args, **kwargs)
         self.calls.append(f"stack_outputs {name}")
         return {k: auto.OutputValue(v, secret)
-                for k, (v, secret) in self.stacks[name].outputs.items()}
+                for k, (v, secret) in self.load(name).outputs.items()}
 
     def get_all_config(self, *args: Any, **kwargs: Any) -> dict[str, auto.ConfigValue]:
         _bound(auto.LocalWorkspace, "get_all_config", *args, **kwargs)
-        name = inspect.signature(auto.LocalWorkspace.get_all_config).bind(
-            None, *args, **kwargs).arguments["stack_name"]
+        name = _argument(auto.LocalWorkspace, "get_all_config", "stack_name", *args, **kwargs)
         self.calls.append(f"get_all_config {name}")
-        return {k: auto.ConfigValue(v) for k, v in self.stacks[name].config.items()}
+        if not self.exists(name):
+            raise _not_found(name)
+        return {k: auto.ConfigValue(v) for k, v in self.read_config(name).items()}
 
     def remove_all(self) -> list[str]:
-        """Delete every stack's resources (test teardown), whatever state they are in; the
-        names of what could not be deleted."""
-        for state in self.stacks.values():
+        """Delete every stack's docker objects (test teardown), whatever state they are in;
+        the names of what could not be deleted."""
+        states = [self.load(name) for name in self._names()] if self.directory is not None \
+            else list(self.stacks.values())
+        for state in states:
             # containers first: a network cannot go while one is attached
             made = state.builder.made
             for urn in sorted(made, key=lambda urn: made[urn][0] != "container"):
                 with contextlib.suppress(Exception):  # an engine a test stopped
                     state.builder.remove(urn)
             state.builder.close()
-        return [urn.rsplit("::", 1)[-1] for state in self.stacks.values()
-                for urn in state.builder.made]
+            self.save(state)
+        return [urn.rsplit("::", 1)[-1] for state in states for urn in state.builder.made]
 
 
 class EmulatedStack:
-    """What ``driver/stacks.py`` calls on an ``auto.Stack``."""
+    """What ``driver/stacks.py`` calls on an ``auto.Stack``. Each call reads the stack as the
+    backend holds it at that moment, as each ``pulumi`` command does."""
 
-    def __init__(self, backend: Backend, state: StackState) -> None:
+    def __init__(self, backend: Backend, name: str) -> None:
         self.backend = backend
-        self.state = state
-        self.name = state.name
+        self.name = name
+
+    @property
+    def state(self) -> StackState:
+        return self.backend.load(self.name)
 
     def _call(self, name: str, *args: Any, **kwargs: Any) -> None:
         _bound(auto.Stack, name, *args, **kwargs)
@@ -243,13 +420,18 @@ class EmulatedStack:
 
     def set_config(self, *args: Any, **kwargs: Any) -> None:
         self._call("set_config", *args, **kwargs)
-        key, value = args[0], args[1]
-        self.state.config[key] = value.value
+        key = _argument(auto.Stack, "set_config", "key", *args, **kwargs)
+        value = _argument(auto.Stack, "set_config", "value", *args, **kwargs)
+        config = self.backend.read_config(self.name)
+        self.backend.write_config(self.name, {**config, key: value.value})
 
     def remove_config(self, *args: Any, **kwargs: Any) -> None:
         self._call("remove_config", *args, **kwargs)
-        if self.state.config.pop(args[0], None) is None:
-            raise _failure(f"configuration key '{args[0]}' not found")
+        key = _argument(auto.Stack, "remove_config", "key", *args, **kwargs)
+        config = self.backend.read_config(self.name)
+        if config.pop(key, None) is None:
+            raise _failure(f"configuration key '{key}' not found")
+        self.backend.write_config(self.name, config)
 
     def outputs(self) -> dict[str, auto.OutputValue]:
         self._call("outputs")
@@ -261,32 +443,42 @@ class EmulatedStack:
                                   resource_changes=changes)
 
     def _config(self) -> dict[str, str]:
-        return {k: v for k, v in self.state.config.items() if v != ""}
+        return {k: v for k, v in self.backend.read_config(self.name).items() if v != ""}
 
     def export_stack(self, *args: Any, **kwargs: Any) -> auto.Deployment:
         """The checkpoint's resources with the IDs the provider returned."""
         self._call("export_stack", *args, **kwargs)
-        made = self.state.builder.made
-        resources = [{"urn": urn, "type": self.state.registrations[urn].type
-                      if urn in self.state.registrations else "",
+        state = self.state
+        made, known = state.builder.made, state.engine.known
+        resources = [{"urn": urn, "type": known[urn].type if urn in known else "",
                       "id": made[urn][2] if urn in made else id_}
-                     for urn, (id_, _outs) in self.state.engine.state.items()]
+                     for urn, (id_, _outs) in state.engine.state.items()]
         return auto.Deployment(version=3, deployment={"resources": resources})
+
+    @contextlib.contextmanager
+    def _update(self):
+        """An update of the stack: under its lock, on the state the backend holds now,
+        checkpointed at the end whatever happens, the connections closed."""
+        with self.backend.locked(self.name):
+            state = self.state
+            try:
+                yield state
+            finally:
+                self.backend.save(state)
+                state.builder.close()
 
     def up(self, *args: Any, **kwargs: Any) -> auto.UpResult:
         self._call("up", *args, **kwargs)
-        with self.backend.locked(self.name):
-            try:
-                return self._up(kwargs)
-            finally:
-                self.backend.save(self.state)
+        with self._update() as state:
+            return self._up(state, kwargs)
 
-    def _read_back(self) -> None:
+    @staticmethod
+    def _read_back(state: StackState) -> None:
         """The provider's Read of every container (``up --refresh``): gone leaves the state;
         not running reads back ``must_run=false``."""
         import docker.errors
 
-        engine, made = self.state.engine, self.state.builder.made
+        engine, made = state.engine, state.builder.made
         for urn, (kind, config, object_id) in list(made.items()):
             if kind != "container" or urn not in engine.state:
                 continue
@@ -295,7 +487,7 @@ class EmulatedStack:
                 running = conn.client.api.inspect_container(object_id)["State"]["Running"]
             except docker.errors.NotFound:
                 del made[urn]
-                engine.state.pop(urn)
+                engine.forget(urn)
                 continue
             finally:
                 conn.close()
@@ -303,23 +495,32 @@ class EmulatedStack:
                 id_, outs = engine.state[urn]
                 engine.state[urn] = (id_, {**outs, "mustRun": False})
 
-    def _up(self, kwargs: dict[str, Any]) -> auto.UpResult:
-        engine = self.state.engine
+    def _up(self, state: StackState, kwargs: dict[str, Any]) -> auto.UpResult:
+        engine = state.engine
         try:
             if kwargs.get("refresh"):
-                self._read_back()
+                self._read_back(state)
             outputs = run_program(engine, self.name, self._config())
         except Exception as exc:  # the program failed: the CLI exits non-zero with its error
             raise _failure(f"error: {exc}") from None
         if engine.failed:  # what the provider refused: the CLI reports each and exits non-zero
             raise _failure("\n".join(f"error: {urn.rsplit('::', 1)[-1]}: creating failed: {why}"
                                       for urn, why in engine.failed.items()))
-        self.state.outputs = outputs
-        self.state.registrations = {r.urn: r for r in self.state.engine.registrations}
-        self.state.last_update = datetime.now(UTC)
         changes: dict[str, int] = {}
-        for action, _ in self.state.engine.actions.values():
+        for action, _ in engine.actions.values():
             changes[action] = changes.get(action, 0) + 1
+        # after every create and update: what the program no longer declares, and what a
+        # create-before-delete replacement superseded (step_generator.go GenerateDeletes)
+        gone = engine.unregistered()
+        failed = engine.delete_resources(gone)
+        deleted = len([urn for urn in gone if urn not in engine.state])
+        if deleted:
+            changes["delete"] = deleted
+        if failed:
+            raise _failure("\n".join(f"error: {urn.rsplit('::', 1)[-1]}: deleting failed: {why}"
+                                      for urn, why in failed.items()))
+        state.outputs = outputs
+        state.last_update = datetime.now(UTC)
         return auto.UpResult("", "", self._summary("update", changes),
                              {k: auto.OutputValue(v, s) for k, (v, s) in outputs.items()})
 
@@ -329,12 +530,15 @@ class EmulatedStack:
         scratch = Engine(state=copy.deepcopy(live.state),
                          old_inputs=copy.deepcopy(live.old_inputs),
                          old_provider=dict(live.old_provider),
-                         old_dependencies=copy.deepcopy(live.old_dependencies))
+                         old_dependencies=copy.deepcopy(live.old_dependencies),
+                         known=dict(live.known), dry_run=True)
         run_program(scratch, self.name, self._config())
         self.state.previewed = dict(scratch.actions)
         changes: dict[str, int] = {}
         for action, _ in scratch.actions.values():
             changes[action] = changes.get(action, 0) + 1
+        if scratch.unregistered():
+            changes["delete"] = len(scratch.unregistered())
         return auto.PreviewResult("", "", changes)
 
     def preview_destroy(self, *args: Any, **kwargs: Any) -> auto.PreviewResult:
@@ -343,67 +547,35 @@ class EmulatedStack:
 
     def refresh(self, *args: Any, **kwargs: Any) -> auto.RefreshResult:
         self._call("refresh", *args, **kwargs)
-        with self.backend.locked(self.name):
-            self._read_back()
-            self.backend.save(self.state)
-        return auto.RefreshResult("", "", self._summary(
-            "refresh", {"same": len(self.state.engine.state)}))
+        with self._update() as state:
+            self._read_back(state)
+            count = len(state.engine.state)
+        return auto.RefreshResult("", "", self._summary("refresh", {"same": count}))
 
     def destroy(self, *args: Any, **kwargs: Any) -> auto.DestroyResult:
         self._call("destroy", *args, **kwargs)
-        with self.backend.locked(self.name):
-            try:
-                return self._destroy(kwargs)
-            finally:
-                self.backend.save(self.state)
+        with self._update() as state:
+            return self._destroy(state, kwargs)
 
-    def _destroy(self, kwargs: dict[str, Any]) -> auto.DestroyResult:
+    def _destroy(self, state: StackState, kwargs: dict[str, Any]) -> auto.DestroyResult:
+        """Every resource through its provider's delete, dependents first (the engine's
+        ``ScheduleDeletes``); with ``continue_on_error`` on past a failure, keeping the failed
+        ones and what they depend on, and failing at the end with an error naming each."""
         on_event: Callable[[Any], None] | None = kwargs.get("on_event")
-        go_on = bool(kwargs.get("continue_on_error"))
-        state, regs = self.state.engine.state, self.state.registrations
-        failed: dict[str, str] = {}
-        kept: set[str] = set()
-        deleted = 0
-
-        def rank(urn: str) -> int:
-            kind = regs[urn].type if urn in regs else ""
-            return ORDER.index(kind) if kind in ORDER else len(ORDER)
-
-        for urn in sorted(state, key=rank):
-            if failed and not go_on:
-                break
-            if urn in kept:
-                continue
-            try:
-                self.state.builder.remove(urn)
-            except Exception as exc:  # what the provider says when its engine does not answer
-                failed[urn] = f"{type(exc).__name__}: {exc}"
-                kept.update(self._needed_by(urn))
-                self._emit(on_event, urn, failed[urn])
-                continue
-            del state[urn]
-            deleted += 1
+        engine = state.engine
+        before = len(engine.state)
+        failed = engine.delete_resources(list(engine.state),
+                                         go_on=bool(kwargs.get("continue_on_error")))
+        for urn, why in failed.items():
+            self._emit(on_event, urn, why)
         if failed:
             lines = [f"error: {urn.rsplit('::', 1)[-1]}: deleting failed: {why}"
                      for urn, why in failed.items()]
             raise _failure("\n".join(lines))
-        self.state.outputs = {}
-        return auto.DestroyResult("", "", self._summary("destroy", {"delete": deleted}))
-
-    def _needed_by(self, urn: str) -> set[str]:
-        """What ``urn`` depends on, transitively (its network, its provider): kept with it."""
-        regs = self.state.registrations
-        seen: set[str] = set()
-        todo = [urn]
-        while todo:
-            reg = regs.get(todo.pop())
-            if reg is None:
-                continue
-            for dep in (*reg.dependencies, reg.provider_urn, reg.parent):
-                if dep and dep not in seen:
-                    seen.add(dep)
-                    todo.append(dep)
-        return seen
+        state.outputs = {}
+        state.last_update = datetime.now(UTC)
+        return auto.DestroyResult("", "", self._summary(
+            "destroy", {"delete": before - len(engine.state)}))
 
     @staticmethod
     def _emit(on_event: Callable[[Any], None] | None, urn: str, why: str) -> None:

@@ -10,9 +10,11 @@ own source).
 - records every registration as the engine would receive it: the serialized inputs (camelCase,
   numbers as floats, secrets still marked where they are), parent, provider, dependencies,
   ``additionalSecretOutputs`` and ``deleteBeforeReplace``;
-- keeps a *state* across runs and drives dynamic providers the way the engine does (unpickle
-  ``__provider``, ``check``, then ``create`` the first time and ``diff``/``update`` later), so
-  that two runs in a row behave like two ``pulumi up``s;
+- keeps a *state* across runs and drives dynamic providers the way the engine and pulumi's
+  dynamic provider host do (:meth:`Engine._dynamic`: ``check`` against the old inputs, then
+  ``create``, or ``diff`` against the old outputs and ``update`` in place or replace, deleting
+  first or last as the diff and the options say; :meth:`Engine.delete_resources` for what a run or a
+  ``destroy`` removes), so that two runs in a row behave like two ``pulumi up``s;
 - decides each custom resource's step as pulumi's step generator does (``ignore_changes`` keeps
   the old inputs, a changed provider reference, delete-before-replace cascades) and hands it to
   optional hooks (``on_create``, ``on_update``, ``on_delete``), which the end-to-end tests use
@@ -53,6 +55,7 @@ SECRET_SIG = rpc._special_sig_key
 SECRET_VALUE = rpc._special_secret_sig
 DYNAMIC_PREFIX = "pulumi-python:dynamic"
 PROVIDER_PREFIX = "pulumi:providers:"
+PROVIDER_KEY = "__provider"  # pulumi/dynamic/__main__.py: the pickled provider, in every state
 
 
 def ignore_changes(inputs: dict, old_inputs: dict, ignored: list[str]) -> dict:
@@ -95,6 +98,8 @@ class Registration:
     additional_secret_outputs: list[str]
     delete_before_replace: bool
     custom: bool
+    # the SDK sends ``deleteBeforeReplaceDefined``: an unset option leaves it to the provider
+    delete_before_replace_defined: bool = False
     ignore_changes: list[str] = field(default_factory=list)
     # input property -> the URNs its value came from (what a replacement cascades along)
     property_dependencies: dict[str, list[str]] = field(default_factory=dict)
@@ -137,6 +142,16 @@ class Engine:
     # urn -> (create | same | update | replace, the arguments that differ): what the provider
     # would do with the last run's registration, against the state the run before left
     actions: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    # (urn, id, outputs) of what a create-before-delete replacement superseded: the engine
+    # deletes it after every create and update of the run (step_generator.go l. 2164, 2390-2423)
+    pending_deletes: list[tuple[str, str, dict]] = field(default_factory=list)
+    # urn -> its last registration (type, parent, provider, dependencies): what a delete of a
+    # resource the program no longer registers is scheduled by
+    known: dict[str, Registration] = field(default_factory=dict)
+    # a preview: providers are asked to check and diff, never to create, update or delete
+    dry_run: bool = False
+    # called before each dynamic provider's create, update or delete (a checkpoint)
+    before_step: Callable[[], None] | None = None
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     # --- queries ----------------------------------------------------------------------------
@@ -154,27 +169,193 @@ class Engine:
 
     # --- engine behaviour -------------------------------------------------------------------
 
-    def _dynamic(self, reg: Registration, inputs: dict) -> tuple[str, dict]:
-        provider = dill.loads(base64.b64decode(plain(inputs["__provider"])))
-        news = {k: plain(v) for k, v in inputs.items() if k != "__provider"}
-        old = self.state.get(reg.urn)
-        checked = provider.check(old[1] if old else {}, news)
+    def _step(self) -> None:
+        if self.before_step is not None:
+            self.before_step()
+
+    def _check(self, reg: Registration, olds: dict, news: dict) -> dict:
+        """The provider's ``check``; the host puts ``__provider`` back into what it returns
+        (dynamic/__main__.py ``Check``)."""
+        provider = _provider_of(news)
+        checked = provider.check(olds, {k: v for k, v in news.items()})
         if checked.failures:
             reasons = "; ".join(f"{f.property}: {f.reason}" for f in checked.failures)
             raise ValueError(f"{reg.urn}: check failed: {reasons}")
-        news = checked.inputs
-        if old is None:
-            self.dynamic_calls.append(f"create {reg.name}")
-            result = provider.create(news)
-            id_, outs = result.id, result.outs or {}
+        return {**checked.inputs, PROVIDER_KEY: news[PROVIDER_KEY]}
+
+    def _create(self, reg: Registration, news: dict) -> tuple[str, dict]:
+        """``Create``: the state's outputs are what the provider returned, plus
+        ``__provider`` (dynamic/__main__.py ``Create``); nothing of the inputs is merged in."""
+        self.dynamic_calls.append(f"create {reg.name}")
+        if self.dry_run:  # a preview shows the inputs; the outputs are not known yet
+            return "", {k: (rpc.UNKNOWN if v is None else v) for k, v in news.items()}
+        self._step()
+        result = _provider_of(news).create(dict(news))
+        return result.id, {**(result.outs or {}), PROVIDER_KEY: news[PROVIDER_KEY]}
+
+    def _dynamic(self, reg: Registration, inputs: dict) -> tuple[str, dict]:
+        """pulumi's step generator for a dynamic resource (``step_generator.go``):
+        ``check`` with the old *inputs* (l. 1325-1342); ``diff`` with the old *outputs*
+        (``diffResource`` l. 2982-2995, dynamic/__main__.py ``Diff``), an unknown answer
+        (``changes=None``) decided by comparing the inputs (l. 2996-3000); changes with
+        ``replaces`` replace (l. 1953), the inputs checked again without the old ones
+        (l. 2003-2023), delete-before-replace when the diff or the resource option says so
+        (the option wins, l. 2043-2047: old deleted first, l. 2147, after the dependents it
+        replaces, :meth:`_cascade`), else the new one is
+        created and the old one deleted after the run (l. 2159-2164); changes without them
+        update in place (l. 2168-2177) and the outputs become what ``update`` returned; no
+        changes keep the old outputs (a same step)."""
+        news = {k: plain(v) for k, v in inputs.items()}
+        old = self.state.get(reg.urn)
+        # deleted with what it depends on: made again, checked without old inputs (l. 1325)
+        recreating = old is not None and reg.urn in self.cascaded
+        olds_in = self.old_inputs.get(reg.urn, {}) if old is not None and not recreating else {}
+        news = self._check(reg, olds_in, news)
+        replaces: list[str] = []
+        if recreating:
+            replaces = [f"<replaced with {self.cascaded.pop(reg.urn)}>"]
+            action = provider.REPLACE
+            id_, outs = self._create(reg, news)
+        elif old is None:
+            action = provider.CREATE
+            id_, outs = self._create(reg, news)
         else:
-            id_, outs = old
-            diff = provider.diff(id_, outs, news)
+            id_, olds = old
+            if news[PROVIDER_KEY] == rpc.UNKNOWN:
+                diff = _provider_of(olds).diff(id_, dict(olds), dict(news))
+            else:
+                diff = _provider_of(news).diff(id_, dict(olds), dict(news))
+            changes = diff.changes
+            if changes is None:
+                changes = olds_in != news
             self.dynamic_calls.append(f"diff {reg.name} changes={diff.changes}")
-            if diff.changes:
+            replaces = list(diff.replaces or []) if changes else []
+            if replaces:
+                action = provider.REPLACE
+                news = self._check(reg, {}, news)
+                first = (reg.delete_before_replace if reg.delete_before_replace_defined
+                         else bool(diff.delete_before_replace))
+                if first:
+                    self._cascade(reg.urn)
+                    self._delete_dynamic(reg.name, id_, olds)
+                else:
+                    self.pending_deletes.append((reg.urn, id_, olds))
+                id_, outs = self._create(reg, news)
+            elif changes:
+                action = provider.UPDATE
                 self.dynamic_calls.append(f"update {reg.name}")
-                outs = provider.update(id_, outs, news).outs or {}
-        return id_, {**news, **outs}
+                if self.dry_run:
+                    outs = dict(olds)
+                else:
+                    self._step()
+                    result = _provider_of(news).update(id_, dict(olds), dict(news))
+                    outs = {**(result.outs or {}), PROVIDER_KEY: news[PROVIDER_KEY]}
+            else:
+                action, outs = provider.SAME, olds
+        self.actions[reg.urn] = (action, tuple(replaces))
+        self._remember(reg, news)
+        return id_, outs
+
+    def _delete_dynamic(self, name: str, id_: str, outs: dict) -> None:
+        """``Delete`` with the *old* outputs, through the provider pickled in them
+        (dynamic/__main__.py ``Delete``)."""
+        self.dynamic_calls.append(f"delete {name}")
+        if self.dry_run:
+            return
+        self._step()
+        _provider_of(outs).delete(id_, dict(outs))
+
+    def depends_on(self, urn: str) -> set[str]:
+        """What ``urn`` depends on in the dependency graph the engine schedules deletes by
+        (``graph.DependencyGraph``: dependencies, parent, provider, property dependencies)."""
+        reg = self.known.get(urn)
+        if reg is None:
+            return set()
+        found = {*reg.dependencies, reg.parent, reg.provider_urn,
+                 *(u for urns in reg.property_dependencies.values() for u in urns)}
+        return {u for u in found if u and u != urn}
+
+    def schedule_deletes(self, condemned: dict[str, str]) -> list[list[str]]:
+        """``ScheduleDeletes`` (step_generator.go l. 2747-2796): antichains of what depends
+        on nothing else condemned, in reverse: dependents are deleted first. ``condemned``:
+        step key -> the URN it deletes."""
+        by_urn: dict[str, set[str]] = {}
+        for key, urn in condemned.items():
+            by_urn.setdefault(urn, set()).add(key)
+        left = set(condemned)
+        chains: list[list[str]] = []
+        while left:
+            chain = sorted(k for k in left if not any(
+                by_urn.get(d, set()) & left for d in self.depends_on(condemned[k])))
+            chain = chain or sorted(left)  # a snapshot has no cycles; never loop forever
+            left -= set(chain)
+            chains.append(chain)
+        chains.reverse()
+        return chains
+
+    def delete_resources(self, urns: list[str], go_on: bool = False) -> dict[str, str]:
+        """The delete steps of ``urns`` (of the state) and of what create-before-delete
+        replacements superseded (``pending_deletes``), scheduled together as the engine
+        does. A dynamic resource is deleted through the provider pickled in its old outputs,
+        a docker one through ``on_delete``; components and providers only leave the state.
+        A failed delete keeps the resource; without ``go_on`` nothing more is deleted, with
+        it everything else is except what a failed resource depends on (transitively).
+        Returns URN -> why, for each failed delete."""
+        with self.lock:
+            condemned = {urn: urn for urn in urns}
+            pending = {f"{urn}#replaced-{i}": (urn, id_, outs)
+                       for i, (urn, id_, outs) in enumerate(self.pending_deletes)}
+            condemned.update({key: urn for key, (urn, _, _) in pending.items()})
+            failed: dict[str, str] = {}
+            kept: set[str] = set()
+            for chain in self.schedule_deletes(condemned):
+                for key in chain:
+                    urn = condemned[key]
+                    if (failed and not go_on) or urn in kept:
+                        continue
+                    try:
+                        if key in pending:
+                            _, id_, outs = pending[key]
+                            self._delete_dynamic(urn.rsplit("::", 1)[-1], id_, outs)
+                            self.pending_deletes.remove(pending[key])
+                        else:
+                            self._delete_one(urn)
+                    except Exception as exc:  # what the provider says; the CLI reports it
+                        failed[urn] = f"{type(exc).__name__}: {exc}"
+                        kept |= self._needs(urn)
+            return failed
+
+    def _needs(self, urn: str) -> set[str]:
+        seen: set[str] = set()
+        todo = [urn]
+        while todo:
+            for dep in self.depends_on(todo.pop()):
+                if dep not in seen:
+                    seen.add(dep)
+                    todo.append(dep)
+        return seen
+
+    def _delete_one(self, urn: str) -> None:
+        reg = self.known.get(urn)
+        type_ = reg.type if reg else urn.rsplit("::", 2)[-2].rsplit("$", 1)[-1]
+        id_, outs = self.state[urn]
+        if type_.startswith(DYNAMIC_PREFIX):
+            self._delete_dynamic(urn.rsplit("::", 1)[-1], id_, outs)
+        elif (reg is None or reg.custom) and not type_.startswith(PROVIDER_PREFIX) \
+                and self.on_delete and not self.dry_run:
+            self.on_delete(urn)
+        self.forget(urn)
+
+    def forget(self, urn: str) -> None:
+        for table in (self.state, self.old_inputs, self.old_provider, self.old_dependencies,
+                      self.known):
+            table.pop(urn, None)
+
+    def unregistered(self) -> list[str]:
+        """What the state holds and the last run did not register: the engine deletes it at
+        the end of the run (``GenerateDeletes``, l. 2424-2432)."""
+        seen = {r.urn for r in self.registrations}
+        return [urn for urn in self.state if urn not in seen]
 
     def new_resource(self, reg: Registration, inputs: dict) -> tuple[str, dict]:
         with self.lock:
@@ -190,6 +371,7 @@ class Engine:
             if reg.urn in self.failed:  # a failed create leaves nothing in the state
                 return id_, outs
         self.state[reg.urn] = (id_, outs)
+        self.known[reg.urn] = reg
         return id_, outs
 
     def _provider(self, reg: Registration, inputs: dict) -> tuple[str, dict]:
@@ -258,8 +440,11 @@ class Engine:
         self.old_dependencies[reg.urn] = reg.property_dependencies
 
     def _cascade(self, root: str) -> None:
-        """Mark (and, with a builder, delete first) what a delete-before-replace of ``root``
-        replaces with it."""
+        """Mark and delete first, dependents first, what a delete-before-replace of ``root``
+        replaces with it (``calculateDependentReplacements`` l. 3268-3417): a resource whose
+        provider is replaced, or whose inputs taken from a replaced resource, made unknown,
+        make its provider's diff say replace (the docker provider's schema; a dynamic
+        provider's own ``diff``)."""
         replacing = {root}
         changed = True
         while changed:
@@ -267,16 +452,29 @@ class Engine:
             for urn, deps in self.old_dependencies.items():
                 if urn in replacing or urn in self.cascaded or urn not in self.state:
                     continue
-                type_ = urn.rsplit("::", 2)[-2].rsplit("$", 1)[-1]
                 through = [k for k, froms in deps.items() if replacing & set(froms)]
-                if self.old_provider.get(urn, "").rsplit("::", 1)[0] in replacing or any(
-                        provider.force_new(type_, k) for k in through):
+                if self.old_provider.get(urn, "").rsplit("::", 1)[0] in replacing or (
+                        through and self._replaced_through(urn, through)):
                     self.cascaded[urn] = root
                     replacing.add(urn)
                     changed = True
-        if self.on_delete:
-            for urn in [u for u, r in self.cascaded.items() if r == root]:
+        for urn in reversed([u for u, r in self.cascaded.items() if r == root]):
+            if self._type(urn).startswith(DYNAMIC_PREFIX):
+                self._delete_dynamic(urn.rsplit("::", 1)[-1], *self.state[urn])
+            elif self.on_delete:
                 self.on_delete(urn)
+
+    def _type(self, urn: str) -> str:
+        reg = self.known.get(urn)
+        return reg.type if reg else urn.rsplit("::", 2)[-2].rsplit("$", 1)[-1]
+
+    def _replaced_through(self, urn: str, keys: list[str]) -> bool:
+        type_ = self._type(urn)
+        if not type_.startswith(DYNAMIC_PREFIX):
+            return any(provider.force_new(type_, k) for k in keys)
+        id_, outs = self.state[urn]
+        news = {**self.old_inputs[urn], **dict.fromkeys(keys, rpc.UNKNOWN)}
+        return bool(_provider_of(news).diff(id_, dict(outs), news).replaces)
 
 
 class _Mocks(pulumi.runtime.Mocks):
@@ -309,6 +507,7 @@ class _Monitor(MockMonitor):
             additional_secret_outputs=list(request.additionalSecretOutputs),
             delete_before_replace=request.deleteBeforeReplace,
             custom=request.custom,
+            delete_before_replace_defined=request.deleteBeforeReplaceDefined,
             ignore_changes=list(request.ignoreChanges),
             property_dependencies={k: list(v.urns)
                                    for k, v in request.propertyDependencies.items()},
@@ -317,6 +516,11 @@ class _Monitor(MockMonitor):
             self.engine.registrations.append(reg)
         self.local.current = reg
         return super().RegisterResource(request)
+
+
+def _provider_of(props: dict) -> Any:
+    """The provider pickled in a dynamic resource's inputs or outputs (``get_provider``)."""
+    return dill.loads(base64.b64decode(props[PROVIDER_KEY]))
 
 
 def stack_config(stack: str) -> dict[str, str]:
@@ -331,7 +535,8 @@ def example_stacks() -> list[str]:
 
 def run_program(engine: Engine, stack: str, config: dict[str, str],
                 program: Callable[[], Any] | None = None) -> dict[str, Any]:
-    """Run the real ``__main__.py`` once (not a preview); return its outputs, resolved.
+    """Run the real ``__main__.py`` once (a preview when ``engine.dry_run``: what is not
+    known yet stays unknown); return its outputs, resolved.
 
     Each output is ``(value, is_secret)``, read with ``await output.future()`` after every
     registration has finished. Exceptions raised by the program propagate. ``program``, when
@@ -341,10 +546,10 @@ def run_program(engine: Engine, stack: str, config: dict[str, str],
     engine.actions = {}
     engine.moved = {}
     engine.failed = {}
-    reset_options(project=PROJECT_NAME, stack=stack, preview=False)
+    reset_options(project=PROJECT_NAME, stack=stack, preview=engine.dry_run)
     monitor = _Monitor(engine)
-    pulumi.runtime.set_mocks(monitor.mocks, project=PROJECT_NAME, stack=stack, preview=False,
-                             monitor=monitor)
+    pulumi.runtime.set_mocks(monitor.mocks, project=PROJECT_NAME, stack=stack,
+                             preview=engine.dry_run, monitor=monitor)
     pulumi.runtime.set_all_config(config)
 
     @pulumi.runtime.test

@@ -3,8 +3,10 @@ interrupt): ``python -m cluster_sessions.emulation.sessionctl up FILE --yes``.
 
 The stand-in is the one the ``emulated_automation`` fixture installs, with its stacks kept in
 the file backend ``PULUMI_BACKEND_URL`` names, so that the next process sees what this one
-finished. ``CLUSTER_SESSIONS_EMULATION_FAULT`` (see :mod:`.docker_builder`) says
-where to interrupt it.
+finished. Each stack's config is the project's ``stacks/Pulumi.<stack>.yaml``, as the CLI
+keeps it, or in the directory ``CLUSTER_SESSIONS_EMULATION_CONFIG_DIR`` names (tests: the
+checkout's ``stacks/`` holds the committed example stacks).
+``CLUSTER_SESSIONS_EMULATION_FAULT`` (see :mod:`.docker_builder`) says where to interrupt it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import Any
 from ..driver import cli, stacks
 from .automation import Backend
 
+CONFIG_DIR_ENV = "CLUSTER_SESSIONS_EMULATION_CONFIG_DIR"
+
 
 def install(backend: Backend, setattr_: Callable[[Any, str, Any], None] = setattr) -> None:
     """What the ``emulated_automation`` fixture patches, so the engine verbs reach ``backend``."""
@@ -28,7 +32,8 @@ def install(backend: Backend, setattr_: Callable[[Any, str, Any], None] = setatt
 
 def main(argv: list[str]) -> None:
     url = os.environ["PULUMI_BACKEND_URL"]
-    install(Backend(Path(url.removeprefix("file://"))))
+    config_dir = os.environ.get(CONFIG_DIR_ENV)
+    install(Backend(Path(url.removeprefix("file://")), Path(config_dir) if config_dir else None))
     code = cli.main(argv)
     sys.stdout.flush()
     sys.stderr.flush()
