@@ -22,7 +22,7 @@ from ..core.spec import Pool, Session, json_schema
 from ..core.terminal import dumps, guarded, printable, table
 from ..core.units import format_size
 from . import verbs
-from .errors import ClusterSessionsError, Exit, outcome
+from .errors import INTERRUPTED, ClusterSessionsError, Exit, outcome
 from .session_args import (
     EPILOG,
     add_session_args,
@@ -259,7 +259,7 @@ def _main(argv: list[str] | None) -> int:
         return code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     except BrokenPipeError:
         # The reader went away (``| head``): the verb did not finish, so never report
         # success; exit as a program killed by SIGPIPE does (128 + 13), quietly.

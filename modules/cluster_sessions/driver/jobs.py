@@ -3,7 +3,7 @@
 The engine verbs (``up``, ``destroy``) and the wait are the ones ``sessionctl up``,
 ``sessionctl wait`` and ``sessionctl destroy`` run; this module only sequences them, prints the
 summary and decides what to tear down. Ctrl-C while waiting asks on a terminal and destroys in
-CI: nothing is left behind without saying so.
+CI: nothing is left behind without saying so; it exits 130 either way.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.terminal import printable
-from .errors import CommandError, Exit
+from .errors import INTERRUPTED, ClusterSessionsError, CommandError, Exit
 from .observe import Connect, agents_to_ask, connect, survey
 from .session_args import (
     Selected,
@@ -29,11 +29,15 @@ from .status import short_time
 from .wait_verb import JobEnd, wait_for_jobs
 
 EngineVerb = Callable[[argparse.Namespace], int]
+JOB_KEYS = ("session", "exit", "result", "job_exit_code")
 
 
 def _engine_args(args: argparse.Namespace, verb: str) -> argparse.Namespace:
+    """``up``/``destroy`` as ``run`` calls them: live engine output, on stderr with ``--json``
+    (whose stdout is ``run``'s one document)."""
     return argparse.Namespace(verb=verb, file=args.file, pool=args.pool, index=args.index,
-                              stack=args.stack, json=False, yes=True, diff=False)
+                              stack=args.stack, json=False, yes=True, diff=False,
+                              output_to_stderr=args.json)
 
 
 def _summary(sel: Selected, connect: Connect) -> list[dict[str, Any]]:
@@ -65,6 +69,28 @@ def _ask(question: str) -> bool:
 
 def cmd_run(args: argparse.Namespace, engine_verb: EngineVerb | None = None,
             connect: Connect = connect) -> int:
+    """With ``--json``, stdout is one document whatever happens: a run that stops before its
+    summary (invalid input, ``up`` failed, Ctrl-C during ``up``) says so in one too."""
+    if not args.json:
+        return _run(args, engine_verb, connect)
+    try:
+        return _run(args, engine_verb, connect)
+    except ClusterSessionsError as exc:
+        _stopped(args, int(exc.code), "failed", str(exc))
+        raise
+    except KeyboardInterrupt:
+        _stopped(args, INTERRUPTED, "interrupted", "interrupted (Ctrl-C) during up")
+        raise
+
+
+def _stopped(args: argparse.Namespace, code: int, result: str, error: str) -> None:
+    json.dump({"verb": "run", "file": args.file, "exit": code, "result": result,
+               "error": error}, sys.stdout, indent=2)
+    print()
+
+
+def _run(args: argparse.Namespace, engine_verb: EngineVerb | None,
+         connect: Connect) -> int:
     if engine_verb is None:
         from .stacks import cmd_stack as engine_verb
     sel = selected(args)
@@ -75,6 +101,8 @@ def cmd_run(args: argparse.Namespace, engine_verb: EngineVerb | None = None,
                            "its job", Exit.INVALID)
     code = engine_verb(_engine_args(args, "up"))
     if code != Exit.OK:
+        if args.json:
+            _stopped(args, code, "failed", f"up of {names} exited {code}; see stderr")
         return code
     interrupted = False
     try:
@@ -83,7 +111,9 @@ def cmd_run(args: argparse.Namespace, engine_verb: EngineVerb | None = None,
         interrupted = True
         ends = [(p, JobEnd(Exit.JOB_LOST, "interrupted (Ctrl-C) before the job ended"))
                 for _, p in sel.chosen]
-    outcome = combined(end.code for _, end in ends)
+    # Ctrl-C is 130 as for every verb (and `up`), whatever is done with the session after it:
+    # the job did not end, so 0, 5 and 6 (how it ended) would not be true
+    outcome = INTERRUPTED if interrupted else combined(end.code for _, end in ends)
     rows = _summary(sel, connect)
     keep = args.keep or (args.keep_on_failure and outcome != Exit.OK)
     if interrupted and not args.keep:
@@ -103,13 +133,19 @@ def cmd_run(args: argparse.Namespace, engine_verb: EngineVerb | None = None,
         who = f"{plan.name}: " if len(ends) > 1 else ""
         print(printable(f"sessionctl run: {who}{end.message}"), file=sys.stderr)
     if args.json:
-        jobs = [{"session": p.name, "exit": int(e.code), "result": e.message,
-                 "job_exit_code": e.job_exit_code} for p, e in ends]
-        json.dump({"session": names, "exit": int(outcome), "result": jobs[0]["result"]
-                   if len(jobs) == 1 else f"{len(jobs)} jobs",
-                   "job_exit_code": jobs[0]["job_exit_code"] if len(jobs) == 1 else None,
-                   "jobs": jobs, "destroyed": destroyed, "containers": rows},
-                  sys.stdout, indent=2)
+        docs = [{"session": p.name, "exit": int(e.code), "result": e.message,
+                 "job_exit_code": e.job_exit_code, "destroyed": destroyed,
+                 "containers": [r for r in rows if r["session"] == p.name]}
+                for p, e in ends]
+        if interrupted:
+            for doc in docs:
+                doc["exit"] = INTERRUPTED
+        # one session: its document; all of a count: `up --json`'s shape (stacks.emit_docs)
+        whole = ({**docs[0], "jobs": [{k: docs[0][k] for k in JOB_KEYS}]}
+                 if not sel.all_of_count else
+                 {"verb": "run", "count": len(sel.plans), "exit": int(outcome),
+                  "sessions": docs})
+        json.dump(whole, sys.stdout, indent=2)
         print()
     else:
         names = [f"{r['session']}/{r['host']}" if sel.counted else r["host"] for r in rows]
@@ -129,7 +165,7 @@ def register(subparsers) -> None:
         "`sessionctl destroy --yes`, and a summary per container (state, exit code, start "
         "and finish). Exit 0 when the job succeeded, 5 when it failed, 6 on timeout or a "
         "container that died first; 1-4 as for up. Ctrl-C while waiting asks on a terminal "
-        "and destroys otherwise.")
+        "and destroys otherwise; either way it exits 130, as every verb does on Ctrl-C.")
     add_session_args(p)
     add_timeout(p, "give up waiting after S seconds (exit 6; the session is destroyed)")
     p.add_argument("--keep", action="store_true", help="do not destroy the session afterwards")

@@ -220,8 +220,9 @@ def apply_config(stack: Any, config: Mapping[str, str | None]) -> None:
 class Terminal:
     """Where engine output goes: streamed live (stdout/stderr) or only collected (``--json``)."""
 
-    def __init__(self, quiet: bool):
+    def __init__(self, quiet: bool, out: Any = None):
         self.quiet = quiet
+        self.out_stream = out  # None: stdout; ``run --json`` streams to stderr (one document)
         self.stdout: list[str] = []
         self.stderr: list[str] = []
         self._lock = threading.Lock()
@@ -230,7 +231,7 @@ class Terminal:
         with self._lock:
             self.stdout.append(line)
             if not self.quiet:
-                print(line, flush=True)
+                print(line, file=self.out_stream or sys.stdout, flush=True)
 
     def err(self, line: str) -> None:
         with self._lock:
@@ -470,6 +471,13 @@ def run_targets(args: argparse.Namespace, verb: str, sel: Any, targets: list,
             failures.append(exc)
             if verb != "destroy":  # stop at the first failure: say what was and was not run
                 break
+        except KeyboardInterrupt:
+            if verb == "up":
+                docs.append(summary_document(verb, target.stack, plan.name,
+                                             prepared.settings.backend_url, "interrupted",
+                                             error=interrupted_up(args, sel, plan)))
+                emit_docs()
+            raise
     emit_docs()
     if failures:
         message = "\n".join(str(f) for f in failures)
@@ -480,6 +488,27 @@ def run_targets(args: argparse.Namespace, verb: str, sel: Any, targets: list,
                         + (f"; not attempted: {', '.join(left)}" if left else ""))
         raise CommandError(message, failures[0].code)
     return Exit.OK
+
+
+def interrupted_up(args: argparse.Namespace, sel: Any, plan: ClusterPlan) -> str:
+    """Ctrl-C during ``up``: the engine stops where it was, and the stack may not hold what was
+    being created. Say what the agents hold of the session now (by label, from the engines, as
+    ``pool sweep --dry-run`` sees it) and what to run next; returns the same text."""
+    from ..agents.cleanup import find_leftovers
+
+    left, errors = find_leftovers(sel.loaded.pool, plan.name)
+    head = ("its agents hold:" if left else
+            "its agents could not all be asked:" if errors else "its agents hold nothing of it")
+    lines = [f"session {plan.name}: interrupted; {head}"]
+    lines += [f"  {item}" for item in left] + [f"  {error}" for error in errors]
+    if left or errors:
+        lines.append(f"Run `sessionctl up {args.file}` again: it removes what the stack does "
+                     f"not hold and makes the rest; or `sessionctl destroy {args.file}` to "
+                     "remove it all.")
+    text = "\n".join(lines)
+    for line in lines:
+        print(f"sessionctl up: {line}", file=sys.stderr)
+    return text
 
 
 def refuse_unusable_folders(definition: Path, sel: Any) -> None:
@@ -569,7 +598,8 @@ def run_stack(args: argparse.Namespace, verb: str, target: Target,
               prepared: Prepared) -> dict[str, Any]:
     """One verb on one stack; returns its ``--json`` summary or raises :class:`StackFailed`
     with it. The same for session and pool stacks."""
-    term = Terminal(quiet=args.json)
+    term = Terminal(quiet=args.json,
+                    out=sys.stderr if getattr(args, "output_to_stderr", False) else None)
     events = EventLog()
     color = sys.stdout.isatty()
     backend = prepared.settings.backend_url
