@@ -22,6 +22,7 @@ from .session_args import (
     add_session_args,
     add_timeout,
     combined,
+    needs_pulumi,
     selected,
     verb_parser,
 )
@@ -159,13 +160,13 @@ def _run(args: argparse.Namespace, engine_verb: EngineVerb | None,
 
 
 def register(subparsers) -> None:
-    p = verb_parser(
+    p = needs_pulumi(verb_parser(
         subparsers, "run", "up a batch session, wait for its job, destroy it; exit 0, 5 or 6",
         "For CI: `sessionctl up --yes`, then `sessionctl wait` (main1's log, prefixed), then "
         "`sessionctl destroy --yes`, and a summary per container (state, exit code, start "
         "and finish). Exit 0 when the job succeeded, 5 when it failed, 6 on timeout or a "
         "container that died first; 1-4 as for up. Ctrl-C while waiting asks on a terminal "
-        "and destroys otherwise; either way it exits 130, as every verb does on Ctrl-C.")
+        "and destroys otherwise; either way it exits 130, as every verb does on Ctrl-C."))
     add_session_args(p)
     add_timeout(p, "give up waiting after S seconds (exit 6; the session is destroyed)")
     p.add_argument("--keep", action="store_true", help="do not destroy the session afterwards")

@@ -57,7 +57,7 @@ from ..core.usage import Usage, agent_usage, usage_text, usage_to_dict
 from . import history, stack_settings, stacks
 from .errors import ClusterSessionsError, CommandError, Exit
 from .observe import Connect, Found, connect, disconnect, found_from_attrs, unreachable_cause
-from .session_args import verb_parser
+from .session_args import needs_pulumi, verb_parser
 from .status import Planned, host_faults, planned_rows, short_time
 
 PHASE_OF = {
@@ -422,7 +422,7 @@ def cmd_ls(args: argparse.Namespace, connect: Connect = connect) -> int:
 
 
 def register(subparsers) -> None:
-    p = verb_parser(
+    p = needs_pulumi(verb_parser(
         subparsers, "ls", "the sessions in the state backend: RUNNING, FINISHED, ERROR, ...",
         "List the session stacks of the state backend (PULUMI_BACKEND_URL, else the "
         "project's file backend) with name, type, mode, size, agents and a state read "
@@ -434,7 +434,7 @@ def register(subparsers) -> None:
         "declared capacity (`sessionctl pool usage POOL` counts every session on the agents). "
         "Needs the pulumi CLI to read the backend (exit 4 without it).",
         epilog="exit codes: 0 listed, 1 the backend could not be read, 2 a bad --state, "
-        "4 no pulumi CLI")
+        "4 no pulumi CLI"))
     p.add_argument("--json", action="store_true",
                    help="print {backend, sessions: [...], usage: [...]} as JSON instead of a "
                    "table; each session has state and phase, exit_code, started, finished, "

@@ -68,7 +68,7 @@ from ..core.plan import ClusterPlan
 from ..core.spec import Agent, Pool
 from . import service_ports
 from .errors import CommandError, Exit
-from .session_args import EPILOG, add_session_args, selected
+from .session_args import EPILOG, add_session_args, needs_pulumi, selected
 from .stack_lock import StackBusy, service_ports_lock, stack_lock
 from .stack_settings import (
     CONFIRM,
@@ -106,8 +106,10 @@ def package_version(name: str, fallback: str) -> str:
 
 
 def how_to_install() -> str:
+    from .verbs import pulumi_verbs  # the verbs' own modules import this one
+
     return install_instructions(package_version("pulumi", "3.272.0"),
-                                package_version("pulumi-docker", "5.2.0"))
+                                package_version("pulumi-docker", "5.2.0"), pulumi_verbs())
 
 
 def find_pulumi(environ: Mapping[str, str]) -> Path | None:
@@ -684,8 +686,9 @@ def register(subparsers) -> None:
             "definition. Backend: PULUMI_BACKEND_URL, else a file backend in the project's "
             f"{STATE_DIR}/. Secrets passphrase: PULUMI_CONFIG_PASSPHRASE, else a documented, "
             "insecure local default.", 79)
-        p = subparsers.add_parser(verb, help=HELP[verb], epilog=EPILOG, description=description,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+        p = needs_pulumi(subparsers.add_parser(
+            verb, help=HELP[verb], epilog=EPILOG, description=description,
+            formatter_class=argparse.RawDescriptionHelpFormatter))
         add_session_args(p)
         p.add_argument("--json", action="store_true",
                        help="no live output; print one JSON summary (verb, stack, result, "
