@@ -618,8 +618,8 @@ def test_every_engine_verb_checks_definition_then_cli_then_yes(tmp_path, monkeyp
     assert "colour: unknown key" in capsys.readouterr().err
     (pool if verb[0] == "pool" else session).write_text(good)
 
-    # 2. then the CLI, whether or not --yes was given
-    for yes in ([], ["--yes"]) if verb[-1] in stacks.CONFIRM else ([],):
+    # 2. then the CLI, whether or not --yes was given (every engine verb takes it)
+    for yes in ([], ["--yes"], ["-y"]):
         assert main(_verb_argv(verb, session, pool, *yes)) == Exit.MISSING, yes
         assert "pulumi CLI is missing" in capsys.readouterr().err
 
@@ -628,6 +628,17 @@ def test_every_engine_verb_checks_definition_then_cli_then_yes(tmp_path, monkeyp
     if verb[-1] in stacks.CONFIRM:
         assert main(_verb_argv(verb, session, pool)) == Exit.INVALID
         assert "--yes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("verb", ENGINE_VERBS, ids=" ".join)
+def test_an_unknown_option_is_said_with_the_verbs_own_usage(tmp_path, capsys, verb):
+    session = write_session(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main(_verb_argv(verb, session, tmp_path / "pool.yaml", "--yes", "--bogus"))
+    assert exc.value.code == Exit.INVALID
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: sessionctl {' '.join(verb)} ")  # not `sessionctl VERB ...`
+    assert f"sessionctl {' '.join(verb)}: error: unrecognized arguments: --bogus" in err
 
 
 def test_an_agent_with_an_ssh_block_is_not_probed_here_before_the_engine(tmp_path):

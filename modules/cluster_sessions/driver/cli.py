@@ -233,6 +233,17 @@ def quiet_libraries() -> None:
     logger.propagate = False
 
 
+def verb_parser_of(parser: argparse.ArgumentParser,
+                   args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the verb ``args`` chose (``pool up``: the innermost)."""
+    for action in parser._actions:  # argparse keeps subparsers only here
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(args, action.dest, None) or "")
+            if chosen is not None:
+                return verb_parser_of(chosen, args)
+    return parser
+
+
 BROKEN_PIPE = 128 + 13  # what a shell reports for a program SIGPIPE ended
 
 
@@ -247,7 +258,9 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     quiet_libraries()
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # said with the verb's own usage, not the top level's
+        verb_parser_of(parser, args).error(f"unrecognized arguments: {' '.join(extras)}")
     try:
         code = int(args.func(args))
         sys.stdout.flush()  # a reader that went away shows here, not after the exit code

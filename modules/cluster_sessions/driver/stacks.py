@@ -698,8 +698,11 @@ def register(subparsers) -> None:
         if verb in CONFIRM:
             p.add_argument("--yes", "-y", action="store_true",
                            help="do not ask for confirmation (required without a terminal)")
-        else:
-            p.set_defaults(yes=False)
+        else:  # every engine verb takes it, so a script passes it to each alike
+            p.add_argument("--yes", "-y", action="store_true",
+                           help=f"accepted for uniformity: {verb} never asks (it changes no "
+                           "resource" + (", only the stack's record of them)" if verb ==
+                                         "refresh" else ")"))
         if verb in ("preview", "up"):
             p.add_argument("--diff", action="store_true",
                            help="show a detailed property diff in the live output")
