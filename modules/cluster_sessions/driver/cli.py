@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -65,6 +66,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
     free, reports = probed_free(args, loaded) if args.probe else (None, [])
     sel = select(loaded, args.index, free)
     plans = [p for _, p in sel.chosen]
+    pending = sel.pending.reason if sel.pending is not None else None
+    problems: list = []
+    if args.probe and pending is None:
+        # placed on capacity; across agents it also needs the swarm (as `pool check` says).
+        # Judged before anything is shown: the plan printed is the verdict, pending or not.
+        from ..agents.capacity import swarm_unready
+
+        named = args.pool or loaded.session.pool  # as `pool up` takes it from here
+        ref = named if "/" not in named and not named.endswith((".yaml", ".yml")) \
+            else str(loaded.pool_file)
+        unready = next(filter(None, (swarm_unready(loaded.pool, reports, p.agents, pool_ref=ref)
+                                     for p in plans)), None)
+        if unready is not None:  # all of a count wait, as when one does not fit
+            pending, problems = unready
+            plans = [dataclasses.replace(p, status="pending", reason=pending) for p in plans]
     if args.json:
         docs = [plan_to_dict(p) for p in plans]
         whole = {"count": len(sel.plans), "sessions": docs}
@@ -78,24 +94,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for p in plans:
         for warning in public_warnings(p.services):
             print(f"{printable(args.file)}: warning: {printable(warning)}", file=sys.stderr)
-    if sel.pending is not None:
-        print(f"{printable(args.file)}: pending: {printable(sel.pending.reason)}",
-              file=sys.stderr)
+    if pending is not None:
+        print(f"{printable(args.file)}: pending: {printable(pending)}", file=sys.stderr)
+        for problem in problems:
+            print(f"  {printable(str(problem))}", file=sys.stderr)
         return Exit.PENDING
-    if args.probe:  # placed on capacity; across agents it also needs the swarm (as pool check)
-        from ..agents.capacity import swarm_unready
-
-        named = args.pool or loaded.session.pool  # as `pool up` takes it from here
-        ref = named if "/" not in named and not named.endswith((".yaml", ".yml")) \
-            else str(loaded.pool_file)
-        for plan in plans:
-            unready = swarm_unready(loaded.pool, reports, plan.agents, pool_ref=ref)
-            if unready:
-                print(f"{printable(args.file)}: pending: {printable(unready[0])}",
-                      file=sys.stderr)
-                for problem in unready[1]:
-                    print(f"  {printable(str(problem))}", file=sys.stderr)
-                return Exit.PENDING
     return Exit.OK
 
 
