@@ -180,3 +180,36 @@ def test_the_plugin_version_the_readme_names_is_the_one_pinned():
                        (PROJECT / "requirements.txt").read_text(), re.M).group(1)
     named = re.findall(r"pulumi plugin install resource docker (\S+?)`", README)
     assert named == [pinned]
+
+
+def run_your_job() -> str:
+    return README.split("### Run your job", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_launchers_the_readme_runs_come_from_images_it_says_how_to_get():
+    """`torchrun`, `mpirun`, `deepspeed` are not in the demo image: the section says which
+    image has each and how to get it, with commands that build what it says."""
+    from cluster_sessions.lab import image, pydirs
+
+    section = run_your_job()
+    for launcher in ("torchrun", "mpirun", "deepspeed"):
+        assert re.search(rf"^{launcher} ", section, re.M), launcher
+    assert not any(p in image.PACKAGES for p in ("openmpi-bin", "python3-torch"))  # demo image
+    build = ".venv/bin/python -m cluster_sessions.lab.image --flavour mpi"
+    assert f"`{build}`" in section
+    assert "openmpi-bin" in image.packages("mpi") and "python3-mpi4py" in image.packages("mpi")
+    named = re.search(r"`(cluster-sessions/debian-mpi):<digest>`", section).group(1)
+    assert image.default_tag("mpi").split(":")[0] == named
+    for name in ("torch", "tensorflow"):
+        assert name in pydirs.DIRS
+    assert "`.venv/bin/python -m cluster_sessions.lab.pydirs torch` (or `tensorflow`)" in section
+    assert "python3 -m torch.distributed.run" in section and "DeepSpeed" in section
+
+
+def test_every_program_the_readme_runs_on_this_machine_is_one_set_up_installs():
+    """scp and ssh come with openssh-client; rsync is a package of its own."""
+    setup = (PROJECT / "scripts" / "setup.sh").read_text()
+    first = re.search(r"^packages=\((.*?)\)", setup, re.M).group(1).split()
+    words = {line.split()[0] for block in code_blocks() for line in block.splitlines()
+             if line.strip() and not line.startswith("#")}
+    assert "rsync" in words and "rsync" in first  # installed whatever the options
