@@ -118,6 +118,19 @@ def test_wait_refuses_an_interactive_session(tmp_path, capsys):
     assert "only a batch session" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("verb", ["wait", "run"])
+def test_json_stdout_is_one_document_even_when_the_verb_stops_first(verb, tmp_path, capsys):
+    """An interactive definition (exit 2), a missing file (exit 2): stdout still parses."""
+    path = factories.write(tmp_path / "interactive.yaml", factories.session("inter-active"))
+    for file in (path, tmp_path / "missing.yaml"):
+        assert cli.main([verb, str(file), "--json"]) == 2
+        out, err = capsys.readouterr()
+        doc = json.loads(out)
+        assert (doc["verb"], doc["exit"], doc["result"], doc["file"]) == (
+            verb, 2, "failed", str(file))
+        assert err  # said on stderr as well, as without --json
+
+
 def test_a_batch_session_without_a_command_is_refused(tmp_path, capsys):
     path = factories.write(tmp_path / "batch.yaml", factories.session("no-command", type="batch"))
     assert cli.main(["validate", str(path)]) == 2

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.terminal import printable
-from .errors import INTERRUPTED, ClusterSessionsError, CommandError, Exit
+from .errors import INTERRUPTED, CommandError, Exit
 from .observe import Connect, agents_to_ask, connect, survey
 from .session_args import (
     Selected,
@@ -27,7 +27,7 @@ from .session_args import (
     verb_parser,
 )
 from .status import short_time
-from .wait_verb import JobEnd, wait_for_jobs
+from .wait_verb import JobEnd, one_document, stopped, wait_for_jobs
 
 EngineVerb = Callable[[argparse.Namespace], int]
 JOB_KEYS = ("session", "exit", "result", "job_exit_code")
@@ -72,22 +72,7 @@ def cmd_run(args: argparse.Namespace, engine_verb: EngineVerb | None = None,
             connect: Connect = connect) -> int:
     """With ``--json``, stdout is one document whatever happens: a run that stops before its
     summary (invalid input, ``up`` failed, Ctrl-C during ``up``) says so in one too."""
-    if not args.json:
-        return _run(args, engine_verb, connect)
-    try:
-        return _run(args, engine_verb, connect)
-    except ClusterSessionsError as exc:
-        _stopped(args, int(exc.code), "failed", str(exc))
-        raise
-    except KeyboardInterrupt:
-        _stopped(args, INTERRUPTED, "interrupted", "interrupted (Ctrl-C) during up")
-        raise
-
-
-def _stopped(args: argparse.Namespace, code: int, result: str, error: str) -> None:
-    json.dump({"verb": "run", "file": args.file, "exit": code, "result": result,
-               "error": error}, sys.stdout, indent=2)
-    print()
+    return one_document("run", args, lambda: _run(args, engine_verb, connect))
 
 
 def _run(args: argparse.Namespace, engine_verb: EngineVerb | None,
@@ -103,7 +88,7 @@ def _run(args: argparse.Namespace, engine_verb: EngineVerb | None,
     code = engine_verb(_engine_args(args, "up"))
     if code != Exit.OK:
         if args.json:
-            _stopped(args, code, "failed", f"up of {names} exited {code}; see stderr")
+            stopped("run", args, code, "failed", f"up of {names} exited {code}; see stderr")
         return code
     interrupted = False
     try:

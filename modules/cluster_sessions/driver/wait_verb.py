@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,7 +21,7 @@ from typing import Any
 
 from ..core.plan import ClusterPlan
 from ..core.terminal import dumps, printable
-from .errors import CommandError, Exit
+from .errors import INTERRUPTED, ClusterSessionsError, CommandError, Exit
 from .logs import Printer, pump
 from .observe import Connect, Found, Survey, agents_to_ask, connect, found_from_attrs, survey
 from .session_args import Selected, add_session_args, add_timeout, combined, selected, verb_parser
@@ -68,7 +68,32 @@ def job_outcome(plan: ClusterPlan, states: Mapping[str, Found | None]) -> JobEnd
     return None
 
 
+def one_document(verb: str, args: argparse.Namespace, run: Callable[[], int]) -> int:
+    """``run()``, and with ``--json`` one document on stdout whatever happens: a verb that
+    stops before its own (invalid input, an engine failure, Ctrl-C) prints ``{verb, file,
+    exit, result, error}``; the message still goes to stderr as for every verb."""
+    if not getattr(args, "json", False):
+        return run()
+    try:
+        return run()
+    except ClusterSessionsError as exc:
+        stopped(verb, args, int(exc.code), "failed", str(exc))
+        raise
+    except KeyboardInterrupt:
+        stopped(verb, args, INTERRUPTED, "interrupted", "interrupted (Ctrl-C)")
+        raise
+
+
+def stopped(verb: str, args: argparse.Namespace, code: int, result: str, error: str) -> None:
+    print(dumps({"verb": verb, "file": args.file, "exit": code, "result": result,
+                 "error": error}, indent=2))
+
+
 def cmd_wait(args: argparse.Namespace, connect: Connect = connect) -> int:
+    return one_document("wait", args, lambda: _wait(args, connect))
+
+
+def _wait(args: argparse.Namespace, connect: Connect) -> int:
     sel = selected(args)
     if sel.loaded.session.type != "batch":
         raise CommandError(f"{args.file}: type: session {sel.plans[0].name} is interactive; "
