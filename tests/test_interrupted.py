@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -91,14 +92,24 @@ def test_ctrl_c_while_run_waits_without_a_terminal_destroys_and_exits_130(
         name, image=image, size=2, cpu=0.25, mem="256m", type="batch",
         command=["sh", "-c", "echo started; sleep 600"]))
     proc = driver(tmp_path, "run", str(path), "--json")
-    deadline = time.monotonic() + 120
-    while sorted(c.name for c in labelled(docker_client, name) if c.status == "running") \
-            != [f"{name}-main1", f"{name}-sub1"]:
-        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
-        time.sleep(0.3)
-    time.sleep(2)  # up has returned; run is waiting for the job
+    lines: list[str] = []
+    waiting = threading.Event()
+
+    def read_stderr() -> None:  # `up` is over when it says its summary line
+        for line in proc.stderr:
+            lines.append(line)
+            if line.startswith(f"sessionctl up: stack {name}: "):
+                waiting.set()
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    assert waiting.wait(180), "".join(lines)
+    time.sleep(1)  # run is waiting for the job now
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=300)
+    out = proc.stdout.read()
+    proc.wait(timeout=300)
+    reader.join(30)
+    err = "".join(lines)
     assert proc.returncode == 130, (out, err)  # was 6: "lost", though nothing was lost
     doc = json.loads(out)
     assert (doc["exit"], doc["destroyed"]) == (130, True)
