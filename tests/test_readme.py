@@ -95,7 +95,18 @@ def named_files(args) -> list[str]:
                                  getattr(args, "new", None)) if v]
 
 
-@pytest.mark.parametrize("line", sessionctl_lines())
+def inline_lines() -> list[str]:
+    """``sessionctl ...`` in the prose that names a shipped file: a command line as much as a
+    code block's (the others are verb names and synopses: ``sessionctl run FILE``)."""
+    spans = re.findall(r"`(sessionctl [^`]*stacks/[^`]*)`", README)
+    return sorted({" ".join(span.split()) for span in spans})
+
+
+def test_the_prose_has_command_lines_too():
+    assert "sessionctl plan stacks/sessions/multi-demo.yaml --pool lab --probe" in inline_lines()
+
+
+@pytest.mark.parametrize("line", sessionctl_lines() + inline_lines())
 def test_every_sessionctl_line_in_the_readme_holds_against_the_shipped_files(
         line, monkeypatch, capsys):
     """Parsed by the real parser, then each argument checked as the verb would check it before
