@@ -57,7 +57,7 @@ def swept(docker_client):
 
 
 @pytest.mark.docker
-@pytest.mark.parametrize("json_flag", [(), ("--json",)])
+@pytest.mark.parametrize("json_flag", [(), ("--json", "--pool", "stacks/pools/local.yaml")])
 def test_ctrl_c_during_up_names_what_the_agents_hold_and_what_to_run_next(
         docker_client, image, tmp_path, swept, json_flag):  # noqa: F811
     name = unique("intup")
@@ -71,8 +71,9 @@ def test_ctrl_c_during_up_names_what_the_agents_hold_and_what_to_run_next(
     assert f"sessionctl up: session {name}: interrupted; its agents hold:" in err, err
     assert f"local: container {name}-main1 (created)" in err
     assert f"local: network {name}-net (bridge, local)" in err
-    assert f"Run `sessionctl up {path}` again" in err
-    assert f"`sessionctl destroy {path}` to remove it all" in err
+    again = f"{path} --pool stacks/pools/local.yaml" if json_flag else str(path)
+    assert f"Run `sessionctl up {again}` again" in err  # the same session arguments
+    assert f"`sessionctl destroy {again}` to remove it all" in err
     assert err.rstrip().endswith("interrupted")
     if json_flag:  # stdout is one document, saying what was left
         doc = json.loads(out)

@@ -207,6 +207,20 @@ def test_a_stack_that_holds_nothing_while_its_agents_hold_the_session_is_leftove
         assert line.split()[5] == "ERROR"
     finally:
         left.remove(force=True)
+    # one of a count's sessions, on a pool given apart: the commands say so
+    factories.write(path, factories.session(name, image=image, count=2))
+    pool = stacks.STACKS_DIR + "/pools/local.yaml"
+    backend_of(monkeypatch, tmp_path, {f"{name}-2": {
+        "cluster-sessions:definition": str(path), "cluster-sessions:pool": "pools/local.yaml",
+        "cluster-sessions:index": "2"}})
+    left = docker_client.containers.create(image, name=f"{name}-2-main1", labels={
+        "cluster-sessions.session": f"{name}-2", "cluster-sessions.host": "main1"})
+    try:
+        (row,) = ls_json(capsys)["sessions"]
+        assert (row["name"], row["state"]) == (f"{name}-2", "leftover")
+        assert f"`sessionctl up {path} --pool {pool} --index 2` converges" in row["detail"]
+    finally:
+        left.remove(force=True)
 
 
 def ls_json(capsys, *extra: str) -> dict:

@@ -38,6 +38,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -296,7 +297,9 @@ def left_behind(row: Listed, config: Mapping[str, str], project: Path) -> Listed
         return None
     found, errors = find_leftovers(loaded.pool, session.name)
     agents = tuple(dict.fromkeys(item.agent for item in found))
-    shown = printable(str(shown_path(path)))
+    shown = printable(shlex.join([str(shown_path(path)),
+                                  *(["--pool", str(shown_path(stacks_dir / pool))] if pool else []),
+                                  *(["--index", str(index)] if index else [])]))
     if found:
         detail = ("the stack holds nothing, its agents hold " + ", ".join(map(str, found))
                   + f" (left by an interrupted up): `sessionctl up {shown}` converges, "

@@ -42,6 +42,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shlex
 import shutil
 import sys
 import textwrap
@@ -504,8 +505,10 @@ def interrupted_up(args: argparse.Namespace, sel: Any, plan: ClusterPlan) -> str
     lines = [f"session {plan.name}: interrupted; {head}"]
     lines += [f"  {item}" for item in left] + [f"  {error}" for error in errors]
     if left or errors:
-        lines.append(f"Run `sessionctl up {args.file}` again: it removes what the stack does "
-                     f"not hold and makes the rest; or `sessionctl destroy {args.file}` to "
+        again = shlex.join([args.file, *(["--pool", args.pool] if args.pool else []),
+                            *(["--index", str(args.index)] if args.index else [])])
+        lines.append(f"Run `sessionctl up {again}` again: it removes what the stack does "
+                     f"not hold and makes the rest; or `sessionctl destroy {again}` to "
                      "remove it all.")
     text = "\n".join(lines)
     for line in lines:
