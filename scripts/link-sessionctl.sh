@@ -51,7 +51,7 @@ if [ "$action" = other ]; then
         say "$link is $what, not this checkout's $source: not replacing it," \
             "so that checkout keeps its command. Run set-up again with --force to point it" \
             "here, or set CLUSTER_SESSIONS_BIN_DIR=DIR to link this checkout's sessionctl" \
-            "into DIR instead (or run $source directly). Nothing was installed."
+            "into DIR instead (or run $source directly)."
         exit 1
     fi
 fi

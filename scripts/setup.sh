@@ -49,7 +49,7 @@ link_opts=()
 [ "$force" -eq 0 ] || link_opts+=(--force)
 [ "$dev" -eq 0 ] && [ "${CI:-}" != true ] || link_opts+=(--keep-other)
 bash scripts/link-sessionctl.sh --check "${link_opts[@]}" "$PWD/.venv/bin/sessionctl" \
-    "$bin_dir/sessionctl"
+    "$bin_dir/sessionctl" || { say "nothing was installed"; exit 1; }
 
 if [ "$(id -u)" -ne 0 ]; then
     say "must run as root (installs Debian packages, starts dockerd)"; exit 1

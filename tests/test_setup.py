@@ -323,6 +323,7 @@ def test_setup_decides_before_it_installs_anything(tmp_path, flags, ci, stops):
     assert result.returncode == 1, result.stderr
     refused = f"is a link to {other}, not this checkout's" in result.stderr
     assert refused == stops, result.stderr
+    assert ("setup: nothing was installed" in result.stderr) == stops
     assert ("Python 3.11 or newer is needed" in result.stderr) != stops
     assert os.readlink(bin_dir / "sessionctl") == str(other)
     assert not (copy / ".venv").exists()
