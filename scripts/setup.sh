@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
 # Set up a fresh Debian 12 machine for cluster-sessions (run as root):
 #   1. Debian packages: the Docker engine, debootstrap, OpenSSH, busybox/dash and shellcheck
-#      (tests, --dev), iproute2, python3-venv (the project's own virtual environment: Debian's Python has no
-#      pip and refuses system-wide installs, PEP 668)
+#      (tests, --dev), iproute2, rsync (the README's copies into a session), python3-venv
+#      (the project's own virtual environment: Debian's Python has no pip and refuses
+#      system-wide installs, PEP 668)
 #   2. Python packages in .venv/: requirements.txt (requirements-dev.txt with --dev) and the
-#      project itself; sessionctl linked into /usr/local/bin
+#      project itself; sessionctl linked into $CLUSTER_SESSIONS_BIN_DIR (default
+#      /usr/local/bin). A sessionctl there that is another checkout's is not replaced: set-up
+#      stops before installing anything (exit 1, saying where it points), or with --dev (and
+#      CI=true) keeps it with a warning; --force replaces it. A link to a removed checkout is
+#      replaced (scripts/link-sessionctl.sh).
 #   3. a running Docker engine (scripts/ensure-docker.sh)
 #   4. the demo image cluster-sessions/debian-sshd:latest, built from Debian packages
 #   5. the Pulumi CLI, from Pulumi's release archive with its checksum verified
-#      (scripts/install-pulumi.sh), into ~/.pulumi/bin and linked into /usr/local/bin; by
+#      (scripts/install-pulumi.sh), into ~/.pulumi/bin and linked into the same place; by
 #      default except with --dev. If it cannot be installed, set-up says what to install and
 #      exits 1 (--no-pulumi skips it; --install-pulumi asks for it with --dev too).
 # Idempotent: a second run only checks. --no-engine skips 3 and 4 (e.g. in a chroot).
+# CLUSTER_SESSIONS_BIN_DIR: where sessionctl (and pulumi) are linked (default /usr/local/bin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 dev=0
+force=0
 engine=1
 bin_dir=${CLUSTER_SESSIONS_BIN_DIR:-/usr/local/bin}  # where sessionctl and pulumi are linked
 pulumi=${CLUSTER_SESSIONS_INSTALL_PULUMI:-default}
@@ -25,8 +32,9 @@ for arg in "$@"; do
         --install-pulumi) pulumi=1 ;;
         --no-pulumi) pulumi=0 ;;
         --no-engine) engine=0 ;;
-        -h|--help) sed -n '2,15p' "$0"
-                   echo "usage: scripts/setup.sh [--dev] [--install-pulumi|--no-pulumi] [--no-engine]"
+        --force) force=1 ;;
+        -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"
+                   echo "usage: scripts/setup.sh [--dev] [--install-pulumi|--no-pulumi] [--no-engine] [--force]"
                    exit 0 ;;
         *) echo "setup: unknown option $arg" >&2; exit 2 ;;
     esac
@@ -36,11 +44,18 @@ if [ "$pulumi" = default ]; then
 fi
 say() { echo "setup: $*" >&2; }
 
+# Whose command $bin_dir/sessionctl is, decided before anything is installed.
+link_opts=()
+[ "$force" -eq 0 ] || link_opts+=(--force)
+[ "$dev" -eq 0 ] && [ "${CI:-}" != true ] || link_opts+=(--keep-other)
+bash scripts/link-sessionctl.sh --check "${link_opts[@]}" "$PWD/.venv/bin/sessionctl" \
+    "$bin_dir/sessionctl" || { say "nothing was installed"; exit 1; }
+
 if [ "$(id -u)" -ne 0 ]; then
     say "must run as root (installs Debian packages, starts dockerd)"; exit 1
 fi
 
-packages=(python3 python3-venv ca-certificates curl)
+packages=(python3 python3-venv ca-certificates curl rsync)
 if [ "$engine" -eq 1 ]; then
     packages+=(docker.io debootstrap openssh-client openssh-server busybox dash iproute2 iptables
                kmod)
@@ -72,9 +87,8 @@ reqs=requirements.txt
 [ "$dev" -eq 1 ] && reqs=requirements-dev.txt
 say "installing Python packages from $reqs and the project (sessionctl) into .venv/"
 .venv/bin/python -m pip install -q --disable-pip-version-check -r "$reqs" -e .
-mkdir -p "$bin_dir"
-ln -sf "$PWD/.venv/bin/sessionctl" "$bin_dir/sessionctl"
-say "sessionctl: $bin_dir/sessionctl -> $PWD/.venv/bin/sessionctl"
+bash scripts/link-sessionctl.sh "${link_opts[@]}" "$PWD/.venv/bin/sessionctl" \
+    "$bin_dir/sessionctl"
 
 if [ "$engine" -eq 1 ]; then
     bash scripts/ensure-docker.sh
@@ -91,6 +105,7 @@ if [ -n "$installed" ]; then
     say "pulumi CLI: $installed ($("$installed" version 2>/dev/null || echo 'does not run'))"
 elif [ "$pulumi" = 1 ]; then
     if bash scripts/install-pulumi.sh "$version"; then
+        mkdir -p "$bin_dir"
         ln -sf "${PULUMI_HOME:-$HOME/.pulumi}/bin/pulumi" "$bin_dir/pulumi"
         say "pulumi CLI: $bin_dir/pulumi -> ${PULUMI_HOME:-$HOME/.pulumi}/bin/pulumi"
     else

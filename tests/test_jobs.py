@@ -56,9 +56,10 @@ def test_a_failing_job_ends_main1_with_its_code_and_wait_exits_5(
     code, out, err = run_wait(tmp_path, session, image, "--timeout", "90", "--json",
                               capsys=capsys)
     assert code == 5, err
-    assert "main1 | working on main1" in out
+    assert "main1 | working on main1" in err  # --json: stdout is the one document
     assert "the job on main1 failed with exit code 3" in err
-    assert '"job_exit_code": 3' in out
+    assert json.loads(out) == {"session": session.name, "exit": 5, "job_exit_code": 3,
+                               "result": "the job on main1 failed with exit code 3"}
     main1 = running.containers["main1"]
     main1.reload()
     assert main1.attrs["State"]["ExitCode"] == 3
@@ -117,6 +118,19 @@ def test_wait_refuses_an_interactive_session(tmp_path, capsys):
     assert "only a batch session" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("verb", ["wait", "run"])
+def test_json_stdout_is_one_document_even_when_the_verb_stops_first(verb, tmp_path, capsys):
+    """An interactive definition (exit 2), a missing file (exit 2): stdout still parses."""
+    path = factories.write(tmp_path / "interactive.yaml", factories.session("inter-active"))
+    for file in (path, tmp_path / "missing.yaml"):
+        assert cli.main([verb, str(file), "--json"]) == 2
+        out, err = capsys.readouterr()
+        doc = json.loads(out)
+        assert (doc["verb"], doc["exit"], doc["result"], doc["file"]) == (
+            verb, 2, "failed", str(file))
+        assert err  # said on stderr as well, as without --json
+
+
 def test_a_batch_session_without_a_command_is_refused(tmp_path, capsys):
     path = factories.write(tmp_path / "batch.yaml", factories.session("no-command", type="batch"))
     assert cli.main(["validate", str(path)]) == 2
@@ -149,8 +163,8 @@ def test_run_ups_waits_and_destroys_leaving_nothing(
         f"set_config {name}", f"remove_config {name}", f"remove_config {name}",
         f"export_stack {name}", f"up {name}"]
     assert f"destroy {name}" in emulated_automation.calls
-    assert words in err and "main1 | training" in out
-    summary = json.loads(out[out.index("{\n"):])
+    assert words in err and "main1 | training" in err  # --json: main1's log on stderr
+    summary = json.loads(out)  # stdout is exactly one document
     assert summary["exit"] == code and summary["destroyed"] is True
     assert [r["host"] for r in summary["containers"]] == ["main1", "sub1"]
     assert summary["containers"][0]["state"] == "exited"
@@ -183,17 +197,19 @@ def test_run_of_a_count_runs_every_session_and_exits_with_the_worst_job(
     assert ups == [f"up {name}-1", f"up {name}-2"]
     stacks = emulated_automation.stacks
     assert stacks[f"{name}-2"].config["cluster-sessions:index"] == "2"
-    assert f"{name}-1/main1 | job of {name}-1" in out
-    assert f"{name}-2/main1 | job of {name}-2" in out
+    assert f"{name}-1/main1 | job of {name}-1" in err  # --json: main1's log on stderr
+    assert f"{name}-2/main1 | job of {name}-2" in err
     assert f"{name}-1: the job on main1 succeeded" in err
     assert f"{name}-2: the job on main1 failed with exit code 3" in err
-    summary = json.loads(out[out.index("{\n"):])
-    assert [(j["session"], j["exit"]) for j in summary["jobs"]] == [
+    summary = json.loads(out)  # stdout is exactly one document, `up --json`'s shape
+    assert (summary["verb"], summary["count"], summary["exit"]) == ("run", 2, 5)
+    assert [(j["session"], j["exit"]) for j in summary["sessions"]] == [
         (f"{name}-1", 0), (f"{name}-2", 5)]
-    assert [(r["session"], r["host"]) for r in summary["containers"]] == [
-        (f"{name}-1", "main1"), (f"{name}-1", "sub1"), (f"{name}-2", "main1"),
-        (f"{name}-2", "sub1")]
-    assert summary["destroyed"] is True
+    assert [[(r["session"], r["host"]) for r in j["containers"]]
+            for j in summary["sessions"]] == [
+        [(f"{name}-1", "main1"), (f"{name}-1", "sub1")],
+        [(f"{name}-2", "main1"), (f"{name}-2", "sub1")]]
+    assert all(j["destroyed"] is True for j in summary["sessions"])
     assert not docker_client.containers.list(all=True, filters={"name": name})
 
 

@@ -99,6 +99,15 @@ def test_state_filters_are_phases_in_any_case(value, expected):
     assert parse_states(value) == expected
 
 
+@pytest.mark.parametrize(("value", "guess"), [("runing", "running"), ("FINSHED", "finished"),
+                                              ("running,eror", "error")])
+def test_a_misspelt_state_filter_gets_a_did_you_mean(value, guess, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["ls", "--state", value])
+    assert exc.value.code == 2
+    assert f"did you mean {guess!r}?" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("value", ["bogus", "running,paused", "", ","])
 def test_a_bad_state_filter_exits_2_naming_the_flag_and_the_allowed_values(value, capsys):
     with pytest.raises(SystemExit) as exc:
@@ -134,6 +143,84 @@ def test_ls_without_the_pulumi_cli_exits_4_saying_how_to_install(monkeypatch, ca
     monkeypatch.setattr(stacks, "find_pulumi", lambda environ: None)
     assert cli.main(["ls"]) == 4
     assert "the pulumi CLI is missing" in capsys.readouterr().err
+
+
+class Workspace:
+    """A backend of stacks that hold nothing, each with its config (``list_stacks``,
+    ``stack_outputs``, ``get_all_config``: what ``ls`` asks)."""
+
+    def __init__(self, configs: dict[str, dict[str, str]]):
+        self.configs = configs
+
+    def list_stacks(self):
+        from pulumi import automation as auto
+
+        return [auto.StackSummary(name, False) for name in self.configs]
+
+    def stack_outputs(self, name):
+        return {}
+
+    def get_all_config(self, name):
+        from pulumi import automation as auto
+
+        return {k: auto.ConfigValue(v) for k, v in self.configs[name].items()}
+
+
+def backend_of(monkeypatch, tmp_path, configs: dict[str, dict[str, str]]) -> None:
+    monkeypatch.setattr(stacks, "find_pulumi", lambda environ: tmp_path / "pulumi")
+    monkeypatch.setattr(stacks, "open_workspace", lambda *a: Workspace(configs))
+    monkeypatch.setenv("PULUMI_BACKEND_URL", f"file://{tmp_path}")
+
+
+def test_the_pool_stack_is_never_a_session_row_even_with_its_swarm_gone(
+        monkeypatch, tmp_path, capsys):
+    backend_of(monkeypatch, tmp_path, {  # after `pool destroy`: a stack without outputs
+        "pool-lab": {"cluster-sessions:pool-definition": "pools/lab.yaml"}})
+    assert ls_json(capsys)["sessions"] == []
+    assert cli.main(["ls"]) == 0
+    out, err = capsys.readouterr()
+    assert "pool-lab" not in out and "no sessions in file://" in err
+
+
+@pytest.mark.docker
+def test_a_stack_that_holds_nothing_while_its_agents_hold_the_session_is_leftover(
+        monkeypatch, docker_client, image, tmp_path, capsys):  # noqa: F811
+    """What an interrupted ``up`` leaves (a container the stack never recorded) is shown, by
+    label from the engine, with what to run; not EMPTY."""
+    name = unique("lsleft")
+    path = factories.write(tmp_path / "s.yaml", factories.session(name, image=image))
+    backend_of(monkeypatch, tmp_path, {name: {"cluster-sessions:definition": str(path)}})
+    (row,) = ls_json(capsys)["sessions"]
+    assert (row["state"], row["phase"]) == ("empty", "empty")  # nothing there: empty
+    left = docker_client.containers.create(image, name=f"{name}-main1", labels={
+        "cluster-sessions.session": name, "cluster-sessions.host": "main1"})
+    try:
+        (row,) = ls_json(capsys)["sessions"]
+        assert (row["name"], row["state"], row["phase"]) == (name, "leftover", "error")
+        assert row["agents"] == ["local"]
+        assert f"local: container {name}-main1 (created)" in row["detail"]
+        assert f"`sessionctl up {path}` converges" in row["detail"]
+        assert f"`sessionctl destroy {path}` removes them" in row["detail"]
+        assert [r["name"] for r in ls_json(capsys, "--state", "error")["sessions"]] == [name]
+        assert cli.main(["ls"]) == 0
+        line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(name))
+        assert line.split()[5] == "ERROR"
+    finally:
+        left.remove(force=True)
+    # one of a count's sessions, on a pool given apart: the commands say so
+    factories.write(path, factories.session(name, image=image, count=2))
+    pool = stacks.STACKS_DIR + "/pools/local.yaml"
+    backend_of(monkeypatch, tmp_path, {f"{name}-2": {
+        "cluster-sessions:definition": str(path), "cluster-sessions:pool": "pools/local.yaml",
+        "cluster-sessions:index": "2"}})
+    left = docker_client.containers.create(image, name=f"{name}-2-main1", labels={
+        "cluster-sessions.session": f"{name}-2", "cluster-sessions.host": "main1"})
+    try:
+        (row,) = ls_json(capsys)["sessions"]
+        assert (row["name"], row["state"]) == (f"{name}-2", "leftover")
+        assert f"`sessionctl up {path} --pool {pool} --index 2` converges" in row["detail"]
+    finally:
+        left.remove(force=True)
 
 
 def ls_json(capsys, *extra: str) -> dict:
@@ -250,8 +337,7 @@ def test_a_batch_session_run_destroyed_is_listed_finished_as_run_saw_it_end(
         name, image=image, size=2, cpu=0.25, mem="256m", type="batch",
         command=["sh", "-c", "sleep 1"]))
     assert cli.main(["run", str(batch), "--json"]) == 0
-    out = capsys.readouterr().out  # main1's log lines, then the summary
-    summary = json.loads(out[out.index("\n{\n") + 1:])
+    summary = json.loads(capsys.readouterr().out)  # --json: the one document, no log
     assert summary["destroyed"]
     main1 = next(c for c in summary["containers"] if c["host"] == "main1")
     (row,) = ls_json(capsys, "--state", "finished")["sessions"]

@@ -216,6 +216,15 @@ def test_plan_probe_and_pool_check_give_one_answer_while_the_swarm_is_not_formed
     assert [line.split(": pending: ", 1)[1] for line in pending] == [
         check_says.removeprefix("pool pair: ")]
     assert "is the pool's swarm manager but its swarm state is inactive" in err  # as check
+    # one verdict: the table says pending with the same reason, never "scheduled"
+    assert "status scheduled" not in out and "status pending" in out
+    assert f"reason   {check_says.removeprefix('pool pair: ')}" in out.splitlines()
+    for flag, key in (("--json", "status"), ("--markdown", None)):
+        assert cli.main(["plan", str(spread), "--probe", flag]) == Exit.PENDING
+        out, err = capsys.readouterr()
+        assert "scheduled" not in out
+        if key:
+            assert json.loads(out)["status"] == "pending"
 
     alone = factories.write(tmp_path / "alone.yaml", factories.session(
         "alone", str(pool), size=2, cpu=1, mem="512m"))

@@ -1,11 +1,14 @@
 """The README is the first thing a user runs: every repository path it names exists, and every
-``sessionctl`` command line in its code blocks is one the real parser takes; the offline ones
-(``validate``, ``plan``) are run and succeed."""
+``sessionctl`` command line in its code blocks is one the real parser takes, with arguments
+that hold against the shipped files (the definition and pool it names load together, its
+``--index`` is one the definition's ``count`` makes, its ``HOST`` and service exist); the
+offline ones (``validate``, ``plan``, ``diff``, ``--version``) are run and succeed."""
 
 from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -74,7 +77,85 @@ def test_every_sessionctl_line_in_the_readme_parses(line, capsys):
         assert exc.code == 0, f"{line}: {capsys.readouterr().err}"
 
 
-OFFLINE = [line for line in sessionctl_lines() if line.split()[1] in ("validate", "plan")]
+# What a command line names that the checkout does not ship, and what stands in for it here.
+STAND_INS = {
+    "lab": "stacks/pools/lab3.yaml",  # `sessionctl lab up --agents 3` writes the pool `lab`
+    "old.yaml": "stacks/sessions/train-demo.yaml",  # the reader's two versions of a definition
+    "new.yaml": "stacks/sessions/train-demo.yaml",
+}
+
+
+def shipped(word: str) -> str:
+    return STAND_INS.get(word, word)
+
+
+def named_files(args) -> list[str]:
+    """The files a parsed command line names (definitions, pools), as the checkout has them."""
+    return [shipped(v) for v in (getattr(args, "file", None), getattr(args, "old", None),
+                                 getattr(args, "new", None)) if v]
+
+
+def inline_lines() -> list[str]:
+    """``sessionctl ...`` in the prose that names a shipped file: a command line as much as a
+    code block's (the others are verb names and synopses: ``sessionctl run FILE``)."""
+    spans = re.findall(r"`(sessionctl [^`]*stacks/[^`]*)`", README)
+    return sorted({" ".join(span.split()) for span in spans})
+
+
+def test_the_prose_has_command_lines_too():
+    assert "sessionctl plan stacks/sessions/multi-demo.yaml --pool lab --probe" in inline_lines()
+
+
+@pytest.mark.parametrize("line", sessionctl_lines() + inline_lines())
+def test_every_sessionctl_line_in_the_readme_holds_against_the_shipped_files(
+        line, monkeypatch, capsys):
+    """Parsed by the real parser, then each argument checked as the verb would check it before
+    reaching anything: the definition loads with its pool (``--pool``, or its own), the
+    ``--index`` is one of the sessions it makes, ``HOST``/``--host`` is one of its hosts,
+    ``open``'s service one it declares, a ``pool`` verb's pool loads."""
+    from cluster_sessions.driver.pool_verbs import load_pool
+    from cluster_sessions.driver.session_args import load_definition, select
+
+    monkeypatch.chdir(PROJECT)
+    argv = shlex.split(line)[1:]
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, --version: exit 0
+        assert exc.code == 0, f"{line}: {capsys.readouterr().err}"
+        return
+    for name in named_files(args):
+        assert (PROJECT / name).is_file(), f"{line}: no {name}"
+    if getattr(args, "file", None):
+        pool = getattr(args, "pool", None)
+        loaded = load_definition(Path(shipped(args.file)), Path(shipped(pool)) if pool else None)
+        sel = select(loaded, getattr(args, "index", None))  # --index out of range: raises
+        plans = [plan for _, plan in sel.chosen]
+        hosts = getattr(args, "host", None)
+        for host in [hosts] if isinstance(hosts, str) else hosts or []:
+            assert all(host in plan.hosts for plan in plans), f"{line}: no host {host}"
+        if getattr(args, "service", None):
+            assert all(args.service in [v.name for v in plan.services] for plan in plans), line
+    elif args.verb == "pool":
+        load_pool(shipped(args.pool))
+
+
+def test_a_line_with_an_index_the_count_does_not_make_is_caught():
+    """The check above is not vacuous: sweep has count 2, so --index 3 fails as a user's would."""
+    from cluster_sessions.core.problems import DefinitionError
+    from cluster_sessions.driver.session_args import selected
+
+    args = build_parser().parse_args(["status", str(PROJECT / "stacks/sessions/sweep.yaml"),
+                                      "--index", "3"])
+    with pytest.raises(DefinitionError, match="--index 3 is out of range"):
+        selected(args)
+
+
+OFFLINE_VERBS = ("validate", "plan", "diff", "--version")
+OFFLINE = [line for line in sessionctl_lines() if line.split()[1] in OFFLINE_VERBS]
+
+
+def test_the_readme_runs_each_offline_verb():
+    assert {line.split()[1] for line in OFFLINE} == set(OFFLINE_VERBS)
 
 
 @pytest.mark.parametrize("line", OFFLINE)
@@ -82,8 +163,12 @@ def test_the_readme_s_offline_commands_succeed(line, monkeypatch, capsys):
     monkeypatch.chdir(PROJECT)
     argv = []
     for word in shlex.split(line)[1:]:
-        argv += sorted(map(str, PROJECT.glob(word))) if "*" in word else [word]
-    assert main(argv) == 0, capsys.readouterr().err
+        argv += sorted(map(str, PROJECT.glob(word))) if "*" in word else [shipped(word)]
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # --version
+        code = exc.code
+    assert code == 0, capsys.readouterr().err
 
 
 def test_the_readme_shows_the_lab_story_with_verbs_that_exist():
@@ -106,3 +191,36 @@ def test_the_plugin_version_the_readme_names_is_the_one_pinned():
                        (PROJECT / "requirements.txt").read_text(), re.M).group(1)
     named = re.findall(r"pulumi plugin install resource docker (\S+?)`", README)
     assert named == [pinned]
+
+
+def run_your_job() -> str:
+    return README.split("### Run your job", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_launchers_the_readme_runs_come_from_images_it_says_how_to_get():
+    """`torchrun`, `mpirun`, `deepspeed` are not in the demo image: the section says which
+    image has each and how to get it, with commands that build what it says."""
+    from cluster_sessions.lab import image, pydirs
+
+    section = run_your_job()
+    for launcher in ("torchrun", "mpirun", "deepspeed"):
+        assert re.search(rf"^{launcher} ", section, re.M), launcher
+    assert not any(p in image.PACKAGES for p in ("openmpi-bin", "python3-torch"))  # demo image
+    build = ".venv/bin/python -m cluster_sessions.lab.image --flavour mpi"
+    assert f"`{build}`" in section
+    assert "openmpi-bin" in image.packages("mpi") and "python3-mpi4py" in image.packages("mpi")
+    named = re.search(r"`(cluster-sessions/debian-mpi):<digest>`", section).group(1)
+    assert image.default_tag("mpi").split(":")[0] == named
+    for name in ("torch", "tensorflow"):
+        assert name in pydirs.DIRS
+    assert "`.venv/bin/python -m cluster_sessions.lab.pydirs torch` (or `tensorflow`)" in section
+    assert "python3 -m torch.distributed.run" in section and "DeepSpeed" in section
+
+
+def test_every_program_the_readme_runs_on_this_machine_is_one_set_up_installs():
+    """scp and ssh come with openssh-client; rsync is a package of its own."""
+    setup = (PROJECT / "scripts" / "setup.sh").read_text()
+    first = re.search(r"^packages=\((.*?)\)", setup, re.M).group(1).split()
+    words = {line.split()[0] for block in code_blocks() for line in block.splitlines()
+             if line.strip() and not line.startswith("#")}
+    assert "rsync" in words and "rsync" in first  # installed whatever the options

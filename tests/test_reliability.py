@@ -322,6 +322,11 @@ def test_an_interrupted_up_converges_on_the_next_up(lab, automation, tmp_path, c
     proc = driver(automation, "up", path, "--yes", fault=f"{target}:{phase}:{sig}")
     out, err = proc.communicate(timeout=300)
     assert proc.returncode in (130, -signal.SIGKILL), (proc.returncode, out, err)
+    if sig == "INT":  # Ctrl-C: the driver says what the agents hold, read by label, and next
+        left = {i.name for i in lab.leftovers(name)}  # parallel creates may add more later
+        assert f"sessionctl up: session {name}: interrupted; its agents hold:" in err, err
+        assert any(f" {n} (" in err for n in left), (left, err)
+        assert f"Run `sessionctl up {path}` again" in err
 
     t0 = time.monotonic()
     code, _out, err = ctl(capsys, "up", path, "--yes")

@@ -223,3 +223,115 @@ def test_the_readme_set_up_works_on_a_plain_debian_12(tmp_path):
     finally:
         for mount in reversed(mounts):
             subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+# --- whose command /usr/local/bin/sessionctl is (issue 34) --------------------------------------
+
+LINK_SCRIPT = PROJECT / "scripts" / "link-sessionctl.sh"
+
+
+def checkout(root: Path) -> Path:
+    """Another checkout's sessionctl (a file that exists)."""
+    command = root / ".venv" / "bin" / "sessionctl"
+    command.parent.mkdir(parents=True)
+    command.write_text("#!/bin/sh\n")
+    return command
+
+
+def link_sessionctl(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(LINK_SCRIPT), *argv], capture_output=True, text=True,
+                          timeout=30)
+
+
+def test_a_link_into_another_checkout_is_refused_naming_where_it_points(tmp_path):
+    other, mine = checkout(tmp_path / "other"), checkout(tmp_path / "mine")
+    link = tmp_path / "bin" / "sessionctl"
+    link.parent.mkdir()
+    link.symlink_to(other)
+    for check in ([], ["--check"]):
+        result = link_sessionctl(*check, str(mine), str(link))
+        assert result.returncode == 1, result.stderr
+        assert f"{link} is a link to {other}, not this checkout's {mine}" in result.stderr
+        assert "--force" in result.stderr and "CLUSTER_SESSIONS_BIN_DIR=DIR" in result.stderr
+        assert os.readlink(link) == str(other)  # untouched
+
+
+def test_force_replaces_it_and_keep_other_keeps_it_with_a_warning(tmp_path):
+    other, mine = checkout(tmp_path / "other"), checkout(tmp_path / "mine")
+    link = tmp_path / "bin" / "sessionctl"
+    link.parent.mkdir()
+    link.symlink_to(other)
+    kept = link_sessionctl("--keep-other", str(mine), str(link))
+    assert kept.returncode == 0 and "warning" in kept.stderr and str(other) in kept.stderr
+    assert os.readlink(link) == str(other)
+    forced = link_sessionctl("--force", "--keep-other", str(mine), str(link))
+    assert forced.returncode == 0, forced.stderr
+    assert f"--force: {link} was a link to {other}: replacing it" in forced.stderr
+    assert os.readlink(link) == str(mine)
+    again = link_sessionctl(str(mine), str(link))  # ours already: nothing to decide
+    assert again.returncode == 0 and os.readlink(link) == str(mine)
+    assert again.stderr == f"setup: sessionctl: {link} -> {mine}\n"
+
+
+def test_a_link_to_a_removed_checkout_is_replaced_and_a_missing_one_made(tmp_path):
+    mine = checkout(tmp_path / "mine")
+    link = tmp_path / "bin" / "sessionctl"
+    made = link_sessionctl(str(mine), str(link))
+    assert made.returncode == 0 and os.readlink(link) == str(mine)
+    link.unlink()
+    link.symlink_to(tmp_path / "gone" / ".venv" / "bin" / "sessionctl")
+    result = link_sessionctl(str(mine), str(link))
+    assert result.returncode == 0, result.stderr
+    assert "which is gone: replacing it" in result.stderr
+    assert os.readlink(link) == str(mine)
+
+
+def test_a_file_that_is_not_a_link_is_refused_too(tmp_path):
+    mine = checkout(tmp_path / "mine")
+    link = tmp_path / "sessionctl"
+    link.write_text("#!/bin/sh\n# pip's console script\n")
+    result = link_sessionctl(str(mine), str(link))
+    assert result.returncode == 1 and "a file that is not a link" in result.stderr
+    assert not link.is_symlink()
+
+
+@pytest.mark.parametrize(("flags", "ci", "stops"), [
+    ([], "", True), (["--dev"], "", False), ([], "true", False), (["--force"], "", False)])
+def test_setup_decides_before_it_installs_anything(tmp_path, flags, ci, stops):
+    """The whole set-up in a copy of the project, with CLUSTER_SESSIONS_BIN_DIR holding a link
+    to another checkout: without --force, --dev or CI=true it stops at once (exit 1) saying
+    where the link points; otherwise it goes on (here to a python3 that refuses, so nothing is
+    installed either way)."""
+    if os.geteuid() != 0:
+        pytest.skip("set-up runs as root")
+    copy = copy_project(tmp_path / "project")
+    other = checkout(tmp_path / "other")
+    bin_dir = tmp_path / "linked"
+    bin_dir.mkdir()
+    (bin_dir / "sessionctl").symlink_to(other)
+    fakes = tmp_path / "fakes"
+    fakes.mkdir()
+    for name, body in (("dpkg-query", "echo 'install ok installed'"),
+                       ("python3", "echo 'Python 3.9.0'; exit 1")):
+        (fakes / name).write_text(f"#!/bin/sh\n{body}\n")
+        (fakes / name).chmod(0o755)
+    result = subprocess.run(
+        ["bash", "scripts/setup.sh", "--no-engine", "--no-pulumi", *flags], cwd=copy,
+        env={"PATH": f"{fakes}:/usr/bin:/bin", "HOME": str(tmp_path), "CI": ci,
+             "CLUSTER_SESSIONS_BIN_DIR": str(bin_dir)},
+        capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stderr
+    refused = f"is a link to {other}, not this checkout's" in result.stderr
+    assert refused == stops, result.stderr
+    assert ("setup: nothing was installed" in result.stderr) == stops
+    assert ("Python 3.11 or newer is needed" in result.stderr) != stops
+    assert os.readlink(bin_dir / "sessionctl") == str(other)
+    assert not (copy / ".venv").exists()
+
+
+def test_setup_help_documents_the_bin_dir_and_force():
+    result = subprocess.run(["bash", str(PROJECT / "scripts" / "setup.sh"), "--help"],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0
+    assert "CLUSTER_SESSIONS_BIN_DIR" in result.stdout and "--force" in result.stdout
+    assert "set -euo" not in result.stdout  # the comment block only

@@ -20,7 +20,7 @@ from pulumi.automation._stack import _parse_extra_args
 from pulumi.automation.errors import create_command_error
 from pulumi.automation.events import EngineEvent, OpType
 
-from cluster_sessions.driver import stack_settings, stacks
+from cluster_sessions.driver import cli, stack_settings, stacks
 from cluster_sessions.driver.cli import main
 from cluster_sessions.driver.errors import CommandError, Exit
 
@@ -345,7 +345,9 @@ def test_engine_failure_message_prefers_error_diagnostics_then_stderr_then_outpu
 
 
 def test_install_instructions_say_how_and_where_from():
-    text = stacks.install_instructions("3.272.0", "5.2.0")
+    text = stacks.install_instructions("3.272.0", "5.2.0", ["up", "ls"])
+    assert "These verbs need it (they read or change stacks through the Automation API): " \
+        "up, ls;" in text
     assert "bash scripts/install-pulumi.sh 3.272.0" in text
     assert "curl -fsSL https://get.pulumi.com | sh -s -- --version 3.272.0" in text
     assert "pulumi-v3.272.0-linux-x64.tar.gz" in text
@@ -365,6 +367,62 @@ def test_missing_cli_exits_4_with_install_instructions(tmp_path, without_pulumi_
     assert "Traceback" not in err
     assert "\\n" not in err  # the instructions arrive as lines, not as one escaped line
     assert any(line.startswith("  bash scripts/install-pulumi.sh") for line in err.splitlines())
+
+
+def leaf_verbs(parser, prefix=()):
+    """(words, parser) of every verb of ``sessionctl`` (``pool up``: two words)."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                subs = list(leaf_verbs(sub, (*prefix, name)))
+                yield from subs or [((*prefix, name), sub)]
+
+
+def argv_for(words, parser, values) -> list[str]:
+    """A command line that gets past argparse: each required argument from ``values``."""
+    argv = list(words)
+    for action in parser._actions:
+        if not action.option_strings and action.nargs not in ("?", "*"):
+            argv.append(values[action.dest])
+        elif action.required:
+            argv += [action.option_strings[0], values[action.dest]]
+    return argv + (["--yes"] if "--yes" in parser._option_string_actions else [])
+
+
+def test_the_missing_cli_message_names_exactly_the_verbs_that_print_it(
+        tmp_path, without_pulumi_cli, capsys):
+    """Every verb of the parser run without the CLI (a pool whose engine socket is not there,
+    so nothing is reached); those that exit 4 with the message are the ones it names. The
+    ``lab`` verbs are left out: they start network namespaces and never read stacks."""
+    from cluster_sessions.driver.verbs import pulumi_verbs
+
+    pool = factories.write(tmp_path / "pool.yaml", factories.pool(
+        "nowhere", factories.agent(docker_host=f"unix://{tmp_path}/no.sock"),
+        swarm={"manager": "agent1"}))
+    session = factories.write(tmp_path / "s.yaml", factories.session(
+        "nocli", pool=str(pool), type="batch", command=["true"]))
+    values = {"file": str(session), "files": str(session), "pool": str(pool),
+              "session": "nocli", "old": str(session),
+              "new": str(session), "service": "web", "host": "main1"}
+    printed, named = set(), None
+    for words, parser in leaf_verbs(cli.build_parser()):
+        if words[0] in ("lab", "schema"):
+            continue
+        values["out"] = str(tmp_path / "-".join(words))  # render's directory, key's file
+        code = main(argv_for(words, parser, values))
+        err = capsys.readouterr().err
+        if "the pulumi CLI is missing" in err:
+            assert code == Exit.MISSING, words
+            printed.add(" ".join(words))
+            line = next(x for x in err.splitlines() if x.startswith("These verbs need it"))
+            assert named in (None, line)  # one message
+            named = line
+    assert printed >= {"up", "ls", "ssh", "ssh-config", "key", "pool up", "run"}
+    assert set(pulumi_verbs()) == printed
+    assert named.split(": ", 1)[1].removesuffix("; every other verb works without it.") \
+        .split(", ") == list(pulumi_verbs())
 
 
 def test_missing_cli_with_json_prints_a_summary(tmp_path, without_pulumi_cli, capsys):
@@ -560,8 +618,8 @@ def test_every_engine_verb_checks_definition_then_cli_then_yes(tmp_path, monkeyp
     assert "colour: unknown key" in capsys.readouterr().err
     (pool if verb[0] == "pool" else session).write_text(good)
 
-    # 2. then the CLI, whether or not --yes was given
-    for yes in ([], ["--yes"]) if verb[-1] in stacks.CONFIRM else ([],):
+    # 2. then the CLI, whether or not --yes was given (every engine verb takes it)
+    for yes in ([], ["--yes"], ["-y"]):
         assert main(_verb_argv(verb, session, pool, *yes)) == Exit.MISSING, yes
         assert "pulumi CLI is missing" in capsys.readouterr().err
 
@@ -570,6 +628,17 @@ def test_every_engine_verb_checks_definition_then_cli_then_yes(tmp_path, monkeyp
     if verb[-1] in stacks.CONFIRM:
         assert main(_verb_argv(verb, session, pool)) == Exit.INVALID
         assert "--yes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("verb", ENGINE_VERBS, ids=" ".join)
+def test_an_unknown_option_is_said_with_the_verbs_own_usage(tmp_path, capsys, verb):
+    session = write_session(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main(_verb_argv(verb, session, tmp_path / "pool.yaml", "--yes", "--bogus"))
+    assert exc.value.code == Exit.INVALID
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: sessionctl {' '.join(verb)} ")  # not `sessionctl VERB ...`
+    assert f"sessionctl {' '.join(verb)}: error: unrecognized arguments: --bogus" in err
 
 
 def test_an_agent_with_an_ssh_block_is_not_probed_here_before_the_engine(tmp_path):

@@ -30,6 +30,12 @@ def test_format_then_parse_is_exact(size):
     assert parse_size(format_size(size)) == size
 
 
+@pytest.mark.parametrize(("size", "text"), [(0, "0"), (1000, "1000"), (4 * 1024**3, "4g"),
+                                             (1536 * 1024**2, "1536m")])
+def test_format_size_spells_nothing_as_0_not_0t(size, text):
+    assert format_size(size) == text  # `pool usage`, `plan --probe`: "mem 0", not "mem 0t"
+
+
 @pytest.mark.parametrize(("text", "size"), [("1.1g", 1181116006), ("0.5k", 512),
                                              ("1.000000000000000001t", 1024**4),
                                              ("9007199254740993.0", 9007199254740993)])

@@ -23,6 +23,12 @@ class Exit(IntEnum):
     JOB_LOST = 6  # the wait timed out, or a container died before the job ended
 
 
+INTERRUPTED = 128 + 2
+"""Ctrl-C (SIGINT): what a shell reports for a program the signal ended. Every verb exits with
+it when interrupted (``run`` too, after it destroyed or kept the session), never 0-6: those say
+how the work ended, and it did not."""
+
+
 class ClusterSessionsError(Exception):
     """Something the user can act on; the message says what (and what to do)."""
 

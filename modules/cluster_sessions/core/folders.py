@@ -17,10 +17,11 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from .problems import did_you_mean
 
 FOLDER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}", re.ASCII)
 """A folder's name (an allowlist): one path component, not hidden, at most 64 characters."""
@@ -55,9 +56,8 @@ def storage_of(storage: Mapping[str, str], wanted: str | None) -> tuple[str | No
                       "with storage: NAME")
     if wanted in storage:
         return wanted, None
-    close = difflib.get_close_matches(wanted, list(storage))  # best first
-    guess = f"; did you mean {close[0]!r}?" if close else ""
     have = ", ".join(storage) or "none"
+    guess = did_you_mean(wanted, storage)
     return None, f"the pool has no storage {wanted!r} (it has: {have}){guess}"
 
 

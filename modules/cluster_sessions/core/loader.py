@@ -26,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 
 from .errors import InvalidInput
 from .names import POOLS_DIR, STACKS_DIR
-from .problems import WHOLE_FILE, DefinitionError, Problem, dotted
+from .problems import WHOLE_FILE, DefinitionError, Problem, did_you_mean, dotted
 from .spec import KINDS, Pool, Session, pool_problems, session_problems
 
 MAX_FILE_BYTES = 1024 * 1024
@@ -426,9 +426,7 @@ def _pool_hint(ref: str, candidates: list[Path]) -> str:
     names = list(dict.fromkeys(names))
     if not names:
         return ""
-    close = difflib.get_close_matches(ref, names)  # best first
-    guess = f"; did you mean {close[0]!r}?" if close else ""
-    return f"{guess} (pools that exist: {', '.join(names)})"
+    return f"{did_you_mean(ref, names)} (pools that exist: {', '.join(names)})"
 
 
 def _is_file(path: Path, unusable: list[str]) -> bool:

@@ -6,10 +6,20 @@ every file at once, and lets the CLI alone decide exit codes.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .errors import InvalidInput
 from .terminal import printable
+
+
+def did_you_mean(word: str, names: Iterable[str]) -> str:
+    """``"; did you mean 'local'?"`` for the closest of ``names`` (a typo is the usual cause of
+    an unknown name), else ``""``: one spelling for every such hint."""
+    close = difflib.get_close_matches(word, list(names))  # best first
+    return f"; did you mean {close[0]!r}?" if close else ""
+
 
 WHOLE_FILE = "(whole file)"
 """The path of a problem that is about the file itself (unreadable, not YAML, too large)."""

@@ -63,7 +63,10 @@ def parse_size(value: object, minimum: int = 1, maximum: int = MAX_BYTES) -> int
 
 
 def format_size(size: int) -> str:
-    """The shortest exact spelling: ``4g``, ``1536m``, ``1000``."""
+    """The shortest exact spelling: ``4g``, ``1536m``, ``1000``; nothing is ``0`` (every unit
+    divides it, and ``0t`` reads as a typo)."""
+    if size == 0:
+        return "0"
     for unit in ("t", "g", "m", "k"):
         factor = _FACTORS[unit]
         if size % factor == 0:

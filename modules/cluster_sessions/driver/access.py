@@ -45,7 +45,7 @@ from ..core.render import known_hosts
 from ..core.spec import SSH_PORT, Pool
 from . import stacks
 from .errors import CommandError, Exit
-from .session_args import EPILOG, add_session_args, selected, verb_parser
+from .session_args import EPILOG, add_session_args, needs_pulumi, selected, verb_parser
 from .stack_settings import stack_name_for
 
 #: The identities tried when ``--identity`` is not given, in ssh's own order.
@@ -360,6 +360,7 @@ def register(subparsers) -> None:
     _identity_arg(p)
     p.add_argument("--no-exec", action="store_true", help=argparse.SUPPRESS)  # tests
     p.set_defaults(func=cmd_ssh)
+    needs_pulumi(p)
 
     p = verb_parser(
         subparsers, "ssh-config", "print an OpenSSH config for the session (scp, sftp, rsync)",
@@ -373,6 +374,7 @@ def register(subparsers) -> None:
     add_session_args(p)
     _identity_arg(p)
     p.set_defaults(func=cmd_ssh_config)
+    needs_pulumi(p)
 
     p = verb_parser(
         subparsers, "key", "write the session's private user key (Backend.AI's id_container)",
@@ -384,6 +386,7 @@ def register(subparsers) -> None:
     add_session_args(p)
     p.add_argument("--out", required=True, metavar="PATH", help="the file to write (new)")
     p.set_defaults(func=cmd_key)
+    needs_pulumi(p)
 
 
 class _CommandParser(argparse.ArgumentParser):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -22,7 +23,7 @@ from ..core.spec import Pool, Session, json_schema
 from ..core.terminal import dumps, guarded, printable, table
 from ..core.units import format_size
 from . import verbs
-from .errors import ClusterSessionsError, Exit, outcome
+from .errors import INTERRUPTED, ClusterSessionsError, Exit, outcome
 from .session_args import (
     EPILOG,
     add_session_args,
@@ -75,6 +76,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
     free, reports = probed_free(args, loaded) if args.probe else (None, [])
     sel = select(loaded, args.index, free)
     plans = [p for _, p in sel.chosen]
+    pending = sel.pending.reason if sel.pending is not None else None
+    problems: list = []
+    if args.probe and pending is None:
+        # placed on capacity; across agents it also needs the swarm (as `pool check` says).
+        # Judged before anything is shown: the plan printed is the verdict, pending or not.
+        from ..agents.capacity import swarm_unready
+
+        named = args.pool or loaded.session.pool  # as `pool up` takes it from here
+        ref = named if "/" not in named and not named.endswith((".yaml", ".yml")) \
+            else str(loaded.pool_file)
+        unready = next(filter(None, (swarm_unready(loaded.pool, reports, p.agents, pool_ref=ref)
+                                     for p in plans)), None)
+        if unready is not None:  # all of a count wait, as when one does not fit
+            pending, problems = unready
+            plans = [dataclasses.replace(p, status="pending", reason=pending) for p in plans]
     if args.json:
         docs = [plan_to_dict(p) for p in plans]
         whole = {"count": len(sel.plans), "sessions": docs}
@@ -88,24 +104,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for p in plans:
         for warning in public_warnings(p):
             print(f"{printable(args.file)}: warning: {printable(warning)}", file=sys.stderr)
-    if sel.pending is not None:
-        print(f"{printable(args.file)}: pending: {printable(sel.pending.reason)}",
-              file=sys.stderr)
+    if pending is not None:
+        print(f"{printable(args.file)}: pending: {printable(pending)}", file=sys.stderr)
+        for problem in problems:
+            print(f"  {printable(str(problem))}", file=sys.stderr)
         return Exit.PENDING
-    if args.probe:  # placed on capacity; across agents it also needs the swarm (as pool check)
-        from ..agents.capacity import swarm_unready
-
-        named = args.pool or loaded.session.pool  # as `pool up` takes it from here
-        ref = named if "/" not in named and not named.endswith((".yaml", ".yml")) \
-            else str(loaded.pool_file)
-        for plan in plans:
-            unready = swarm_unready(loaded.pool, reports, plan.agents, pool_ref=ref)
-            if unready:
-                print(f"{printable(args.file)}: pending: {printable(unready[0])}",
-                      file=sys.stderr)
-                for problem in unready[1]:
-                    print(f"  {printable(str(problem))}", file=sys.stderr)
-                return Exit.PENDING
     return Exit.OK
 
 
@@ -243,6 +246,17 @@ def quiet_libraries() -> None:
     logger.propagate = False
 
 
+def verb_parser_of(parser: argparse.ArgumentParser,
+                   args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the verb ``args`` chose (``pool up``: the innermost)."""
+    for action in parser._actions:  # argparse keeps subparsers only here
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(args, action.dest, None) or "")
+            if chosen is not None:
+                return verb_parser_of(chosen, args)
+    return parser
+
+
 BROKEN_PIPE = 128 + 13  # what a shell reports for a program SIGPIPE ended
 
 
@@ -257,7 +271,9 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     quiet_libraries()
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # said with the verb's own usage, not the top level's
+        verb_parser_of(parser, args).error(f"unrecognized arguments: {' '.join(extras)}")
     try:
         code = int(args.func(args))
         sys.stdout.flush()  # a reader that went away shows here, not after the exit code
@@ -269,7 +285,7 @@ def _main(argv: list[str] | None) -> int:
         return code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     except BrokenPipeError:
         # The reader went away (``| head``): the verb did not finish, so never report
         # success; exit as a program killed by SIGPIPE does (128 + 13), quietly.

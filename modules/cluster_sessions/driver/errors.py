@@ -4,11 +4,11 @@ ours into an exit code and the lines to print (:func:`outcome`). The tree itself
 
 from __future__ import annotations
 
-from ..core.errors import ClusterSessionsError, Exit
+from ..core.errors import INTERRUPTED, ClusterSessionsError, Exit
 from ..core.problems import DefinitionError
 from ..core.terminal import printable
 
-__all__ = ["ClusterSessionsError", "CommandError", "Exit", "outcome"]
+__all__ = ["INTERRUPTED", "ClusterSessionsError", "CommandError", "Exit", "outcome"]
 
 
 class CommandError(ClusterSessionsError):

@@ -3,7 +3,7 @@
 The engine verbs (``up``, ``destroy``) and the wait are the ones ``sessionctl up``,
 ``sessionctl wait`` and ``sessionctl destroy`` run; this module only sequences them, prints the
 summary and decides what to tear down. Ctrl-C while waiting asks on a terminal and destroys in
-CI: nothing is left behind without saying so.
+CI: nothing is left behind without saying so; it exits 130 either way.
 """
 
 from __future__ import annotations
@@ -15,25 +15,30 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.terminal import printable
-from .errors import CommandError, Exit
+from .errors import INTERRUPTED, CommandError, Exit
 from .observe import Connect, agents_to_ask, connect, survey
 from .session_args import (
     Selected,
     add_session_args,
     add_timeout,
     combined,
+    needs_pulumi,
     selected,
     verb_parser,
 )
 from .status import short_time
-from .wait_verb import JobEnd, wait_for_jobs
+from .wait_verb import JobEnd, one_document, stopped, wait_for_jobs
 
 EngineVerb = Callable[[argparse.Namespace], int]
+JOB_KEYS = ("session", "exit", "result", "job_exit_code")
 
 
 def _engine_args(args: argparse.Namespace, verb: str) -> argparse.Namespace:
+    """``up``/``destroy`` as ``run`` calls them: live engine output, on stderr with ``--json``
+    (whose stdout is ``run``'s one document)."""
     return argparse.Namespace(verb=verb, file=args.file, pool=args.pool, index=args.index,
-                              stack=args.stack, json=False, yes=True, diff=False)
+                              stack=args.stack, json=False, yes=True, diff=False,
+                              output_to_stderr=args.json)
 
 
 def _summary(sel: Selected, connect: Connect) -> list[dict[str, Any]]:
@@ -65,6 +70,13 @@ def _ask(question: str) -> bool:
 
 def cmd_run(args: argparse.Namespace, engine_verb: EngineVerb | None = None,
             connect: Connect = connect) -> int:
+    """With ``--json``, stdout is one document whatever happens: a run that stops before its
+    summary (invalid input, ``up`` failed, Ctrl-C during ``up``) says so in one too."""
+    return one_document("run", args, lambda: _run(args, engine_verb, connect))
+
+
+def _run(args: argparse.Namespace, engine_verb: EngineVerb | None,
+         connect: Connect) -> int:
     if engine_verb is None:
         from .stacks import cmd_stack as engine_verb
     sel = selected(args)
@@ -75,6 +87,8 @@ def cmd_run(args: argparse.Namespace, engine_verb: EngineVerb | None = None,
                            "its job", Exit.INVALID)
     code = engine_verb(_engine_args(args, "up"))
     if code != Exit.OK:
+        if args.json:
+            stopped("run", args, code, "failed", f"up of {names} exited {code}; see stderr")
         return code
     interrupted = False
     try:
@@ -83,7 +97,9 @@ def cmd_run(args: argparse.Namespace, engine_verb: EngineVerb | None = None,
         interrupted = True
         ends = [(p, JobEnd(Exit.JOB_LOST, "interrupted (Ctrl-C) before the job ended"))
                 for _, p in sel.chosen]
-    outcome = combined(end.code for _, end in ends)
+    # Ctrl-C is 130 as for every verb (and `up`), whatever is done with the session after it:
+    # the job did not end, so 0, 5 and 6 (how it ended) would not be true
+    outcome = INTERRUPTED if interrupted else combined(end.code for _, end in ends)
     rows = _summary(sel, connect)
     keep = args.keep or (args.keep_on_failure and outcome != Exit.OK)
     if interrupted and not args.keep:
@@ -103,13 +119,19 @@ def cmd_run(args: argparse.Namespace, engine_verb: EngineVerb | None = None,
         who = f"{plan.name}: " if len(ends) > 1 else ""
         print(printable(f"sessionctl run: {who}{end.message}"), file=sys.stderr)
     if args.json:
-        jobs = [{"session": p.name, "exit": int(e.code), "result": e.message,
-                 "job_exit_code": e.job_exit_code} for p, e in ends]
-        json.dump({"session": names, "exit": int(outcome), "result": jobs[0]["result"]
-                   if len(jobs) == 1 else f"{len(jobs)} jobs",
-                   "job_exit_code": jobs[0]["job_exit_code"] if len(jobs) == 1 else None,
-                   "jobs": jobs, "destroyed": destroyed, "containers": rows},
-                  sys.stdout, indent=2)
+        docs = [{"session": p.name, "exit": int(e.code), "result": e.message,
+                 "job_exit_code": e.job_exit_code, "destroyed": destroyed,
+                 "containers": [r for r in rows if r["session"] == p.name]}
+                for p, e in ends]
+        if interrupted:
+            for doc in docs:
+                doc["exit"] = INTERRUPTED
+        # one session: its document; all of a count: `up --json`'s shape (stacks.emit_docs)
+        whole = ({**docs[0], "jobs": [{k: docs[0][k] for k in JOB_KEYS}]}
+                 if not sel.all_of_count else
+                 {"verb": "run", "count": len(sel.plans), "exit": int(outcome),
+                  "sessions": docs})
+        json.dump(whole, sys.stdout, indent=2)
         print()
     else:
         names = [f"{r['session']}/{r['host']}" if sel.counted else r["host"] for r in rows]
@@ -123,13 +145,13 @@ def cmd_run(args: argparse.Namespace, engine_verb: EngineVerb | None = None,
 
 
 def register(subparsers) -> None:
-    p = verb_parser(
+    p = needs_pulumi(verb_parser(
         subparsers, "run", "up a batch session, wait for its job, destroy it; exit 0, 5 or 6",
         "For CI: `sessionctl up --yes`, then `sessionctl wait` (main1's log, prefixed), then "
         "`sessionctl destroy --yes`, and a summary per container (state, exit code, start "
         "and finish). Exit 0 when the job succeeded, 5 when it failed, 6 on timeout or a "
         "container that died first; 1-4 as for up. Ctrl-C while waiting asks on a terminal "
-        "and destroys otherwise.")
+        "and destroys otherwise; either way it exits 130, as every verb does on Ctrl-C."))
     add_session_args(p)
     add_timeout(p, "give up waiting after S seconds (exit 6; the session is destroyed)")
     p.add_argument("--keep", action="store_true", help="do not destroy the session afterwards")

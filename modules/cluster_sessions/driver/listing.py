@@ -14,8 +14,14 @@ from the agents' engines by label, as ``status`` does, and judged by the same fu
 - ``down`` (ERROR): the stack holds the session but no container of it is found;
 - ``lost`` (ERROR): recorded: a container died, or main1 vanished, before the job ended;
 - ``unreachable`` (UNKNOWN): an agent did not answer (named, with the cause);
-- ``empty`` (EMPTY): the stack holds nothing and no job was recorded (destroyed, or never up:
-  a pending session creates nothing).
+- ``leftover`` (ERROR): the stack holds nothing but its agents hold containers or networks
+  labelled with the session (an ``up`` interrupted before the stack recorded them): named, with
+  what to run (``up`` again converges, ``destroy`` removes them);
+- ``empty`` (EMPTY): the stack holds nothing, its agents hold nothing of it, and no job was
+  recorded (destroyed, or never up: a pending session creates nothing).
+
+A pool stack (``sessionctl pool up``: its config names a pool file) is not a session: never a
+row, whether or not its swarm is formed.
 
 Under the table, per pool, what the listed running sessions hold on each agent against its
 declared capacity (:mod:`cluster_sessions.core.usage`); ``pool usage`` counts every session's
@@ -29,8 +35,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -41,14 +49,16 @@ from typing import Any
 from ..agents.engine import session_containers
 from ..agents.facts import HeldContainer, held_from_inspect
 from ..core.loader import load_file
+from ..core.names import STACKS_DIR
+from ..core.problems import did_you_mean
 from ..core.services import ALL_ADDRESSES, LOOPBACK, service_url
 from ..core.spec import Agent, Pool
 from ..core.terminal import printable, table
 from ..core.usage import Usage, agent_usage, usage_text, usage_to_dict
-from . import history, stacks
-from .errors import CommandError, Exit
+from . import history, stack_settings, stacks
+from .errors import ClusterSessionsError, CommandError, Exit
 from .observe import Connect, Found, connect, disconnect, found_from_attrs, unreachable_cause
-from .session_args import verb_parser
+from .session_args import needs_pulumi, verb_parser
 from .status import Planned, host_faults, planned_rows, short_time
 
 PHASE_OF = {
@@ -57,6 +67,7 @@ PHASE_OF = {
     "degraded": "error",
     "down": "error",
     "lost": "error",
+    "leftover": "error",
     "unreachable": "unknown",
     "empty": "empty",
 }
@@ -254,6 +265,54 @@ def listed(stack: str, outputs: Mapping[str, Any], project: Path, connect: Conne
                                            hosts[0] if hosts else ""))
 
 
+def shown_path(path: Path) -> Path:
+    """``path`` as the user can type it from here: relative when under the current directory."""
+    try:
+        return path.resolve().relative_to(Path.cwd())
+    except ValueError:
+        return path.resolve()
+
+
+def left_behind(row: Listed, config: Mapping[str, str], project: Path) -> Listed | None:
+    """A session stack that holds nothing, as its agents see it: what is labelled with the
+    session there (an ``up`` interrupted before the stack recorded it) is a ``leftover`` row
+    naming it and what to run; an agent that does not answer makes it ``unreachable``. None
+    when the definition cannot be read (the row stays ``empty``, as the stack says)."""
+    from ..agents.cleanup import find_leftovers
+    from ..core.plan import session_copies
+    from .session_args import load_definition
+
+    definition = config.get(stack_settings.CONFIG_DEFINITION)
+    if not definition:
+        return None
+    stacks_dir = project / STACKS_DIR
+    path = stacks_dir / definition
+    pool = config.get(stack_settings.CONFIG_POOL)
+    try:
+        loaded = load_definition(path, stacks_dir / pool if pool else None)
+        copies = session_copies(loaded.session)
+        index = int(config.get(stack_settings.CONFIG_INDEX) or 0)
+        session = copies[index - 1] if index else copies[0]
+    except (ClusterSessionsError, ValueError, IndexError):
+        return None
+    found, errors = find_leftovers(loaded.pool, session.name)
+    agents = tuple(dict.fromkeys(item.agent for item in found))
+    shown = printable(shlex.join([str(shown_path(path)),
+                                  *(["--pool", str(shown_path(stacks_dir / pool))] if pool else []),
+                                  *(["--index", str(index)] if index else [])]))
+    if found:
+        detail = ("the stack holds nothing, its agents hold " + ", ".join(map(str, found))
+                  + f" (left by an interrupted up): `sessionctl up {shown}` converges, "
+                  f"`sessionctl destroy {shown}` removes them")
+        return dataclasses.replace(row, name=session.name, type=session.type, agents=agents,
+                                   state="leftover", detail=detail, phase="")
+    if errors:
+        return dataclasses.replace(row, state="unreachable", phase="", detail="the stack "
+                                   "holds nothing; leftovers could not be looked for: "
+                                   + "; ".join(map(str, errors)))
+    return None
+
+
 def from_record(record: history.JobRecord, why: str) -> Listed:
     """A session whose containers are gone, as its job's end was recorded."""
     return Listed(record.stack, record.name, record.type, record.mode, record.size,
@@ -306,7 +365,7 @@ def parse_states(value: str) -> tuple[str, ...]:
     if bad or not wanted:
         raise argparse.ArgumentTypeError(
             f"invalid value {', '.join(map(repr, bad)) or repr(value)}: use one or more of "
-            f"{', '.join(PHASES)}, comma-separated")
+            f"{', '.join(PHASES)}, comma-separated{did_you_mean(bad[0], PHASES) if bad else ''}")
     return wanted
 
 
@@ -337,7 +396,14 @@ def cmd_ls(args: argparse.Namespace, connect: Connect = connect) -> int:
         outputs = workspace.stack_outputs(summary.name)
         if outputs and "session" not in outputs:
             continue  # a pool stack (`sessionctl pool up`), not a session
-        rows.append(listed(summary.name, outputs, project, connect, records, holdings))
+        row = listed(summary.name, outputs, project, connect, records, holdings)
+        if row.state == "empty":  # held nothing: a pool stack, or what an interrupted up left
+            config = {k: getattr(v, "value", v)
+                      for k, v in workspace.get_all_config(summary.name).items()}
+            if config.get(stack_settings.CONFIG_POOL_DEFINITION):
+                continue  # a pool stack whose swarm is gone (`pool destroy`)
+            row = left_behind(row, config, project) or row
+        rows.append(row)
     if args.state:
         rows = [r for r in rows if r.phase in args.state]
     usage = holdings.usage()
@@ -359,7 +425,7 @@ def cmd_ls(args: argparse.Namespace, connect: Connect = connect) -> int:
 
 
 def register(subparsers) -> None:
-    p = verb_parser(
+    p = needs_pulumi(verb_parser(
         subparsers, "ls", "the sessions in the state backend: RUNNING, FINISHED, ERROR, ...",
         "List the session stacks of the state backend (PULUMI_BACKEND_URL, else the "
         "project's file backend) with name, type, mode, size, agents and a state read "
@@ -371,7 +437,7 @@ def register(subparsers) -> None:
         "declared capacity (`sessionctl pool usage POOL` counts every session on the agents). "
         "Needs the pulumi CLI to read the backend (exit 4 without it).",
         epilog="exit codes: 0 listed, 1 the backend could not be read, 2 a bad --state, "
-        "4 no pulumi CLI")
+        "4 no pulumi CLI"))
     p.add_argument("--json", action="store_true",
                    help="print {backend, sessions: [...], usage: [...]} as JSON instead of a "
                    "table; each session has state and phase, exit_code, started, finished, "

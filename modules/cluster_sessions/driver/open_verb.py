@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import selectors
 import signal
 import socket
@@ -25,6 +24,7 @@ from ..agents import facts
 from ..agents.connectors import AgentError, Connector, connector_for, pipe
 from ..agents.gathering import gather
 from ..core.plan import ClusterPlan, ServicePlan
+from ..core.problems import did_you_mean
 from ..core.services import ALL_ADDRESSES, LOOPBACK, service_url
 from ..core.spec import Pool
 from .access import one_plan
@@ -36,10 +36,8 @@ def find_service(plan: ClusterPlan, name: str, file: str) -> ServicePlan:
     found = next((s for s in plan.services if s.name == name), None)
     if found is None:
         names = [s.name for s in plan.services]
-        close = difflib.get_close_matches(name, names, n=1)
-        hint = (f"; did you mean {close[0]!r}?" if close else
-                f"; it declares {', '.join(names)}" if names else
-                "; it declares none (services: in the definition)")
+        hint = ((did_you_mean(name, names) or f"; it declares {', '.join(names)}") if names
+                else "; it declares none (services: in the definition)")
         raise CommandError(f"{file}: services: no service {name!r}{hint}", Exit.INVALID)
     return found
 

@@ -334,7 +334,7 @@ def cmd_pool_engine(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
-    from .session_args import EPILOG
+    from .session_args import EPILOG, needs_pulumi
 
     fmt = argparse.RawDescriptionHelpFormatter
     pool = subparsers.add_parser(
@@ -374,6 +374,7 @@ def register(subparsers) -> None:
         p.add_argument("--yes", "-y", action="store_true",
                        help="do not ask for confirmation (required without a terminal)")
         p.set_defaults(func=cmd_pool_engine)
+        needs_pulumi(p)
 
     p = verbs.add_parser("usage", help="allocated vs declared capacity on every agent",
                          description="Per agent of the pool: what the containers of running "

@@ -41,6 +41,13 @@ def verb_parser(subparsers, name: str, help: str, description: str,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
+def needs_pulumi(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Mark a verb that reads or changes stacks through the pulumi CLI (exit 4 without it):
+    the missing-CLI message names every verb marked so (:func:`.verbs.pulumi_verbs`)."""
+    p.set_defaults(needs_pulumi=True)
+    return p
+
+
 def add_timeout(p: argparse.ArgumentParser, help: str) -> None:
     p.add_argument("--timeout", type=positive_seconds, default=None, metavar="S", help=help)
 

@@ -248,13 +248,14 @@ def masked_outputs(outputs: Mapping[str, Any] | None) -> dict[str, Any]:
     return shown
 
 
-def install_instructions(sdk_version: str, docker_version: str) -> str:
-    """Exactly how to get the CLI (exit 4), and the one thing this machine cannot do."""
+def install_instructions(sdk_version: str, docker_version: str, verbs: Sequence[str]) -> str:
+    """Exactly how to get the CLI (exit 4), which ``verbs`` need it, and the one thing this
+    machine cannot do."""
     archive = f"https://get.pulumi.com/releases/sdk/pulumi-v{sdk_version}-linux-x64.tar.gz"
     return "\n".join([
         "the pulumi CLI is missing: not on PATH and not in ~/.pulumi/bin.",
-        "The engine verbs (preview, up, destroy, refresh) drive it through the Automation API; "
-        "the offline verbs (validate, plan, render, diff) do not need it.",
+        f"These verbs need it (they read or change stacks through the Automation API): "
+        f"{', '.join(verbs)}; every other verb works without it.",
         f"Install it, the version matching the pulumi SDK here ({sdk_version}):",
         f"  bash scripts/install-pulumi.sh {sdk_version}"
         "    # the release archive, SHA-256 checked, into ~/.pulumi/bin",

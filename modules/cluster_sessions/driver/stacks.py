@@ -42,6 +42,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shlex
 import shutil
 import sys
 import textwrap
@@ -72,7 +73,7 @@ from ..core.spec import Agent, Pool
 from . import service_ports
 from .errors import CommandError, Exit
 from .placing import parse_duration, placed, recorded_placements
-from .session_args import EPILOG, add_session_args, selected
+from .session_args import EPILOG, add_session_args, needs_pulumi, selected
 from .stack_lock import StackBusy, stack_lock
 from .stack_settings import (
     CONFIRM,
@@ -110,8 +111,10 @@ def package_version(name: str, fallback: str) -> str:
 
 
 def how_to_install() -> str:
+    from .verbs import pulumi_verbs  # the verbs' own modules import this one
+
     return install_instructions(package_version("pulumi", "3.272.0"),
-                                package_version("pulumi-docker", "5.2.0"))
+                                package_version("pulumi-docker", "5.2.0"), pulumi_verbs())
 
 
 def find_pulumi(environ: Mapping[str, str]) -> Path | None:
@@ -224,8 +227,9 @@ def apply_config(stack: Any, config: Mapping[str, str | None]) -> None:
 class Terminal:
     """Where engine output goes: streamed live (stdout/stderr) or only collected (``--json``)."""
 
-    def __init__(self, quiet: bool):
+    def __init__(self, quiet: bool, out: Any = None):
         self.quiet = quiet
+        self.out_stream = out  # None: stdout; ``run --json`` streams to stderr (one document)
         self.stdout: list[str] = []
         self.stderr: list[str] = []
         self._lock = threading.Lock()
@@ -234,7 +238,7 @@ class Terminal:
         with self._lock:
             self.stdout.append(line)
             if not self.quiet:
-                print(line, flush=True)
+                print(line, file=self.out_stream or sys.stdout, flush=True)
 
     def err(self, line: str) -> None:
         with self._lock:
@@ -510,6 +514,13 @@ def run_targets(args: argparse.Namespace, verb: str, sel: Any, targets: list,
             failures.append(exc)
             if verb != "destroy":  # stop at the first failure: say what was and was not run
                 break
+        except KeyboardInterrupt:
+            if verb == "up":
+                docs.append(summary_document(verb, target.stack, plan.name,
+                                             prepared.settings.backend_url, "interrupted",
+                                             error=interrupted_up(args, sel, plan)))
+                emit_docs()
+            raise
     emit_docs()
     if failures:
         message = "\n".join(str(f) for f in failures)
@@ -520,6 +531,29 @@ def run_targets(args: argparse.Namespace, verb: str, sel: Any, targets: list,
                         + (f"; not attempted: {', '.join(left)}" if left else ""))
         raise CommandError(message, failures[0].code)
     return Exit.OK
+
+
+def interrupted_up(args: argparse.Namespace, sel: Any, plan: ClusterPlan) -> str:
+    """Ctrl-C during ``up``: the engine stops where it was, and the stack may not hold what was
+    being created. Say what the agents hold of the session now (by label, from the engines, as
+    ``pool sweep --dry-run`` sees it) and what to run next; returns the same text."""
+    from ..agents.cleanup import find_leftovers
+
+    left, errors = find_leftovers(sel.loaded.pool, plan.name)
+    head = ("its agents hold:" if left else
+            "its agents could not all be asked:" if errors else "its agents hold nothing of it")
+    lines = [f"session {plan.name}: interrupted; {head}"]
+    lines += [f"  {item}" for item in left] + [f"  {error}" for error in errors]
+    if left or errors:
+        again = shlex.join([args.file, *(["--pool", args.pool] if args.pool else []),
+                            *(["--index", str(args.index)] if args.index else [])])
+        lines.append(f"Run `sessionctl up {again}` again: it removes what the stack does "
+                     f"not hold and makes the rest; or `sessionctl destroy {again}` to "
+                     "remove it all.")
+    text = "\n".join(lines)
+    for line in lines:
+        print(f"sessionctl up: {line}", file=sys.stderr)
+    return text
 
 
 def refuse_unusable_folders(definition: Path, sel: Any) -> None:
@@ -614,7 +648,8 @@ def run_stack(args: argparse.Namespace, verb: str, target: Target,
               prepared: Prepared) -> dict[str, Any]:
     """One verb on one stack; returns its ``--json`` summary or raises :class:`StackFailed`
     with it. The same for session and pool stacks."""
-    term = Terminal(quiet=args.json)
+    term = Terminal(quiet=args.json,
+                    out=sys.stderr if getattr(args, "output_to_stderr", False) else None)
     events = EventLog()
     color = sys.stdout.isatty()
     backend = prepared.settings.backend_url
@@ -699,8 +734,9 @@ def register(subparsers) -> None:
             "definition. Backend: PULUMI_BACKEND_URL, else a file backend in the project's "
             f"{STATE_DIR}/. Secrets passphrase: PULUMI_CONFIG_PASSPHRASE, else a documented, "
             "insecure local default.", 79)
-        p = subparsers.add_parser(verb, help=HELP[verb], epilog=EPILOG, description=description,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+        p = needs_pulumi(subparsers.add_parser(
+            verb, help=HELP[verb], epilog=EPILOG, description=description,
+            formatter_class=argparse.RawDescriptionHelpFormatter))
         add_session_args(p)
         p.add_argument("--json", action="store_true",
                        help="no live output; print one JSON summary (verb, stack, result, "
@@ -710,8 +746,11 @@ def register(subparsers) -> None:
         if verb in CONFIRM:
             p.add_argument("--yes", "-y", action="store_true",
                            help="do not ask for confirmation (required without a terminal)")
-        else:
-            p.set_defaults(yes=False)
+        else:  # every engine verb takes it, so a script passes it to each alike
+            p.add_argument("--yes", "-y", action="store_true",
+                           help=f"accepted for uniformity: {verb} never asks (it changes no "
+                           "resource" + (", only the stack's record of them)" if verb ==
+                                         "refresh" else ")"))
         if verb == "up":
             p.add_argument("--wait", nargs="?", type=parse_duration, const=float("inf"),
                            metavar="DURATION",

@@ -6,6 +6,8 @@ code stays next to the concept it drives. Add one line per module.
 
 from __future__ import annotations
 
+import argparse
+import functools
 from importlib import import_module
 
 MODULES: list[str] = [
@@ -27,3 +29,24 @@ MODULES: list[str] = [
 def register_all(subparsers) -> None:
     for name in MODULES:
         import_module(name).register(subparsers)
+
+
+@functools.cache
+def pulumi_verbs() -> tuple[str, ...]:
+    """Every verb marked with :func:`.session_args.needs_pulumi` (``pool up`` for a verb of a
+    verb), in ``--help`` order, read from the parsers themselves: the missing-CLI message
+    names each one that prints it, and a new verb cannot be left out of it."""
+    parser = argparse.ArgumentParser()
+    register_all(parser.add_subparsers())
+    return tuple(_marked(parser, ""))
+
+
+def _marked(parser: argparse.ArgumentParser, prefix: str) -> list[str]:
+    found = []
+    for action in parser._actions:  # argparse keeps subparsers only here
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                if sub.get_default("needs_pulumi"):
+                    found.append(prefix + name)
+                found += _marked(sub, f"{prefix}{name} ")
+    return found

@@ -13,14 +13,15 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from ..core.plan import ClusterPlan
 from ..core.terminal import dumps, printable
-from .errors import CommandError, Exit
+from .errors import INTERRUPTED, ClusterSessionsError, CommandError, Exit
 from .logs import Printer, pump
 from .observe import Connect, Found, Survey, agents_to_ask, connect, found_from_attrs, survey
 from .session_args import Selected, add_session_args, add_timeout, combined, selected, verb_parser
@@ -67,7 +68,32 @@ def job_outcome(plan: ClusterPlan, states: Mapping[str, Found | None]) -> JobEnd
     return None
 
 
+def one_document(verb: str, args: argparse.Namespace, run: Callable[[], int]) -> int:
+    """``run()``, and with ``--json`` one document on stdout whatever happens: a verb that
+    stops before its own (invalid input, an engine failure, Ctrl-C) prints ``{verb, file,
+    exit, result, error}``; the message still goes to stderr as for every verb."""
+    if not getattr(args, "json", False):
+        return run()
+    try:
+        return run()
+    except ClusterSessionsError as exc:
+        stopped(verb, args, int(exc.code), "failed", str(exc))
+        raise
+    except KeyboardInterrupt:
+        stopped(verb, args, INTERRUPTED, "interrupted", "interrupted (Ctrl-C)")
+        raise
+
+
+def stopped(verb: str, args: argparse.Namespace, code: int, result: str, error: str) -> None:
+    print(dumps({"verb": verb, "file": args.file, "exit": code, "result": result,
+                 "error": error}, indent=2))
+
+
 def cmd_wait(args: argparse.Namespace, connect: Connect = connect) -> int:
+    return one_document("wait", args, lambda: _wait(args, connect))
+
+
+def _wait(args: argparse.Namespace, connect: Connect) -> int:
     sel = selected(args)
     if sel.loaded.session.type != "batch":
         raise CommandError(f"{args.file}: type: session {sel.plans[0].name} is interactive; "
@@ -81,7 +107,8 @@ def cmd_wait(args: argparse.Namespace, connect: Connect = connect) -> int:
     if args.json:
         docs = [{"session": p.name, "exit": int(e.code), "result": e.message,
                  "job_exit_code": e.job_exit_code} for p, e in ends]
-        print(dumps(docs[0] if len(docs) == 1 else {"exit": code, "sessions": docs}))
+        print(dumps(docs[0] if not sel.all_of_count else
+                    {"verb": "wait", "count": len(sel.plans), "exit": code, "sessions": docs}))
     return code
 
 
@@ -101,7 +128,9 @@ def wait_for_jobs(args: argparse.Namespace, sel: Selected, connect: Connect, ver
                     f"{a}: {w}" for a, w in found.unreachable.items()))
             else:
                 prefix = f"{plan.name}/" if len(sel.chosen) > 1 else ""
-                end = follow_job(plan, found, deadline, args.timeout, prefix)
+                # --json: stdout holds the one document; main1's log goes to stderr
+                end = follow_job(plan, found, deadline, args.timeout, prefix,
+                                 sys.stderr if getattr(args, "json", False) else None)
         finally:
             found.close()
         if end.ended:
@@ -136,11 +165,12 @@ def remember(args: argparse.Namespace, sel: Selected, plan: ClusterPlan, end: Jo
 
 
 def follow_job(plan: ClusterPlan, found: Survey, deadline: float | None,
-               timeout: float | None, prefix: str = "") -> JobEnd:
-    """main1's log lines (prefixed with the host) while polling every container's state."""
+               timeout: float | None, prefix: str = "", out: Any = None) -> JobEnd:
+    """main1's log lines (prefixed with the host, on ``out``: default stdout) while polling
+    every container's state."""
     main = plan.containers[0].host
     containers = {host: cs[0] for host, cs in found.containers.items() if cs}
-    printer = Printer(max(len(prefix + h) for h in plan.hosts))
+    printer = Printer(max(len(prefix + h) for h in plan.hosts), out)
     if main in containers:
         stream = containers[main].logs(stdout=True, stderr=True, stream=True, follow=True)
         threading.Thread(target=pump, args=(prefix + main, stream, printer), daemon=True,

@@ -1,0 +1,118 @@
+"""Ctrl-C (SIGINT) during ``up`` and ``run``, in a driver process of its own (the emulated
+Automation API, ``python -m cluster_sessions.emulation.sessionctl``, on the local engine):
+both exit 130, as every verb does; an interrupted ``up`` names what its agents hold and what to
+run next; ``run`` without a terminal destroys what it made."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from cluster_sessions.agents import cleanup
+from cluster_sessions.core.loader import load_file
+from cluster_sessions.core.names import LABEL_PREFIX
+from cluster_sessions.emulation.docker_builder import FAULT_ENV
+
+from . import factories
+from .conftest import PROJECT
+from .test_runtime import image, unique  # noqa: F401 (a fixture, used by name)
+
+LOCAL_POOL = PROJECT / "stacks" / "pools" / "local.yaml"
+
+
+def driver(tmp_path, *argv: str, fault: str | None = None) -> subprocess.Popen:
+    """``sessionctl ARGV`` in a process of its own, without a terminal (stdin closed)."""
+    state = tmp_path / "state"
+    state.mkdir(exist_ok=True)
+    env = {**os.environ, "PULUMI_BACKEND_URL": f"file://{state}",
+           "PULUMI_CONFIG_PASSPHRASE": "test"}
+    env.pop(FAULT_ENV, None)
+    if fault:
+        env[FAULT_ENV] = fault
+    return subprocess.Popen([sys.executable, "-m", "cluster_sessions.emulation.sessionctl",
+                             *argv], cwd=PROJECT, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def labelled(docker_client, name: str) -> list:
+    return docker_client.containers.list(
+        all=True, filters={"label": f"{LABEL_PREFIX}.session={name}"})
+
+
+@pytest.fixture
+def swept(docker_client):
+    """Session names a test makes; whatever of them is left is removed afterwards."""
+    names: list[str] = []
+    yield names
+    pool = load_file(LOCAL_POOL, expect="AgentPool")
+    for name in names:
+        cleanup.sweep(pool, name, wait=10)
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("json_flag", [(), ("--json", "--pool", "stacks/pools/local.yaml")])
+def test_ctrl_c_during_up_names_what_the_agents_hold_and_what_to_run_next(
+        docker_client, image, tmp_path, swept, json_flag):  # noqa: F811
+    name = unique("intup")
+    swept.append(name)
+    path = factories.write(tmp_path / f"{name}.yaml", factories.session(
+        name, image=image, size=2, cpu=0.25, mem="256m"))
+    proc = driver(tmp_path, "up", str(path), "--yes", *json_flag,
+                  fault=f"{name}-main1:created:INT")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, (out, err)
+    assert f"sessionctl up: session {name}: interrupted; its agents hold:" in err, err
+    assert f"local: container {name}-main1 (created)" in err
+    assert f"local: network {name}-net (bridge, local)" in err
+    again = f"{path} --pool stacks/pools/local.yaml" if json_flag else str(path)
+    assert f"Run `sessionctl up {again}` again" in err  # the same session arguments
+    assert f"`sessionctl destroy {again}` to remove it all" in err
+    assert err.rstrip().endswith("interrupted")
+    if json_flag:  # stdout is one document, saying what was left
+        doc = json.loads(out)
+        assert (doc["result"], doc["session"]) == ("interrupted", name)
+        assert f"container {name}-main1 (created)" in doc["error"]
+    else:
+        assert out == ""
+    assert {c.name for c in labelled(docker_client, name)} >= {f"{name}-main1"}
+
+
+@pytest.mark.docker
+def test_ctrl_c_while_run_waits_without_a_terminal_destroys_and_exits_130(
+        docker_client, image, tmp_path, swept):  # noqa: F811
+    name = unique("intrun")
+    swept.append(name)
+    path = factories.write(tmp_path / f"{name}.yaml", factories.session(
+        name, image=image, size=2, cpu=0.25, mem="256m", type="batch",
+        command=["sh", "-c", "echo started; sleep 600"]))
+    proc = driver(tmp_path, "run", str(path), "--json")
+    lines: list[str] = []
+    waiting = threading.Event()
+
+    def read_stderr() -> None:  # `up` is over when it says its summary line
+        for line in proc.stderr:
+            lines.append(line)
+            if line.startswith(f"sessionctl up: stack {name}: "):
+                waiting.set()
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    assert waiting.wait(180), "".join(lines)
+    time.sleep(1)  # run is waiting for the job now
+    proc.send_signal(signal.SIGINT)
+    out = proc.stdout.read()
+    proc.wait(timeout=300)
+    reader.join(30)
+    err = "".join(lines)
+    assert proc.returncode == 130, (out, err)  # was 6: "lost", though nothing was lost
+    doc = json.loads(out)
+    assert (doc["exit"], doc["destroyed"]) == (130, True)
+    assert "interrupted (Ctrl-C) before the job ended" in err
+    assert labelled(docker_client, name) == []
