@@ -39,6 +39,7 @@ MODULE_TESTS = {
         "accounts": ["test_accounts.py", "test_loader.py"],
         "clusterenv": ["test_clusterenv.py", "test_plan.py", "test_cluster_env_sh.py"],
         "container_args": ["test_container_args.py", "test_provider_facts.py"],
+        "decisions": ["test_decisions.py", "test_session.py"],
         "errors": ["test_errors.py"],
         "flowchart": ["test_flowchart.py", "test_review.py"],
         "folders": ["test_folders.py", "test_loader.py"],
@@ -67,6 +68,7 @@ MODULE_TESTS = {
         "folders": ["test_agents_folders.py"],  # the engine's side: no offline test reaches it
         "gathering": ["test_agents_facts.py"],
         "polling": ["test_polling.py"],
+        "pool_ledger": ["test_pool_ledger.py", "test_service_ports.py"],
         "reach": ["test_reach.py", "test_access.py"],
     },
 }
