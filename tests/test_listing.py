@@ -84,8 +84,9 @@ def test_durations_from_docker_timestamps(start, end, seconds):
 
 
 def test_every_state_has_exactly_one_phase_and_the_phases_are_the_tabs():
-    assert PHASES == ("running", "finished", "error", "unknown", "empty")
-    for state in ("running", "finished", "degraded", "down", "lost", "unreachable", "empty"):
+    assert PHASES == ("running", "finished", "error", "unknown", "empty", "pending")
+    for state in ("running", "finished", "degraded", "down", "lost", "unreachable", "empty",
+                  "queued", "placing"):
         assert Listed("s", "s", "batch", "-", 1, (), state).phase == PHASE_OF[state]
     with pytest.raises(KeyError):
         Listed("s", "s", "batch", "-", 1, (), "sleeping")

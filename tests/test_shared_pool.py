@@ -98,6 +98,12 @@ def test_a_queued_up_runs_when_the_holder_leaves(
     try:
         time.sleep(4)
         assert objects_of(docker_client, names[1]) == []  # still queued
+        capfd.readouterr()
+        assert cli.main(["ls", "--json"]) == 0  # ls shows it PENDING: queued, with whom
+        rows = {r["name"]: r for r in json.loads(capfd.readouterr().out)["sessions"]}
+        assert rows[names[1]]["state"] == "queued" and rows[names[1]]["phase"] == "pending"
+        assert "#1 in pool" in rows[names[1]]["detail"], rows[names[1]]
+        assert rows[names[0]]["phase"] == "running"
         assert cli.main(["destroy", a, "--yes"]) == 0
         waiter.join(timeout=100)
         assert codes == [0]

@@ -41,7 +41,7 @@ import os
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -70,6 +70,8 @@ PHASE_OF = {
     "leftover": "error",
     "unreachable": "unknown",
     "empty": "empty",
+    "queued": "pending",  # waiting in its pool's queue (`up --wait`)
+    "placing": "pending",  # an `up` holds a reservation for it: its containers are coming
 }
 PHASES = tuple(dict.fromkeys(PHASE_OF.values()))
 
@@ -342,6 +344,37 @@ def listed_services(recorded: Mapping[str, Any], found: Sequence[Found],
     return tuple(out)
 
 
+def with_waiting(rows: list[Listed], pools: Mapping[str, Pool]) -> list[Listed]:
+    """``rows``, and the sessions waiting on the listed sessions' pools (their ledgers,
+    agents.pool_ledger): one queued (``up --wait``) or being placed (a reservation) is PENDING,
+    as a row of its own when its stack holds nothing yet (a first ``up``)."""
+    from ..agents.pool_ledger import Ledger
+
+    waiting: dict[str, tuple[str, str]] = {}
+    for pool in pools.values():
+        try:
+            with Ledger.open(pool, timeout=10) as ledger:
+                now = ledger.now()
+                for kind, state in (("reservation", "placing"), ("queue", "queued")):
+                    for i, e in enumerate(ledger.live(kind, now), 1):
+                        where = (f"#{i} in pool {pool.name}'s queue" if kind == "queue"
+                                 else f"placed on pool {pool.name}, its containers coming")
+                        who = e.holder.describe() if e.holder else "?"
+                        waiting.setdefault(e.session, (state, f"{where}, since "
+                                                       f"{now - e.arrival:.0f}s ({who})"))
+        except Exception as exc:  # a ledger agent down: the rows stand as the engines say
+            print(printable(f"sessionctl ls: warning: pool {pool.name}'s queue not read: {exc}"),
+                  file=sys.stderr)
+    out = []
+    for row in rows:
+        state, detail = waiting.pop(row.name, (None, ""))
+        out.append(replace(row, state=state, detail=detail)
+                   if state and row.state in ("empty", "leftover") else row)
+    out += [Listed("-", name, "-", "-", 0, (), state, detail)
+            for name, (state, detail) in sorted(waiting.items())]
+    return out
+
+
 def listing_table(rows: Sequence[Listed]) -> str:
     return "\n".join(table(
         ("NAME", "TYPE", "MODE", "SIZE", "AGENTS", "STATE", "STARTED", "ENDED", "DURATION",
@@ -392,10 +425,15 @@ def cmd_ls(args: argparse.Namespace, connect: Connect = connect) -> int:
     rows = []
     records = history.history_dir(settings, project)
     holdings = Holdings()
+    pools: dict[str, Pool] = {}
     for summary in sorted(summaries, key=lambda s: s.name):
         outputs = workspace.stack_outputs(summary.name)
         if outputs and "session" not in outputs:
             continue  # a pool stack (`sessionctl pool up`), not a session
+        session = getattr(outputs.get("session"), "value", outputs.get("session")) or {}
+        pool = session_pool(session, project) if isinstance(session, Mapping) else None
+        if pool is not None:
+            pools.setdefault(pool.name, pool)
         row = listed(summary.name, outputs, project, connect, records, holdings)
         if row.state == "empty":  # held nothing: a pool stack, or what an interrupted up left
             config = {k: getattr(v, "value", v)
@@ -404,6 +442,7 @@ def cmd_ls(args: argparse.Namespace, connect: Connect = connect) -> int:
                 continue  # a pool stack whose swarm is gone (`pool destroy`)
             row = left_behind(row, config, project) or row
         rows.append(row)
+    rows = with_waiting(rows, pools)
     if args.state:
         rows = [r for r in rows if r.phase in args.state]
     usage = holdings.usage()
