@@ -603,6 +603,9 @@ def test_the_review_of_a_size_change_says_why_every_container_is_replaced():
 
 `old.yaml` → `new.yaml`
 
+> ⚠️ the session's shape changes (size 2 -> 4): `up` places it again on what the pool's \
+agents hold then, so its containers may move to other agents than shown here.
+
 `pulumi up` replaces **every** existing container: the cluster size changes, which rewrites \
 each container's `BACKENDAI_CLUSTER_*` variables.
 
@@ -1091,3 +1094,21 @@ def test_a_hand_built_review_shows_pipes_in_cells_and_a_network_without_an_agent
     assert '  net(("s-net"))' in chart.splitlines()
     bridge = hand_built(network=NetworkAction("s-net", "add", "bridge", None))
     assert "`s-net` (bridge): created" in to_markdown(bridge).splitlines()
+
+
+SHAPE_WARNING = "the session's shape changes"
+
+
+@pytest.mark.parametrize("case, says", [
+    ("memory", f"mem {4 * 2**30} -> {8 * 2**30}"), ("gpu", "gpu 1 -> 2"),
+    ("size-grow", "size 2 -> 4")])
+def test_a_change_of_shape_says_up_places_the_session_again(case, says):
+    review = review_of(case)
+    shape = [w for w in review.warnings if w.startswith(SHAPE_WARNING)]
+    assert len(shape) == 1 and says in shape[0], review.warnings
+    assert "places it again on what the pool's agents hold then" in shape[0]
+
+
+@pytest.mark.parametrize("case", ["image", "env"])
+def test_a_change_that_keeps_the_shape_keeps_the_placement(case):
+    assert not [w for w in review_of(case).warnings if w.startswith(SHAPE_WARNING)]

@@ -54,9 +54,12 @@ class Shape:
 
     @classmethod
     def of(cls, session: Session, pool: Pool) -> Shape:
+        return cls.named(session, pool.name)
+
+    @classmethod
+    def named(cls, session: Session, pool: str) -> Shape:
         r = session.resources
-        return cls(pool.name, session.cluster.mode, session.cluster.size, r.millicpu, r.mem,
-                   r.gpu)
+        return cls(pool, session.cluster.mode, session.cluster.size, r.millicpu, r.mem, r.gpu)
 
     def changes(self, new: Shape) -> list[str]:
         """Each field that differs, as ``name old -> new``."""

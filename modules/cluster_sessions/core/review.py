@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, fields, replace
 from pydantic import BaseModel
 
 from .container_args import NetworkArgs, container_args, network_args
+from .decisions import Shape
 from .flowchart import Box, placement_chart
 from .keys import KeyPair, SessionKeys
 from .names import CLUSTER_ENV_PREFIX, ENDPOINT_LABEL
@@ -395,6 +396,13 @@ def diff_plans(old: ClusterPlan | None, new: ClusterPlan | None,
     if old is not None and old.pending and (new is None or old.name == new.name):
         warnings.append("the old definition was pending, so nothing of it can be running "
                         "(unless an earlier version was applied); every container is new.")
+    if base is not None and new is not None and not new.pending:
+        # the pool is left out: a change of pool shows as its own rows
+        moved_shape = Shape.named(base.session, "").changes(Shape.named(new.session, ""))
+        if moved_shape:  # the placement kept in the stack no longer holds (core.decisions)
+            warnings.append(f"the session's shape changes ({', '.join(moved_shape)}): `up` "
+                            "places it again on what the pool's agents hold then, so its "
+                            "containers may move to other agents than shown here.")
 
     # a session that is new or gone shows everything it holds (the other side absent)
     definition = _field_changes(definition_fields(old) if old else None,
