@@ -30,7 +30,6 @@ import pytest
 import yaml
 
 from cluster_sessions.agents import cleanup
-from cluster_sessions.core.loader import load_session
 from cluster_sessions.core.names import LABEL_PREFIX
 from cluster_sessions.core.plan import build_plan
 from cluster_sessions.driver import cli
@@ -43,6 +42,7 @@ from cluster_sessions.lab import engines
 from tests.conftest import PROJECT
 
 from . import factories
+from .factories import load_session
 from .lab_support import LabPool, lab_pool, pool_swarm
 
 pytestmark = [pytest.mark.lab, pytest.mark.docker, pytest.mark.slow]

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster_sessions.core.loader import load_session
 from cluster_sessions.core.names import BUNDLE_DIGEST_LABEL, ENDPOINT_LABEL
 from cluster_sessions.core.plan import (
     ClusterPlan,
@@ -44,6 +43,8 @@ from cluster_sessions.emulation.engine import stack_config as stack_file_config
 from cluster_sessions.pulumi_layer import keystore
 from cluster_sessions.pulumi_layer.program import InvalidDefinition
 from cluster_sessions.pulumi_layer.session import TYPE_TOKEN, SessionArgs, SessionPending
+
+from .factories import load_session
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 CONTAINER = "docker:index/container:Container"
