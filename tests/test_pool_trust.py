@@ -201,3 +201,71 @@ def test_the_pulumi_program_refuses_a_definitions_pool_and_takes_the_stacks(plac
     assert loaded.pool_file == author / "local.yaml"
     monkeypatch.setenv(POOLS_ENV, str(author))  # the operator keeps pools there now
     assert program.load(tmp_path, {"definition": str(path)}).pool_file == author / "local.yaml"
+
+
+# --- diff: a change of pool, and of what it decides for the session, is a row ----------------
+
+
+def diff_json(capsys, *argv: str) -> tuple[int, dict]:
+    import json
+
+    code = cli.main(["diff", *argv, "--json", "--exit-code"])
+    out = capsys.readouterr()
+    return code, json.loads(out.out) if out.out else {"err": out.err}
+
+
+@pytest.mark.parametrize(("change", "row"), [
+    ({"name": "team2"}, "pool"),
+    ({"agents": [factories.agent(ssh={"host": "10.0.0.9", "user": "ops"},
+                                 docker_host="unix:///var/run/docker.sock")]},
+     "pool agent agent1"),
+    ({"agents": [factories.agent(ssh={"host": "10.0.0.9", "user": "ops",
+                                      "key_file": "/home/ops/.ssh/other"},
+                                 docker_host="unix:///var/run/docker.sock")]},
+     "pool agent agent1"),
+    ({"mount_sources": ["/srv"]}, "pool mount_sources"),
+])
+def test_a_change_of_pool_is_a_row_of_the_review(places, capsys, change, row):
+    """Containers the same, the pool not: ``diff`` said "no changes" (issue 32)."""
+    ops, author = places
+    before = factories.pool("team", agents=[factories.agent(
+        ssh={"host": "10.0.0.9", "user": "ops", "key_file": "/home/ops/.ssh/id"},
+        docker_host="unix:///var/run/docker.sock")] if "agents" in change and
+        "key_file" in str(change) else [factories.agent()])
+    factories.write(ops / "team.yaml", before)
+    factories.write(ops / "team2.yaml", {**before, **change})
+    old = factories.write(author / "old.yaml", factories.session("pooled", "team"))
+    new = factories.write(author / "new.yaml", factories.session("pooled", "team2"))
+    code, review = diff_json(capsys, str(old), str(new))
+    assert code == 1, review
+    rows = {c["what"]: (c["old"], c["new"]) for c in review["pool"]}
+    assert row in rows and rows[row][0] != rows[row][1], rows
+    assert review["changed"] is True
+    code, review = diff_json(capsys, str(old), str(old))
+    assert (code, review["pool"]) == (0, [])
+
+
+def test_the_markdown_review_shows_the_pool_rows(places, capsys):
+    ops, author = places
+    factories.write(ops / "wide.yaml", factories.pool("wide", mount_sources=["/"]))
+    old = factories.write(author / "old.yaml", factories.session("pooled", "team"))
+    new = factories.write(author / "new.yaml", factories.session("pooled", "wide"))
+    assert cli.main(["diff", str(old), str(new)]) == 0
+    text = capsys.readouterr().out
+    assert "#### Pool" in text
+    assert "| pool | `team` | `wide` |" in text
+    assert "| pool mount_sources | `(none)` | `/` |" in text
+
+
+def test_the_old_side_may_have_its_own_pool_directories(places, tmp_path, capsys):
+    """CI compares a base work tree's definition, planned on the base's pools, with the
+    head's: ``--old-pools`` names the base's directory."""
+    ops, author = places
+    base = tmp_path / "base-pools"
+    base.mkdir()
+    factories.write(base / "team.yaml", factories.pool("team", mount_sources=["/data"]))
+    path = factories.write(author / "s.yaml", factories.session("pooled", "team"))
+    code, review = diff_json(capsys, str(path), str(path), "--old-pools", str(base))
+    assert code == 1
+    assert [(c["what"], c["old"], c["new"]) for c in review["pool"]] == [
+        ("pool mount_sources", "/data", "(none)")]

@@ -508,6 +508,7 @@ def test_the_json_review_is_the_whole_review_with_credentials_hidden():
                                 "new": "main2"}]},
         "agents": [{"what": "agent1", "old": "unix:///var/run/docker.sock",
                     "new": "ssh://ops@box"}],
+        "pool": [],
         "warnings": ["agent agent1 now points at ssh://ops@box"],
     }
 

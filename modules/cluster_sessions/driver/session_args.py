@@ -123,9 +123,12 @@ def pool_dirs() -> tuple[Path, ...]:
     return operator_pool_dirs(os.environ.get(POOLS_ENV))
 
 
-def load_definition(file: Path, pool: Path | None = None) -> Loaded:
-    """A session definition and its pool, valid and usable together, or DefinitionError."""
-    return check_usable(load_session(file, pool, pool_dirs=pool_dirs()))
+def load_definition(file: Path, pool: Path | None = None,
+                    dirs: Sequence[Path] | None = None) -> Loaded:
+    """A session definition and its pool, valid and usable together, or DefinitionError.
+    ``dirs``: the operator's pool directories, by default :func:`pool_dirs`."""
+    return check_usable(load_session(file, pool,
+                                     pool_dirs=pool_dirs() if dirs is None else dirs))
 
 
 def validate_files(paths: Sequence[Path]) -> list[Problem]:
