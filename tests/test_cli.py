@@ -60,7 +60,7 @@ def test_plan_of_the_multi_node_example_spreads_over_the_lab(capsys):
 
 def test_plan_with_pool_override_can_be_pending_and_exits_3(tmp_path, capsys):
     tiny = tmp_path / "tiny.yaml"
-    tiny.write_text("kind: AgentPool\nname: tiny\nmount_sources: [/tmp]\nagents:\n"
+    tiny.write_text("kind: AgentPool\nname: tiny\nagents:\n"
                     "  - {name: a, docker_host: 'unix:///s', capacity: {cpu: 4, mem: 2g}}\n")
     code, out, err = run(capsys, "plan", str(STACKS / "sessions" / "train-demo.yaml"),
                          "--pool", str(tiny), "--json")

@@ -1282,7 +1282,8 @@ def test_where_a_pool_reference_may_point(tmp_path, monkeypatch):
     assert pool_candidates(None, "lab.yaml") == [tmp_path / "lab.yaml"]
     assert pool_candidates(session, "/abs/lab") == [Path("/abs/lab")]
     assert pool_candidates(session, "~/lab.yaml") == [Path.home() / "lab.yaml"]
-    pools = [tmp_path, tmp_path / "pools", BUILTIN_POOLS]  # conftest: the test's directories
+    pools = operator_dirs()  # conftest: the test's directories, then the project's
+    assert pools[:2] == (tmp_path, tmp_path / "pools") and pools[-1] == BUILTIN_POOLS
     assert pool_candidates(session, "lab") == [d / n for d in pools
                                                for n in ("lab.yaml", "lab.yml")]
     with pytest.raises(PoolNotFound) as err:

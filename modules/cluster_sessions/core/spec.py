@@ -608,6 +608,14 @@ def _dotdot(path: str) -> bool:
     return ".." in path.split("/")
 
 
+SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/var/lock", "/dev/mqueue",
+                   "/run/user")
+"""Directories every user can write on any Linux machine (sticky, world-writable): refused as
+``mount_sources`` before any agent is asked. The rule itself is checked on each agent at ``up``
+(agents/folders.py ``bind_refusals``): no link and no directory anyone but root can write on
+the way of a mount source."""
+
+
 def clean_target(path: str) -> str:
     """A container path as Docker cleans it (Go's ``filepath.Clean``): ``//data/`` is
     ``/data``. POSIX lets a leading ``//`` mean something else, so ``normpath`` keeps it."""
@@ -787,6 +795,10 @@ def pool_problems(pool: Pool) -> list[tuple[str, str]]:
         elif _hidden(root) or any(c in root for c in ",:"):
             found.append((f"mount_sources.{i}", "must not contain control characters, ',' "
                           "or ':'"))
+        elif any(_covers(shared, clean_target(root)) for shared in SHARED_WRITABLE):
+            found.append((f"mount_sources.{i}", f"{root} is in a directory every user (every "
+                          "session) can write: one session could put a link there that "
+                          "another's mount follows; list a directory only root can write"))
     found += _storage_problems(pool)
     if pool.swarm and pool.swarm.manager not in names:
         found.append(("swarm.manager", f"{pool.swarm.manager!r} is not one of the pool's agents "
