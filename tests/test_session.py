@@ -27,6 +27,7 @@ from cluster_sessions.core.plan import (
     container_labels,
     network_labels,
     runs_job,
+    volume_labels,
 )
 from cluster_sessions.core.provider_facts import cpus_read_back, parse_cpus
 from cluster_sessions.core.render import BUNDLE_DIR, pack, pack_entrypoint_argv, render_container
@@ -383,9 +384,12 @@ def test_container_resources_are_per_container_in_docker_units(run: Run):
 
 
 def test_mounts_are_binds_for_paths_and_volumes_for_names(run: Run):
+    own = {"volumeOptions": {"labels": [{"label": k, "value": v}  # made by the session
+                                        for k, v in volume_labels(run.plan).items()]}}
     want = [
         {"target": m.target, "source": m.source, "readOnly": m.read_only,
-         "type": "bind" if m.source.startswith("/") else "volume"}
+         "type": "bind" if m.source.startswith("/") else "volume",
+         **(own if not m.source.startswith("/") and not m.listed else {})}
         for m in run.plan.mounts
     ]
     for c in run.plan.containers:

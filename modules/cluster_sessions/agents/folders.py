@@ -34,8 +34,10 @@ from ..core.folders import (
     bind_component_verdict,
     folder_verdict,
     path_prefixes,
+    volume_verdict,
 )
 from ..core.names import FOLDER_HELPER_LABEL as HELPER_LABEL
+from ..core.names import SESSION_LABEL
 
 HELPER_ROOT = "/cluster-session-storage"
 STAT_HEADER = "X-Docker-Container-Path-Stat"
@@ -234,5 +236,38 @@ def bind_refusals(pool: Any, plan: Any) -> list[tuple[str, str]]:
                     client.close()
         except (AgentError, docker.errors.DockerException) as exc:
             raise AgentsUnusable(f"agent {name}: could not check the session's mount sources: "
+                                 f"{short_error(exc)}; nothing was created") from None
+    return found
+
+
+def volume_refusals(pool: Any, plan: Any) -> list[tuple[str, str]]:
+    """``(dotted path, message)`` for each named volume ``plan`` mounts that the pool does not
+    list and that some agent it uses already holds as another's (core.folders.volume_verdict);
+    read-only. A missing one is made by the first container's mount, with the session's labels
+    (container_args), so it is the session's own from then on."""
+    import docker
+
+    from .connectors import AgentError, connector_for, short_error
+    from .engine import volume_labels
+    from .errors import AgentsUnusable
+
+    own = [(i, m.source) for i, m in enumerate(plan.mounts)
+           if m.folder is None and m.type == "volume" and not m.listed]
+    found: list[tuple[str, str]] = []
+    for name in plan.agents if own else ():
+        try:
+            with connector_for(pool.agent(name)) as conn:
+                client = conn.docker_client()
+                try:
+                    for i, volume in own:
+                        problem = volume_verdict(volume_labels(client, volume), plan.name,
+                                                 SESSION_LABEL)
+                        if problem:
+                            found.append((f"mounts.{i}.source",
+                                          f"on agent {name}: volume {volume} {problem}"))
+                finally:
+                    client.close()
+        except (AgentError, docker.errors.DockerException) as exc:
+            raise AgentsUnusable(f"agent {name}: could not check the session's volumes: "
                                  f"{short_error(exc)}; nothing was created") from None
     return found

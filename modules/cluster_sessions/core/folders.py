@@ -136,3 +136,20 @@ def bind_component_verdict(stat: FolderStat | None, *, last: bool,
         return (f"is owned by uid {stat.uid}, not root: that user can put a link on the "
                 "way of the path")
     return None
+
+
+# --- named volumes: the pool's, or the session's own --------------------------------------------
+
+
+def volume_verdict(labels: Mapping[str, str] | None, session: str, label: str) -> str | None:
+    """None when a session may mount a named volume the pool does not list, else why not.
+    Missing (``labels`` None): the session's first container makes it, with the session's
+    labels (core.plan.volume_labels). Present: it must carry ``label`` = ``session``, i.e. this
+    session made it; any other volume belongs to another workload (a database, another
+    session) and mounting it would hand its files to this one."""
+    if labels is None or labels.get(label) == session:
+        return None
+    owner = labels.get(label)
+    whose = f"session {owner}'s" if owner else "not made by a session"
+    return (f"exists and is {whose} (a volume without {label}={session}): a session mounts "
+            "only volumes it made or those the pool lists in volumes")
