@@ -224,6 +224,7 @@ def diff_json(capsys, *argv: str) -> tuple[int, dict]:
                                  docker_host="unix:///var/run/docker.sock")]},
      "pool agent agent1"),
     ({"mount_sources": ["/srv"]}, "pool mount_sources"),
+    ({"volumes": ["datasets"]}, "pool volumes"),
 ])
 def test_a_change_of_pool_is_a_row_of_the_review(places, capsys, change, row):
     """Containers the same, the pool not: ``diff`` said "no changes" (issue 32)."""

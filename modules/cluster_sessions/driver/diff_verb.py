@@ -4,7 +4,7 @@ Each side is planned against its own pool (the one it names, found in the operat
 directories, or ``--old-pool``/``--new-pool``; ``--pool`` sets both; ``--old-pools DIRS`` gives
 the old side its own directories, e.g. a base revision's ``stacks/pools``), with declared
 capacity, as ``sessionctl plan`` does. A change of pool, or of what it decides for the session
-(each agent it uses: engine, SSH identity, TLS; ``mount_sources``), is a row of the review.
+(each agent it uses: engine, SSH identity, TLS; ``mount_sources``, ``volumes``), is a row.
 ``/dev/null`` (or ``-``) stands for a definition that does not exist on that side: a file
 added or deleted by the change. A definition with ``count: K`` is its K sessions: each is
 compared with the session of the same name on the other side (a count that grows adds
@@ -44,6 +44,7 @@ def pool_rows(pool: Pool, plan: ClusterPlan) -> dict[str, str]:
                f"tls {r.cert_path}" if r.cert_path else ""]
         rows[f"pool agent {name}"] = "; ".join([r.endpoint, *filter(None, how)])
     rows["pool mount_sources"] = ", ".join(pool.mount_sources) or "(none)"
+    rows["pool volumes"] = ", ".join(pool.volumes) or "(none)"
     return rows
 
 
