@@ -85,11 +85,14 @@ def definition(tmp_path, image_tag: str, volume: str, **pool_over):
 
 @pytest.fixture
 def volumes(docker_client):
-    """Volumes a test makes or expects, removed afterwards."""
+    """Volumes a test makes or expects, removed afterwards (with any container still using
+    one: the emulated automation's clean-up comes after this)."""
     names: list[str] = []
     yield names
     for name in names:
         with contextlib.suppress(Exception):
+            for c in docker_client.containers.list(all=True, filters={"volume": name}):
+                c.remove(force=True)
             docker_client.volumes.get(name).remove(force=True)
 
 
