@@ -30,6 +30,22 @@ settings.register_profile("cluster-sessions", deadline=None)
 settings.load_profile("cluster-sessions")
 
 
+FIXTURE_POOLS = (PROJECT / "tests" / "fixtures" / "pools",
+                 PROJECT / "tests" / "fixtures" / "diff" / "pools")
+# The fixtures' pools are the operator's for module-scoped fixtures too (each test adds its own).
+os.environ["CLUSTER_SESSIONS_POOLS"] = os.pathsep.join(map(str, FIXTURE_POOLS))
+
+
+@pytest.fixture(autouse=True)
+def operator_pools_in_tmp_path(monkeypatch, tmp_path, tmp_path_factory):
+    """The suite is the operator of its own pools: those a test writes under its ``tmp_path``
+    (``tmp_path/pools`` for pools given by name), a lab's (under the session's temporary
+    directory) and the fixtures' (``$CLUSTER_SESSIONS_POOLS``). A definition's pool outside
+    the operator's directories is refused (tests/test_pool_trust.py sets its own)."""
+    monkeypatch.setenv("CLUSTER_SESSIONS_POOLS", os.pathsep.join(map(str, [
+        tmp_path, tmp_path / "pools", tmp_path_factory.getbasetemp(), *FIXTURE_POOLS])))
+
+
 def require_docker() -> bool:
     return os.environ.get("CLUSTER_SESSIONS_REQUIRE_DOCKER") == "1"
 

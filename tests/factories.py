@@ -30,6 +30,15 @@ def session(name: str = "train-demo", pool: str = "local", image: str = "img", *
             "resources": {"cpu": cpu, "mem": mem, "shmem": shmem}, **over}
 
 
+def load_session(path: Path, pool: Path | None = None):
+    """The loader as the driver calls it: with the operator's pool directories
+    (``$CLUSTER_SESSIONS_POOLS``: conftest makes them the test's own)."""
+    from cluster_sessions.core import loader
+    from cluster_sessions.driver.session_args import pool_dirs
+
+    return loader.load_session(path, pool, pool_dirs=pool_dirs())
+
+
 def write(path: Path, doc: dict) -> Path:
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path

@@ -90,10 +90,10 @@ def test_a_storage_root_missing_on_the_agent_is_named(docker_client, empty_image
 
 
 def _plan(tmp_path, root, image: str, folder: str):
-    from cluster_sessions.core.loader import load_session
     from cluster_sessions.core.plan import build_plan
 
     from . import factories
+    from .factories import load_session
 
     pool = factories.pool("local-df", factories.agent("agent1"), storage={"data": str(root)})
     doc = factories.session("df-check", image=image, size=2,

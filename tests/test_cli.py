@@ -60,7 +60,7 @@ def test_plan_of_the_multi_node_example_spreads_over_the_lab(capsys):
 
 def test_plan_with_pool_override_can_be_pending_and_exits_3(tmp_path, capsys):
     tiny = tmp_path / "tiny.yaml"
-    tiny.write_text("kind: AgentPool\nname: tiny\nmount_sources: [/tmp]\nagents:\n"
+    tiny.write_text("kind: AgentPool\nname: tiny\nagents:\n"
                     "  - {name: a, docker_host: 'unix:///s', capacity: {cpu: 4, mem: 2g}}\n")
     code, out, err = run(capsys, "plan", str(STACKS / "sessions" / "train-demo.yaml"),
                          "--pool", str(tiny), "--json")
@@ -236,14 +236,12 @@ def test_diff_markdown_and_json_carry_hostile_values_without_control_bytes(tmp_p
         (("mem: 1g", "mem: '" + "9" * 400 + ".5g'"), "resources.mem"),
         ((f"pool: {POOL_FILE}", "pool: ~nosuchuser/p.yaml"), "pool"),
         ((f"pool: {POOL_FILE}", "pool: " + "p" * 300), "pool"),
-        ((f"pool: {POOL_FILE}", "pool: /proc/kallsyms"), None),
+        ((f"pool: {POOL_FILE}", "pool: /proc/kallsyms"), "pool"),
         (("kind: ClusterSession", "kind: ClusterSession\ndistributed: {slots: 0}"),
          "distributed.slots"),
     ],
 )
 def test_invalid_input_exits_2_with_file_and_field(tmp_path, change, field):
-    if "kallsyms" in change[1] and not Path("/proc/kallsyms").exists():
-        pytest.skip("no /proc/kallsyms")
     path = tmp_path / "s.yaml"
     path.write_text(SESSION_TEXT.replace(*change))
     for verb in (["validate"], ["plan", "--json"]):
@@ -251,10 +249,7 @@ def test_invalid_input_exits_2_with_file_and_field(tmp_path, change, field):
                                str(path), *verb[1:]], capture_output=True, text=True,
                               timeout=60)
         assert proc.returncode == 2, proc.stderr
-        if field is None:
-            assert proc.stderr == "/proc/kallsyms: (whole file): file is larger than 1 MiB\n"
-        else:
-            assert proc.stderr.startswith(f"{path}: {field}: "), proc.stderr
+        assert proc.stderr.startswith(f"{path}: {field}: "), proc.stderr
 
 
 def test_a_deleted_working_directory_exits_2_naming_the_pool(tmp_path):

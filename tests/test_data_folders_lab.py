@@ -19,12 +19,13 @@ import pytest
 import yaml
 
 from cluster_sessions.agents.connectors import connector_for
-from cluster_sessions.core.loader import load_file, load_session
+from cluster_sessions.core.loader import load_file
 from cluster_sessions.core.names import HOST_LABEL, SESSION_LABEL
 from cluster_sessions.core.plan import build_plan
 from cluster_sessions.driver import cli
 
 from . import factories
+from .factories import load_session
 from .lab_support import lab_pool, pool_swarm
 from .test_runtime import unique
 

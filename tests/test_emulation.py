@@ -10,12 +10,12 @@ import pytest
 import yaml
 
 from cluster_sessions.core import review
-from cluster_sessions.core.loader import load_session
 from cluster_sessions.core.plan import build_plan
 from cluster_sessions.emulation import connhelper, provider
 from cluster_sessions.emulation.docker_builder import DockerBuilder
 from cluster_sessions.emulation.engine import STACKS, Engine, Registration, run_program
 
+from .factories import load_session
 from .test_session import EXAMPLES, FIXTURE_STACKS, config_of
 
 CONTAINER, NETWORK = provider.CONTAINER, provider.NETWORK

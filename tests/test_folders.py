@@ -20,7 +20,6 @@ from cluster_sessions.core.folders import (
     folder_verdict,
     storage_of,
 )
-from cluster_sessions.core.loader import load_session
 from cluster_sessions.core.plan import build_plan, plan_to_dict
 from cluster_sessions.core.review import definition_fields
 from cluster_sessions.driver.session_args import validate_files
@@ -28,6 +27,7 @@ from cluster_sessions.emulation.engine import Engine, run_program
 from cluster_sessions.pulumi_layer import folders as folder_resources
 
 from . import factories
+from .factories import load_session
 
 CONTAINER = "docker:index/container:Container"
 

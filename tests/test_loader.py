@@ -10,18 +10,15 @@ import pytest
 from cluster_sessions.core import loader
 from cluster_sessions.core.loader import (
     BUILTIN_POOLS,
+    POOLS_ENV,
     PoolNotFound,
     as_json_numbers,
-    find_pool,
     load_file,
-    load_session,
     named_by_file,
+    operator_pool_dirs,
     parse_yaml,
-    pool_candidates,
-    pool_dirs,
     read_text,
     to_model,
-    with_pool,
 )
 from cluster_sessions.core.problems import DefinitionError
 from cluster_sessions.core.spec import Session
@@ -58,6 +55,28 @@ def tree(tmp_path: Path):
         return path
 
     return write
+
+
+def operator_dirs() -> tuple[Path, ...]:
+    """The pool directories the driver passes: this test's (conftest), then the project's."""
+    return operator_pool_dirs(os.environ.get(POOLS_ENV))
+
+
+def load_session(path: Path, pool: Path | None = None) -> loader.Loaded:
+    """The loader as the driver calls it, with the operator's pool directories."""
+    return loader.load_session(path, pool, pool_dirs=operator_dirs())
+
+
+def with_pool(session: Session, path: Path) -> loader.Loaded:
+    return loader.with_pool(session, path, pool_dirs=operator_dirs())
+
+
+def find_pool(ref: str, session: Path | None = None, *, given: bool = False) -> Path:
+    return loader.find_pool(ref, session, given=given, allowed=operator_dirs())
+
+
+def pool_candidates(session: Path | None, ref: str) -> list[Path]:
+    return loader.pool_candidates(session, ref, operator_dirs())
 
 
 def problems_of(path: Path) -> list[str]:
@@ -773,9 +792,10 @@ def test_the_size_limit_counts_what_is_read_not_what_stat_reports(tree):
     kallsyms = Path("/proc/kallsyms")
     if not kallsyms.exists() or kallsyms.stat().st_size != 0:
         pytest.skip("needs /proc/kallsyms (a file that reports size 0)")
-    found = validate_files([tree(SESSION.replace("pool: lab", "pool: /proc/kallsyms"))])
-    assert [(p.file, p.message) for p in found] == [("/proc/kallsyms",
-                                                     "file is larger than 1 MiB")]
+    with pytest.raises(DefinitionError) as err:  # the operator's --pool may name any file
+        load_session(tree(SESSION), kallsyms)
+    assert [(p.file, p.message) for p in err.value.problems] == [("/proc/kallsyms",
+                                                                  "file is larger than 1 MiB")]
 
 
 def test_a_file_growing_past_the_limit_is_refused(tmp_path, monkeypatch):
@@ -1241,21 +1261,19 @@ def test_whole_floats_are_integers_as_json_schema_reads_them():
 
 
 def test_pool_directories_in_the_order_they_are_searched(tmp_path, monkeypatch):
+    """The operator's directories only: $CLUSTER_SESSIONS_POOLS, then the project's; never the
+    working directory's or the definition's folder (whose author may have written a pool)."""
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
-    monkeypatch.setenv("CLUSTER_SESSIONS_POOLS", f"/e1::/e2{os.pathsep}/e1")
-    near = tmp_path / "stacks" / "sessions"
-    assert pool_dirs(near) == [tmp_path / "stacks" / "pools", near / "pools", Path("/e1"),
-                               Path("/e2"), work / "stacks" / "pools", BUILTIN_POOLS]
-    monkeypatch.delenv("CLUSTER_SESSIONS_POOLS")
-    assert pool_dirs() == [work / "stacks" / "pools", BUILTIN_POOLS]
+    assert operator_pool_dirs(f"/e1::/e2{os.pathsep}/e1") == (Path("/e1"), Path("/e2"),
+                                                             BUILTIN_POOLS)
+    assert operator_pool_dirs(None) == operator_pool_dirs("") == (BUILTIN_POOLS,)
     assert Path(loader.__file__).resolve().parents[3] / "stacks" / "pools" == BUILTIN_POOLS
 
 
 def test_where_a_pool_reference_may_point(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("CLUSTER_SESSIONS_POOLS", raising=False)
     session = tmp_path / "s" / "x.yaml"
     assert pool_candidates(session, "p/lab") == [tmp_path / "s" / "p" / "lab",
                                                  tmp_path / "p" / "lab"]
@@ -1264,8 +1282,8 @@ def test_where_a_pool_reference_may_point(tmp_path, monkeypatch):
     assert pool_candidates(None, "lab.yaml") == [tmp_path / "lab.yaml"]
     assert pool_candidates(session, "/abs/lab") == [Path("/abs/lab")]
     assert pool_candidates(session, "~/lab.yaml") == [Path.home() / "lab.yaml"]
-    pools = [tmp_path / "pools", tmp_path / "s" / "pools", tmp_path / "stacks" / "pools",
-             BUILTIN_POOLS]
+    pools = operator_dirs()  # conftest: the test's directories, then the project's
+    assert pools[:2] == (tmp_path, tmp_path / "pools") and pools[-1] == BUILTIN_POOLS
     assert pool_candidates(session, "lab") == [d / n for d in pools
                                                for n in ("lab.yaml", "lab.yml")]
     with pytest.raises(PoolNotFound) as err:
@@ -1277,16 +1295,13 @@ def test_where_a_pool_reference_may_point(tmp_path, monkeypatch):
 def test_a_missing_pool_is_refused_word_for_word(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CLUSTER_SESSIONS_POOLS", str(tmp_path / "env"))
-    session = tmp_path / "s" / "x.yaml"
-    (tmp_path / "s" / "pools").mkdir(parents=True)
+    session = tmp_path / "env" / "s" / "x.yaml"
+    (tmp_path / "env" / "s").mkdir(parents=True)
     for name in ("lab.yaml", "lob.yml", "zeta.yaml", "notes.txt"):
-        (tmp_path / "s" / "pools" / name).write_text(POOL)
-    (tmp_path / "s" / "pools" / "dir.yaml").mkdir()
-    (tmp_path / "env").mkdir()
-    (tmp_path / "env" / "lab.yaml").write_text(POOL)  # listed once
-    looked = ", ".join(f"{d}/nope{ext}" for d in (
-        tmp_path / "pools", tmp_path / "s" / "pools", tmp_path / "env",
-        tmp_path / "stacks" / "pools", BUILTIN_POOLS) for ext in (".yaml", ".yml"))
+        (tmp_path / "env" / name).write_text(POOL)
+    (tmp_path / "env" / "dir.yaml").mkdir()
+    looked = ", ".join(f"{d}/nope{ext}" for d in (tmp_path / "env", BUILTIN_POOLS)
+                       for ext in (".yaml", ".yml"))
     builtin = sorted(f.stem for f in BUILTIN_POOLS.iterdir() if f.suffix in (".yaml", ".yml"))
     exist = ", ".join(dict.fromkeys(["lab", "lob", "zeta", *builtin]))
     with pytest.raises(PoolNotFound) as err:
@@ -1296,21 +1311,15 @@ def test_a_missing_pool_is_refused_word_for_word(tmp_path, monkeypatch):
     with pytest.raises(PoolNotFound) as err:
         find_pool("zetta", session)
     assert str(err.value).endswith(f"); did you mean 'zeta'? (pools that exist: {exist})")
-    with pytest.raises(PoolNotFound) as err:  # a path: no list of names
-        find_pool("p/lab", session)
-    assert str(err.value) == (f"no pool 'p/lab' found (looked for {tmp_path}/s/p/lab, "
-                              f"{tmp_path}/p/lab)")
-    with pytest.raises(PoolNotFound) as err:
-        find_pool("lab.yaml", None)
-    assert str(err.value) == f"no pool 'lab.yaml' found (looked for {tmp_path}/lab.yaml)"
-    assert find_pool("lob", session) == tmp_path / "s" / "pools" / "lob.yml"
-    # a path (a '/', or a name ending in .yaml or .yml) gets no list of names
-    (tmp_path / "s" / "x.yaml").write_text(SESSION)
-    for ref in ("pools/nope", "nope.yaml", "nope.yml"):
+    with pytest.raises(PoolNotFound) as err:  # a path: no list of names; only the candidate
+        find_pool("p/lab", session)           # inside the operator's directories is named
+    assert str(err.value) == f"no pool 'p/lab' found (looked for {tmp_path}/env/s/p/lab)"
+    assert find_pool("lob", session) == tmp_path / "env" / "lob.yml"
+    assert find_pool("../lab.yaml", session) == tmp_path / "env" / "s" / "../lab.yaml"
+    for ref in ("s/nope", "nope.yaml", "nope.yml"):
         with pytest.raises(PoolNotFound) as err:
             find_pool(ref, session)
-        assert str(err.value) == (f"no pool '{ref}' found (looked for {tmp_path}/s/{ref}, "
-                                  f"{tmp_path}/{ref})")
+        assert str(err.value) == f"no pool '{ref}' found (looked for {tmp_path}/env/s/{ref})"
 
 
 def test_where_nothing_can_be_looked_the_message_says_so(tmp_path, monkeypatch):
@@ -1391,12 +1400,9 @@ def test_a_session_checked_with_its_pool_names_its_file(tree):
 
 def test_no_pools_anywhere_gives_no_list(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("CLUSTER_SESSIONS_POOLS", raising=False)
-    monkeypatch.setattr(loader, "BUILTIN_POOLS", tmp_path / "none")
     with pytest.raises(PoolNotFound) as err:
-        find_pool("lab")
-    assert str(err.value) == (f"no pool 'lab' found (looked for {tmp_path}/stacks/pools/lab.yaml, "
-                              f"{tmp_path}/stacks/pools/lab.yml, {tmp_path}/none/lab.yaml, "
+        loader.find_pool("lab", allowed=[tmp_path / "none"])
+    assert str(err.value) == (f"no pool 'lab' found (looked for {tmp_path}/none/lab.yaml, "
                               f"{tmp_path}/none/lab.yml)")
 
 
@@ -1446,7 +1452,8 @@ def test_a_pool_on_the_command_line_replaces_the_definitions(tree, tmp_path):
     with pytest.raises(DefinitionError) as err:
         load_session(tree(SESSION.replace("pool: lab", "pool: ../sessions/s.yaml")))
     assert [(p.path, p.message) for p in err.value.problems] == [
-        ("kind", "expected AgentPool, got ClusterSession")]
+        ("kind", "not an AgentPool file (a pool file says `kind: AgentPool`); its content is "
+                 "not shown")]
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,7 @@ import yaml
 
 from cluster_sessions.agents import capacity, cleanup, facts, gathering
 from cluster_sessions.agents.connectors import agent_props, connector_for
-from cluster_sessions.core.loader import load_file, load_session
+from cluster_sessions.core.loader import load_file
 from cluster_sessions.core.names import LABEL_PREFIX
 from cluster_sessions.core.plan import build_plan
 from cluster_sessions.driver import cli
@@ -49,6 +49,7 @@ from cluster_sessions.pulumi_layer import swarm as swarm_resources
 from tests.conftest import PROJECT
 
 from . import factories
+from .factories import load_session
 from .lab_support import LabPool, lab_pool, leave_swarm, pool_swarm
 
 pytestmark = [pytest.mark.lab, pytest.mark.docker, pytest.mark.slow]

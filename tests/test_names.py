@@ -65,9 +65,10 @@ def test_the_names_check_sees_a_name_written_inline(source):
 
 
 def test_every_label_the_plan_writes_is_a_named_key(tmp_path):
-    from cluster_sessions.core.loader import load_session
     from cluster_sessions.core.plan import build_plan
     from tests import factories
+
+    from .factories import load_session
 
     factories.write(tmp_path / "pool.yaml", factories.pool("p", factories.agent()))
     path = factories.write(tmp_path / "s.yaml", factories.session("labelled", str(tmp_path /

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 
-from cluster_sessions.core.loader import load_session
 from cluster_sessions.core.names import HOST_LABEL, ROLE_LABEL, SESSION_LABEL
 from cluster_sessions.core.plan import build_plan, container_labels, network_labels
 from cluster_sessions.driver import logs, observe, status, wait_verb
@@ -30,6 +29,7 @@ from cluster_sessions.driver.cli import main
 from cluster_sessions.driver.errors import CommandError, Exit
 
 from . import factories
+from .factories import load_session
 
 DOCKER_HOST = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
 BUSYBOX = Path("/bin/busybox")

@@ -275,7 +275,7 @@ def test_pool_verbs_and_definitions_find_a_pool_name_in_the_same_place(tmp_path,
                                                                         capsys):
     """One lookup rule (loader.find_pool): a name in $CLUSTER_SESSIONS_POOLS is found by the
     pool verbs and by a definition outside the project alike (issue 12)."""
-    from cluster_sessions.core.loader import load_session
+    from cluster_sessions.driver.session_args import load_definition
 
     mine = tmp_path / "my-pools"
     mine.mkdir()
@@ -285,7 +285,7 @@ def test_pool_verbs_and_definitions_find_a_pool_name_in_the_same_place(tmp_path,
     factories.write(session, factories.session("lookup", "shared"))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CLUSTER_SESSIONS_POOLS", str(mine))
-    assert pool_verbs.pool_path("shared") == pool == load_session(session).pool_file
+    assert pool_verbs.pool_path("shared") == pool == load_definition(session).pool_file
     monkeypatch.delenv("CLUSTER_SESSIONS_POOLS")
     assert cli.main(["pool", "check", "shared"]) == Exit.INVALID
     verb_err = capsys.readouterr().err
@@ -294,10 +294,8 @@ def test_pool_verbs_and_definitions_find_a_pool_name_in_the_same_place(tmp_path,
     def looked(err: str) -> list[str]:
         return err.split("(looked for ", 1)[1].rstrip(")\n").split(", ")
 
-    # the definition looks beside itself first, then where the verbs look, in the same order
-    assert looked(definition_err)[:2] == [str(session.parent.parent / "pools" / "shared.yaml"),
-                                          str(session.parent.parent / "pools" / "shared.yml")]
-    assert looked(definition_err)[4:] == looked(verb_err)
+    # the definition looks where the verbs look (the operator's directories), in that order
+    assert looked(definition_err) == looked(verb_err)
     assert verb_err.startswith("sessionctl pool: no pool 'shared' found")
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,7 +31,6 @@ import pytest
 import yaml
 
 from cluster_sessions.agents import cleanup
-from cluster_sessions.core.loader import load_session
 from cluster_sessions.core.names import LABEL_PREFIX
 from cluster_sessions.core.plan import build_plan
 from cluster_sessions.driver import cli
@@ -43,6 +43,7 @@ from cluster_sessions.lab import engines
 from tests.conftest import PROJECT
 
 from . import factories
+from .factories import load_session
 from .lab_support import LabPool, lab_pool, pool_swarm
 
 pytestmark = [pytest.mark.lab, pytest.mark.docker, pytest.mark.slow]
@@ -89,14 +90,22 @@ class Lab(LabPool):
         return found
 
 
+MOUNTS = Path("/run") / f"cst-rlab-{uuid.uuid4().hex[:8]}"
+"""What the scenarios mount (data in mounts must survive): a directory only root can write,
+outside /tmp (a mount source below a directory others can write is refused, issue 32)."""
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    # the scenarios mount a folder of their own tmp_path (data in mounts must survive); a
-    # short connect timeout: some of them stop an agent's engine
-    with lab_pool(tmp_path_factory, PREFIX, SUBNET, 2, name="rlab", kind=Lab,
-                  capacity={"cpu": 2, "mem": "4g", "gpus": []}, connect_timeout=60,
-                  mount_sources=[str(tmp_path_factory.getbasetemp())]) as built:
-        yield built
+    # a short connect timeout: some of the scenarios stop an agent's engine
+    MOUNTS.mkdir(mode=0o755)
+    try:
+        with lab_pool(tmp_path_factory, PREFIX, SUBNET, 2, name="rlab", kind=Lab,
+                      capacity={"cpu": 2, "mem": "4g", "gpus": []}, connect_timeout=60,
+                      mount_sources=[str(MOUNTS)]) as built:
+            yield built
+    finally:
+        shutil.rmtree(MOUNTS, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -196,9 +205,9 @@ def test_a_restarted_dockerd_brings_its_containers_back_and_the_mesh_whole(
     still there."""
     name = f"rel-restart-{uuid.uuid4().hex[:4]}"
     automation.names.append(name)
-    data = tmp_path / "data"
-    data.mkdir(mode=0o777)
-    data.chmod(0o777)
+    data = MOUNTS / name
+    data.mkdir(mode=0o755)
+    os.chown(data, 9001, 9001)  # the session user's (the default uid), closed to others
     path = str(lab.session(tmp_path, name, 2, mode="multi-node", cpu=2,
                            mounts=[{"source": str(data), "target": "/home/work/data"}]))
     assert ctl(capsys, "up", path, "--yes")[0] == 0

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster_sessions.core.loader import load_session
 from cluster_sessions.core.plan import build_plan, build_plans
 from cluster_sessions.core.review import (
     MAX_VALUE,
@@ -34,6 +33,7 @@ from cluster_sessions.driver.cli import main
 from cluster_sessions.driver.errors import Exit
 
 from . import factories
+from .factories import load_session
 
 PAIRS = Path(__file__).parent / "fixtures" / "diff"
 PROJECT_SESSIONS = sorted((Path(__file__).parent.parent / "stacks" / "sessions").glob("*.yaml"))
@@ -511,6 +511,7 @@ def test_the_json_review_is_the_whole_review_with_credentials_hidden():
         "agents": [{"what": "agent1", "old": "unix:///var/run/docker.sock",
                     "new": "ssh://ops@box"}],
         "files": {}, "left": False,
+        "pool": [],
         "warnings": ["agent agent1 now points at ssh://ops@box"],
     }
 

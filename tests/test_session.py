@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster_sessions.core.loader import load_session
 from cluster_sessions.core.names import BUNDLE_DIGEST_LABEL, ENDPOINT_LABEL
 from cluster_sessions.core.plan import (
     ClusterPlan,
@@ -28,6 +27,7 @@ from cluster_sessions.core.plan import (
     container_labels,
     network_labels,
     runs_job,
+    volume_labels,
 )
 from cluster_sessions.core.provider_facts import cpus_read_back, parse_cpus
 from cluster_sessions.core.render import BUNDLE_DIR, pack, pack_entrypoint_argv, render_container
@@ -44,6 +44,8 @@ from cluster_sessions.emulation.engine import stack_config as stack_file_config
 from cluster_sessions.pulumi_layer import keystore
 from cluster_sessions.pulumi_layer.program import InvalidDefinition
 from cluster_sessions.pulumi_layer.session import TYPE_TOKEN, SessionArgs, SessionPending
+
+from .factories import load_session
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 CONTAINER = "docker:index/container:Container"
@@ -382,9 +384,12 @@ def test_container_resources_are_per_container_in_docker_units(run: Run):
 
 
 def test_mounts_are_binds_for_paths_and_volumes_for_names(run: Run):
+    own = {"volumeOptions": {"labels": [{"label": k, "value": v}  # made by the session
+                                        for k, v in volume_labels(run.plan).items()]}}
     want = [
         {"target": m.target, "source": m.source, "readOnly": m.read_only,
-         "type": "bind" if m.source.startswith("/") else "volume"}
+         "type": "bind" if m.source.startswith("/") else "volume",
+         **(own if not m.source.startswith("/") and not m.listed else {})}
         for m in run.plan.mounts
     ]
     for c in run.plan.containers:

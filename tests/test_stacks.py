@@ -465,8 +465,9 @@ def test_no_docker_engine_on_a_unix_agent_exits_4_with_the_cli_problem_too(
 
 
 def test_remote_agents_are_not_probed_before_the_engine(tmp_path):
-    from cluster_sessions.core.loader import load_session
     from cluster_sessions.core.plan import build_plan
+
+    from .factories import load_session
 
     loaded = load_session(write_session(tmp_path, docker_host="ssh://ops@10.0.0.1"))
     plan = build_plan(loaded.session, loaded.pool)
@@ -643,8 +644,9 @@ def test_an_unknown_option_is_said_with_the_verbs_own_usage(tmp_path, capsys, ve
 
 def test_an_agent_with_an_ssh_block_is_not_probed_here_before_the_engine(tmp_path):
     """Its unix:// docker_host is the engine as the agent reaches it, not a socket here."""
-    from cluster_sessions.core.loader import load_session
     from cluster_sessions.core.plan import build_plan
+
+    from .factories import load_session
 
     path = factories.write_pair(tmp_path, factories.session("remote-unix", image="busybox"),
                                 factories.pool("test", factories.agent(

@@ -11,7 +11,8 @@ Everyone who needs a session's containers or networks asks here (``status``, ``l
 - inspect to typed facts: :func:`container_facts` and :func:`network_facts` read ``docker
   inspect`` output (the same over a shell and through the API) into dataclasses, the only
   readers of our labels and the engine's ``State``;
-- remove: :func:`remove` through the SDK, :func:`removal_command` over a shell.
+- remove: :func:`remove` through the SDK, :func:`removal_command` over a shell;
+- a named volume's labels (:func:`volume_labels`): whose it is.
 """
 
 from __future__ import annotations
@@ -193,6 +194,17 @@ def session_containers(client: Any, session: str | None = None) -> list[Any]:
     session or (no name) any; one removed meanwhile is left out."""
     return client.containers.list(all=True, ignore_removed=True,
                                   filters={"label": session_label_filter(session)})
+
+
+def volume_labels(client: Any, name: str) -> Mapping[str, str] | None:
+    """The labels of the named volume ``name`` on this engine ({} when it has none), or None
+    when there is no such volume."""
+    import docker
+
+    try:
+        return client.api.inspect_volume(name).get("Labels") or {}
+    except docker.errors.NotFound:
+        return None
 
 
 def session_network_attrs(client: Any, session: str | None = None) -> list[Mapping[str, Any]]:

@@ -24,6 +24,7 @@ from .plan import (
     container_labels,
     network_labels,
     runs_job,
+    volume_labels,
 )
 from .provider_facts import cpus_argument, gpu_device_request
 from .render import pack_entrypoint_argv
@@ -45,6 +46,8 @@ class MountArgs:
     source: str
     type: str  # bind (a host path) | volume (a name)
     read_only: bool
+    # a volume of the session's own: the labels the engine gives it when the mount creates it
+    volume_labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -135,7 +138,10 @@ def container_args(plan: ClusterPlan, c: ContainerPlan, endpoint: str = "") -> C
         memory_swap=memory_mb(res.mem),
         shm_size=memory_mb(res.shmem),
         device_requests=tuple(r for r in [gpu_device_request(c.gpus)] if r),
-        mounts=tuple(MountArgs(m.target, m.source, m.type, m.read_only) for m in plan.mounts),
+        mounts=tuple(MountArgs(m.target, m.source, m.type, m.read_only,
+                               tuple(volume_labels(plan).items())
+                               if m.type == "volume" and not m.listed else ())
+                     for m in plan.mounts),
         labels=_with_endpoint(container_labels(plan, c), endpoint),
         # A finished job stays finished: no restart policy, and must_run off, since the
         # provider starts a stopped container again on the next up (provider-fidelity.md).

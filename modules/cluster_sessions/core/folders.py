@@ -93,3 +93,63 @@ def folder_verdict(stat: FolderStat | None, uid: int) -> str | None:
         return (f"is owned by uid {stat.uid}, not the session user's {uid}: it is another "
                 "user's folder")
     return None
+
+
+# --- host paths a container binds: what the engine resolves at every start ----------------------
+
+MODE_WRITE_OTHERS = 0o022
+"""Group or other write: whoever has it can swap an entry for a link between two starts."""
+
+
+def path_prefixes(path: str) -> list[str]:
+    """``/``, then each component of a clean absolute ``path`` down to itself:
+    ``/srv/data`` -> ``["/", "/srv", "/srv/data"]``."""
+    parts = [p for p in path.split("/") if p]
+    return ["/", *("/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1))]
+
+
+def bind_component_verdict(stat: FolderStat | None, *, last: bool,
+                           root_only: bool = False) -> str | None:
+    """None when one component of a bind source's path cannot be changed by anyone but root,
+    else why not. The engine follows links in a bind source when the container starts, and
+    again at every restart, so what a path resolves to is decided by the directories on its
+    way: each of those (every component above the last, and the last too when ``root_only``)
+    must be a directory owned by root that neither its group nor others can write, and no
+    component may be a link. The last component (what is mounted) must not be a link nor
+    writable by group or others, whoever owns it."""
+    if stat is None:
+        return "does not exist"
+    if stat.mode & MODE_SYMLINK or stat.link_target:
+        return (f"is a symbolic link (to {stat.link_target!r}), which the engine follows at "
+                "every start: name the directory itself")
+    perm = stat.mode & 0o777
+    if perm & MODE_WRITE_OTHERS:
+        who = ("group and others" if perm & MODE_WRITE_OTHERS == MODE_WRITE_OTHERS
+               else "its group" if perm & 0o020 else "others")
+        return (f"is writable by {who} (mode {perm:o}): whoever can write there can put a "
+                "link in its place or on its way")
+    if last and not root_only:
+        return None
+    if not stat.mode & MODE_DIR:
+        return "is not a directory"
+    if stat.uid is not None and stat.uid != 0:
+        return (f"is owned by uid {stat.uid}, not root: that user can put a link on the "
+                "way of the path")
+    return None
+
+
+# --- named volumes: the pool's, or the session's own --------------------------------------------
+
+
+def volume_verdict(labels: Mapping[str, str] | None, session: str, label: str) -> str | None:
+    """None when a session may mount a named volume the pool does not list, else why not.
+    Missing (``labels`` None): the session's first container makes it, with the session's
+    labels (core.plan.volume_labels). Present: it must carry ``label`` = ``session``, i.e. this
+    session made it; any other volume belongs to another workload (a database, another
+    session) and mounting it would hand its files to this one."""
+    if labels is None or labels.get(label) == session:
+        return None
+    owner = labels.get(label)
+    whose = f"session {owner}'s" if owner else "not made by a session"
+    return (f"exists and is {whose} (a volume without {label}={session}): a session mounts "
+            "only volumes it made or those the pool lists in volumes")

@@ -18,6 +18,7 @@ import difflib
 import os
 import re
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -342,36 +343,40 @@ def _cwd() -> Path | None:
 
 
 POOLS_ENV = "CLUSTER_SESSIONS_POOLS"
-"""Directories (``:``-separated) to look in for a pool given by name."""
+"""Directories (``os.pathsep``-separated) where the operator keeps pools; the driver and the
+program read it (:func:`operator_pool_dirs`), the loader only takes the directories."""
 BUILTIN_POOLS = Path(__file__).resolve().parents[3] / STACKS_DIR / POOLS_DIR
 """The project's own pools (``local``, the embedded default), found from anywhere."""
 
 
-def pool_dirs(near: Path | None = None) -> list[Path]:
-    """Where a pool *name* is looked up, in this order (the first file found wins):
+def operator_pool_dirs(env_value: str | None) -> tuple[Path, ...]:
+    """Where pools are found, in this order (the first file found wins): each directory of
+    ``$CLUSTER_SESSIONS_POOLS`` (``env_value``), then the project's own ``stacks/pools``.
 
-    1. beside the definition: ``<its folder>/../pools`` and ``<its folder>/pools`` (the
-       ``stacks/sessions`` + ``stacks/pools`` layout, wherever it is copied);
-    2. each directory of ``$CLUSTER_SESSIONS_POOLS``;
-    3. ``stacks/pools`` of the working directory;
-    4. the project's own ``stacks/pools`` (so ``pool: local`` always resolves).
-    """
-    dirs = [near.parent / "pools", near / "pools"] if near is not None else []
-    dirs += [Path(d) for d in os.environ.get(POOLS_ENV, "").split(os.pathsep) if d]
-    cwd = _cwd()
-    if cwd is not None:
-        dirs.append(cwd / STACKS_DIR / POOLS_DIR)
+    The pool is the operator's trust boundary (it chooses the engines, SSH identities, TLS
+    material and mount sources), so these are the operator's directories only: never a
+    folder beside the definition, whose author may have written a pool of their own there."""
+    dirs = [Path(d).expanduser() for d in (env_value or "").split(os.pathsep) if d]
     dirs.append(BUILTIN_POOLS)
-    return list(dict.fromkeys(dirs))
+    return tuple(dict.fromkeys(dirs))
 
 
 class PoolNotFound(InvalidInput, LookupError):
     """A pool reference that leads to no file; the message says where it looked, or why not."""
 
 
-def pool_candidates(session_file: Path | None, pool_ref: str) -> list[Path]:
+class PoolOutsideOperatorDirs(PoolNotFound):
+    """A definition's ``pool:`` path that resolves outside the operator's pool directories."""
+
+
+def _is_path(ref: str) -> bool:
+    return "/" in ref or ref.endswith((".yaml", ".yml"))
+
+
+def pool_candidates(session_file: Path | None, pool_ref: str,
+                    allowed: Sequence[Path]) -> list[Path]:
     """Where a pool reference may point: a path (relative to the definition's folder, then the
-    working directory), or a name looked up in :func:`pool_dirs`.
+    working directory), or a name looked up in ``allowed`` (:func:`operator_pool_dirs`).
 
     Raises PoolNotFound for a ``~user`` that does not exist."""
     cwd = _cwd()
@@ -379,7 +384,7 @@ def pool_candidates(session_file: Path | None, pool_ref: str) -> list[Path]:
         base = session_file.resolve().parent if session_file is not None else None
     except OSError:  # a relative name, and the working directory is gone
         base = None
-    if "/" in pool_ref or pool_ref.endswith((".yaml", ".yml")):
+    if _is_path(pool_ref):
         try:
             ref = Path(pool_ref).expanduser()
         except RuntimeError:  # ~nosuchuser
@@ -389,17 +394,41 @@ def pool_candidates(session_file: Path | None, pool_ref: str) -> list[Path]:
             return [ref]
         return [d / ref for d in (base, cwd) if d is not None]
     names = [f"{pool_ref}.yaml", f"{pool_ref}.yml"]
-    return [d / n for d in pool_dirs(base) for n in names]
+    return [d / n for d in allowed for n in names]
 
 
-def find_pool(ref: str, session_file: Path | None = None, *, given: bool = False) -> Path:
+def inside(path: Path, allowed: Sequence[Path]) -> bool:
+    """``path``, every link on its way resolved (nothing is opened), is in one of ``allowed``
+    (resolved the same way): ``pools/../../etc/x`` and a link out of a pool directory are
+    not."""
+    try:
+        real = path.resolve()
+        return any(real.is_relative_to(d.resolve()) for d in allowed)
+    except (OSError, RuntimeError):  # a link loop, a name too long, cwd gone: not inside
+        return False
+
+
+def find_pool(ref: str, session_file: Path | None = None, *, given: bool = False,
+              allowed: Sequence[Path] = (BUILTIN_POOLS,)) -> Path:
     """The pool file a reference means: the one rule for a definition's ``pool:``, ``--pool``
-    and the pool verbs' POOL (``given``: typed on the command line, where a file that exists
-    as written is that file, even without ``/`` or ``.yaml``). Raises PoolNotFound."""
+    and the pool verbs' POOL. ``allowed``: the operator's pool directories
+    (:func:`operator_pool_dirs`). A definition's reference must resolve inside one of them;
+    ``given`` (typed by the operator: ``--pool``, the stack's ``cluster-sessions:pool``, a pool
+    verb's POOL) may name any file, and a file that exists as written is that file, even
+    without ``/`` or ``.yaml``. Raises PoolNotFound (PoolOutsideOperatorDirs)."""
     unusable: list[str] = []
     if given and _is_file(Path(ref), unusable):
         return Path(ref)
-    candidates = pool_candidates(session_file, ref)
+    candidates = pool_candidates(session_file, ref, allowed)
+    if not given:
+        outside = [c for c in candidates if not inside(c, allowed)]
+        candidates = [c for c in candidates if c not in outside]
+        if outside and not candidates:
+            where = ", ".join(str(d) for d in allowed)
+            raise PoolOutsideOperatorDirs(
+                f"{ref!r} is outside the directories the operator keeps pools in ({where}); "
+                "its file was not read: name a pool there (`pool: local`), or ask the operator "
+                f"to add its directory to ${POOLS_ENV} or to run with --pool")
     found = next((c for c in candidates if _is_file(c, unusable)), None)
     if found is None:
         looked = ", ".join(dict.fromkeys(str(c) for c in candidates)) or "nowhere"
@@ -414,7 +443,7 @@ def find_pool(ref: str, session_file: Path | None = None, *, given: bool = False
 def _pool_hint(ref: str, candidates: list[Path]) -> str:
     """For a pool *name*, the pools that do exist where it was looked up, and the closest
     (a typo is the usual cause, as with unknown keys)."""
-    if "/" in ref or ref.endswith((".yaml", ".yml")):
+    if _is_path(ref):
         return ""
     names: list[str] = []
     for folder in dict.fromkeys(c.parent for c in candidates):
@@ -438,27 +467,52 @@ def _is_file(path: Path, unusable: list[str]) -> bool:
         return False
 
 
-def load_session(session_file: Path, pool_file: Path | None = None) -> Loaded:
+def load_session(session_file: Path, pool_file: Path | None = None, *,
+                 pool_dirs: Sequence[Path] = (BUILTIN_POOLS,)) -> Loaded:
     """A session and its pool, both valid and consistent, or DefinitionError with them all."""
     file = str(session_file)
     data = parse_yaml(read_text(session_file), file)
     session = to_model(data, file, expect="ClusterSession")
     assert isinstance(session, Session)
-    return with_pool(session, session_file, pool_file, name_from_file=named_by_file(data))
+    return with_pool(session, session_file, pool_file, name_from_file=named_by_file(data),
+                     pool_dirs=pool_dirs)
 
 
 def with_pool(session: Session, session_file: Path, pool_file: Path | None = None, *,
-              name_from_file: bool = False) -> Loaded:
-    """``pool_file``: a pool given on the command line (``--pool``, a file or a name) that
-    replaces the definition's own ``pool:``; both are found by :func:`find_pool`."""
+              name_from_file: bool = False,
+              pool_dirs: Sequence[Path] = (BUILTIN_POOLS,)) -> Loaded:
+    """``pool_file``: a pool given by the operator (``--pool``, the stack's
+    ``cluster-sessions:pool``: a file or a name) that replaces the definition's own ``pool:``;
+    both are found by :func:`find_pool` in ``pool_dirs``, the definition's only there."""
     file = str(session_file)
     try:
         if pool_file is None:
-            pool_file = find_pool(session.pool, session_file)
+            pool_file = find_pool(session.pool, session_file, allowed=pool_dirs)
         else:
-            pool_file = find_pool(str(pool_file), session_file, given=True)
+            pool_file = find_pool(str(pool_file), session_file, given=True, allowed=pool_dirs)
     except PoolNotFound as exc:
         raise DefinitionError([Problem(file, "pool", str(exc))]) from None
-    pool = load_file(pool_file, expect="AgentPool")
-    assert isinstance(pool, Pool)
+    pool = load_pool_file(pool_file)
     return Loaded(session, session_file, pool, pool_file, name_from_file)
+
+
+_CLAIMS_POOL = re.compile(r"^kind:[ \t]*[\"']?AgentPool[\"']?[ \t]*(#.*)?$", re.MULTILINE)
+
+
+def load_pool_file(path: Path) -> Pool:
+    """An AgentPool, or DefinitionError. A file that does not say ``kind: AgentPool`` is refused
+    as a whole, without a problem that quotes it: YAML problems and field messages echo values
+    (``'0022' is octal``), and a pool must not turn ``validate`` into a way to print a file
+    the operator's user can read."""
+    text = read_text(path)
+    file = str(path)
+    not_a_pool = DefinitionError([Problem(file, "kind", "not an AgentPool file (a pool file "
+                                          "says `kind: AgentPool`); its content is not shown")])
+    if not _CLAIMS_POOL.search(text):
+        raise not_a_pool
+    data = parse_yaml(text, file)  # it says it is a pool: its own problems are shown
+    if not isinstance(data, dict) or data.get("kind") != "AgentPool":
+        raise not_a_pool
+    pool = to_model(data, file, expect="AgentPool")
+    assert isinstance(pool, Pool)
+    return pool

@@ -81,6 +81,7 @@ class PlannedMount:
     folder: str | None = None  # a data folder: made if missing, never removed
     storage: str | None = None
     root: str | None = None  # the storage root the folder is in
+    listed: bool = False  # a named volume the pool lists (``volumes``): the operator's, shared
 
     @property
     def type(self) -> str:
@@ -98,7 +99,8 @@ def planned_mounts(session: Session, pool: Pool) -> tuple[PlannedMount, ...]:
     out = []
     for m in session.mounts:
         if m.folder is None:
-            out.append(PlannedMount(m.source or "", m.target, m.read_only))
+            out.append(PlannedMount(m.source or "", m.target, m.read_only,
+                                    listed=m.source in pool.volumes))
             continue
         storage, _ = storage_of(pool.storage, m.storage)
         source = folder_path(pool.storage[storage], m.folder) if storage else ""
@@ -249,6 +251,13 @@ def network_labels(plan: ClusterPlan) -> dict[str, str]:
     return {SESSION_LABEL: plan.name, SESSION_ID_LABEL: plan.session_id,
             MTU_LABEL: str(plan.network.mtu or ""),
             ENCRYPTED_LABEL: "true" if plan.network.encrypted else "false"}
+
+
+def volume_labels(plan: ClusterPlan) -> dict[str, str]:
+    """Labels of a named volume the session makes (one the pool does not list): the engine
+    gives them when the first container's mount creates it, and they are what says, on any
+    later ``up``, that the volume is this session's own (agents/folders.py)."""
+    return {SESSION_LABEL: plan.name}
 
 
 def request_of(resources: Resources) -> Request:

@@ -98,6 +98,7 @@ class Review:
     host_env: Mapping[str, tuple[Change, ...]]  # changes particular to one container
     agents: tuple[Change, ...]  # docker_host of an agent the session uses
     warnings: tuple[str, ...] = field(default=())
+    pool: tuple[Change, ...] = ()  # the pool, and what it decides for the session
     pending: bool = False  # the new definition cannot be placed: ``up`` fails
     deleted: bool = False  # the definition is gone: only ``destroy`` removes its session
     # the rendered files (the bundle up uploads) that change, by host
@@ -113,7 +114,8 @@ class Review:
         return (any(c.action != SAME for c in self.containers)
                 or (self.network is not None and self.network.action != SAME)
                 or bool(self.definition or self.user_env or self.cluster_env or self.agents
-                        or self.files or self.left or self.old_name != self.name))
+                        or self.files or self.left or self.pool
+                        or self.old_name != self.name))
 
     @property
     def summary(self) -> str:
@@ -372,9 +374,13 @@ def _container_change(old: ClusterPlan, new: ClusterPlan, o: ContainerPlan, n: C
 
 def diff_plans(old: ClusterPlan | None, new: ClusterPlan | None,
                old_hosts: Mapping[str, str] | None = None,
-               new_hosts: Mapping[str, str] | None = None) -> Review:
+               new_hosts: Mapping[str, str] | None = None, *,
+               old_pool: Mapping[str, str] | None = None,
+               new_pool: Mapping[str, str] | None = None) -> Review:
     """What applying ``new`` to a stack holding ``old`` does. ``*_hosts``: agent name to its
-    ``docker_host`` (from the pools), to see an agent that points at another engine."""
+    ``docker_host`` (from the pools), to see an agent that points at another engine.
+    ``*_pool``: the pool a side is planned on and what it decides for the session (a row
+    each, e.g. ``pool``, ``pool.agent1``, ``pool.mount_sources``), each change a row."""
     if old is None and new is None:
         raise ValueError("nothing to compare: both sides are empty")
     old_hosts, new_hosts = old_hosts or {}, new_hosts or {}
@@ -487,7 +493,10 @@ def diff_plans(old: ClusterPlan | None, new: ClusterPlan | None,
                   user_env=tuple(user_env), cluster_env=tuple(shared),
                   host_env={h: tuple(c) for h, c in per_host.items() if c},
                   agents=tuple(moved), warnings=tuple(warnings),
-                  pending=new is not None and new.pending, deleted=new is None, files=files)
+                  pending=new is not None and new.pending, deleted=new is None, files=files,
+                  pool=tuple(_dict_changes(old_pool or {}, new_pool or {},
+                                           list(dict.fromkeys([*(old_pool or {}),
+                                                               *(new_pool or {})])))))
 
 
 def left_running(old: ClusterPlan, hosts: Mapping[str, str] | None = None) -> Review:
@@ -717,6 +726,11 @@ def to_markdown(review: Review, old_label: str = "old", new_label: str = "new") 
         lines += ["#### Network", "", f"{code(net.name)} ({where}): {text}"]
         lines += [_change_line(c, c.what) for c in net.changes]
         lines.append("")
+    if review.pool:
+        lines += ["#### Pool", "", "| field | old | new |", "|---|---|---|"]
+        lines += ["| {} | {} | {} |".format(c.what, *changed(c.old, c.new, cell=True))
+                  for c in review.pool]
+        lines.append("")
     if review.agents:
         lines += ["#### Agents", ""]
         lines += [_change_line(c, f"{c.what} docker_host") for c in review.agents]
@@ -802,5 +816,6 @@ def review_to_dict(review: Review) -> dict:
         "agents": [ch(c) for c in review.agents],
         "files": {h: list(names) for h, names in review.files.items()},
         "left": review.left,
+        "pool": [ch(c) for c in review.pool],
         "warnings": list(review.warnings),
     }

@@ -334,6 +334,9 @@ class Pool(_Model):
     network: PoolNetwork = PoolNetwork()
     # Host directories whose contents a session may mount (at or below each); none by default.
     mount_sources: Annotated[tuple[NonEmpty, ...], BeforeValidator(_listed)] = ()
+    # Named volumes any session of the pool may mount (the operator's, e.g. shared datasets);
+    # any other volume a session mounts is its own: made by it, labelled with its name.
+    volumes: Annotated[tuple[NonEmpty, ...], BeforeValidator(_listed)] = ()
     # Storage roots for data folders, by name: host directories present on every agent (an
     # NFS mount, say); a session's {folder: NAME} is <root>/NAME (core.folders).
     storage: dict[str, NonEmpty] = {}
@@ -601,8 +604,10 @@ def mount_target_allowed(target: str, home: str) -> bool:
 
 def mount_source_problems(session: Session, pool: Pool) -> list[tuple[str, str]]:
     """A host path may be mounted only at or below a directory the pool's ``mount_sources``
-    lists (the operator's choice; none by default), compared as Docker cleans paths. Named
-    volumes stay allowed: they hold only what sessions put there."""
+    lists (the operator's choice; none by default), compared as Docker cleans paths. A named
+    volume is the pool's (``volumes``) or the session's own (agents/folders.py
+    ``volume_refusals`` checks that on the agents), so the sessions of a count cannot share
+    one the pool does not list."""
     found: list[tuple[str, str]] = []
     roots = [clean_target(r) for r in pool.mount_sources]
     folders: dict[tuple[str, str], int] = {}
@@ -618,6 +623,11 @@ def mount_source_problems(session: Session, pool: Pool) -> list[tuple[str, str]]
                               f"{folders[(storage, mount.folder)]})"))
             folders.setdefault((storage or "", mount.folder), i)
             continue
+        if (mount.source is not None and VOLUME_NAME.fullmatch(mount.source)
+                and session.count > 1 and mount.source not in pool.volumes):
+            found.append((f"mounts.{i}.source", f"volume {mount.source!r} would be shared by "
+                          f"the {session.count} sessions of count: a volume a session makes is "
+                          "its own; list it in the pool's volumes to share it"))
         if mount.source is None or not mount.source.startswith("/") or _dotdot(mount.source):
             continue  # a volume name, or a problem session_problems names
         source = clean_target(mount.source)
@@ -638,6 +648,14 @@ def _allowed_sources(pool: Pool) -> str:
 
 def _dotdot(path: str) -> bool:
     return ".." in path.split("/")
+
+
+SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/var/lock", "/dev/mqueue",
+                   "/run/user")
+"""Directories every user can write on any Linux machine (sticky, world-writable): refused as
+``mount_sources`` before any agent is asked. The rule itself is checked on each agent at ``up``
+(agents/folders.py ``bind_refusals``): no link and no directory anyone but root can write on
+the way of a mount source."""
 
 
 def clean_target(path: str) -> str:
@@ -819,6 +837,14 @@ def pool_problems(pool: Pool) -> list[tuple[str, str]]:
         elif _hidden(root) or any(c in root for c in ",:"):
             found.append((f"mount_sources.{i}", "must not contain control characters, ',' "
                           "or ':'"))
+        elif any(_covers(shared, clean_target(root)) for shared in SHARED_WRITABLE):
+            found.append((f"mount_sources.{i}", f"{root} is in a directory every user (every "
+                          "session) can write: one session could put a link there that "
+                          "another's mount follows; list a directory only root can write"))
+    for i, volume in enumerate(pool.volumes):
+        if not VOLUME_NAME.fullmatch(volume):
+            found.append((f"volumes.{i}", f"{volume!r} is not a volume name (letters, digits, "
+                          "'_', '.', '-', starting with a letter or digit)"))
     found += _storage_problems(pool)
     if pool.swarm and pool.swarm.manager not in names:
         found.append(("swarm.manager", f"{pool.swarm.manager!r} is not one of the pool's agents "

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..core.loader import load_file
+from ..core.loader import load_pool_file
 from ..core.names import POOL_DEFINITION_KEY, config_key, session_label_filter
 from ..core.spec import Pool
 from ..core.terminal import printable, table
@@ -42,8 +42,9 @@ def pool_path(ref: str) -> Path:
     """A pool file: a file as written, or found as a definition's ``pool:`` is
     (:func:`cluster_sessions.core.loader.find_pool`, the one lookup rule)."""
     from ..core.loader import find_pool
+    from .session_args import pool_dirs
 
-    return find_pool(ref, given=True)  # PoolNotFound: invalid input
+    return find_pool(ref, given=True, allowed=pool_dirs())  # PoolNotFound: invalid input
 
 
 def project_dir() -> Path | None:
@@ -60,9 +61,7 @@ def load_pool(ref: str) -> tuple[Pool, Path]:
     except (OSError, RuntimeError) as exc:  # a name too long, ~nosuchuser, cwd deleted, ...
         why = getattr(exc, "strerror", None) or str(exc)
         raise CommandError(f"cannot look up pool {ref!r}: {why}", Exit.INVALID) from None
-    pool = load_file(path, expect="AgentPool")  # DefinitionError -> exit 2 in cli.main
-    assert isinstance(pool, Pool)
-    return pool, path
+    return load_pool_file(path), path  # DefinitionError -> exit 2 in cli.main
 
 
 def _gib(size: int | None) -> str:
@@ -343,7 +342,7 @@ def register(subparsers) -> None:
         "against declared capacity; `up`/`destroy` build or remove "
         "the pool's Docker Swarm (a pool stack, through the Automation API); `sweep` removes "
         "what a session left behind. POOL is a pool file, or a name looked up as a definition's "
-        "`pool` is ($CLUSTER_SESSIONS_POOLS, ./stacks/pools, the project's stacks/pools).",
+        "`pool` is ($CLUSTER_SESSIONS_POOLS, then the project's stacks/pools).",
         epilog=EPILOG, formatter_class=fmt)
     verbs = pool.add_subparsers(dest="pool_verb", required=True, metavar="ACTION")
 

@@ -8,12 +8,20 @@ returns the plans in either case, so that no verb loads or plans a definition it
 from __future__ import annotations
 
 import argparse
+import os
 import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.loader import Loaded, load_file, load_session, with_pool
+from ..core.loader import (
+    POOLS_ENV,
+    Loaded,
+    load_file,
+    load_session,
+    operator_pool_dirs,
+    with_pool,
+)
 from ..core.placement import Free
 from ..core.plan import ClusterPlan, build_plans, check_usable, session_copies
 from ..core.problems import DefinitionError, Problem
@@ -73,9 +81,8 @@ def add_session_args(p: argparse.ArgumentParser) -> None:
                    help="a ClusterSession definition (YAML)")
     p.add_argument("--pool", metavar="POOL", type=nonempty,
                    help="use this pool instead of the one the session names: an AgentPool "
-                   "file, or a pool name, looked up as the definition's `pool` is: beside the "
-                   "definition, in $CLUSTER_SESSIONS_POOLS, ./stacks/pools, the project's "
-                   "stacks/pools")
+                   "file (any: it is yours), or a pool name, looked up as the definition's "
+                   "`pool` is: in $CLUSTER_SESSIONS_POOLS, then the project's stacks/pools")
     p.add_argument("--index", metavar="I", type=positive_index,
                    help="with `count: K`: only session I (<name>-I) of the K; default: all")
 
@@ -118,9 +125,17 @@ class Selected:
         return next((p for _, p in self.chosen if p.pending), None)
 
 
-def load_definition(file: Path, pool: Path | None = None) -> Loaded:
-    """A session definition and its pool, valid and usable together, or DefinitionError."""
-    return check_usable(load_session(file, pool))
+def pool_dirs() -> tuple[Path, ...]:
+    """The operator's pool directories: ``$CLUSTER_SESSIONS_POOLS``, then the project's."""
+    return operator_pool_dirs(os.environ.get(POOLS_ENV))
+
+
+def load_definition(file: Path, pool: Path | None = None,
+                    dirs: Sequence[Path] | None = None) -> Loaded:
+    """A session definition and its pool, valid and usable together, or DefinitionError.
+    ``dirs``: the operator's pool directories, by default :func:`pool_dirs`."""
+    return check_usable(load_session(file, pool,
+                                     pool_dirs=pool_dirs() if dirs is None else dirs))
 
 
 def validate_files(paths: Sequence[Path]) -> list[Problem]:
@@ -133,7 +148,7 @@ def validate_files(paths: Sequence[Path]) -> list[Problem]:
             obj = load_file(path)
             if isinstance(obj, Session):
                 sessions.append((path, obj))
-                check_usable(with_pool(obj, path))
+                check_usable(with_pool(obj, path, pool_dirs=pool_dirs()))
         except DefinitionError as exc:
             problems.extend(exc.problems)
     return problems + same_sessions(sessions)

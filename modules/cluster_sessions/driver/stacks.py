@@ -55,7 +55,7 @@ from typing import Any
 
 from ..agents.capacity import preflight
 from ..agents.cleanup import sweep
-from ..agents.folders import folder_refusals
+from ..agents.folders import bind_refusals, folder_refusals, volume_refusals
 from ..agents.pool_ledger import Ledger, PoolBusy
 from ..agents.reach import LOCAL, reach_of
 from ..core.decisions import kept_placement
@@ -558,12 +558,15 @@ def interrupted_up(args: argparse.Namespace, sel: Any, plan: ClusterPlan) -> str
 
 def refuse_unusable_folders(definition: Path, sel: Any) -> None:
     """Before anything is created: a data folder that some agent's storage holds as a link,
-    a file or another user's directory is invalid input (exit 2), named by file and field;
-    nothing is made (agents.folders.folder_refusals)."""
+    a file or another user's directory, a host path whose way on some agent holds a link or a
+    directory anyone but root can write, and a named volume the pool does not list that is
+    another's, are invalid input (exit 2), named by file and field; nothing is made
+    (agents.folders.folder_refusals, bind_refusals, volume_refusals)."""
     found: list[str] = []
     for _, plan in sel.chosen:
         found += [f"{definition}: {path}: {message}"
-                  for path, message in folder_refusals(sel.loaded.pool, plan)]
+                  for refusals in (bind_refusals, volume_refusals, folder_refusals)
+                  for path, message in refusals(sel.loaded.pool, plan)]
     if found:
         raise CommandError("\n".join(dict.fromkeys(found)) + "\nnothing was created",
                            Exit.INVALID)

@@ -132,8 +132,10 @@ class DockerBuilder:
             for p in ports
         }
         host_config = api.create_host_config(
-            mounts=[docker.types.Mount(m["target"], m["source"], type=m["type"],
-                                       read_only=m.get("readOnly", False))
+            mounts=[docker.types.Mount(
+                m["target"], m["source"], type=m["type"], read_only=m.get("readOnly", False),
+                labels={lb["label"]: lb["value"]
+                        for lb in (m.get("volumeOptions") or {}).get("labels") or []} or None)
                     for m in inputs.get("mounts", [])],
             mem_limit=int(inputs["memory"]) * MIB,
             memswap_limit=swap_bytes(inputs.get("memorySwap")),

@@ -18,7 +18,7 @@ from pathlib import Path
 import pulumi
 
 from ..core.errors import InvalidInput
-from ..core.loader import load_file
+from ..core.loader import load_pool_file
 from ..core.names import CONFIG_NAMESPACE, POOL_DEFINITION_KEY, STACKS_DIR
 from ..core.problems import DefinitionError
 from ..core.spec import Pool
@@ -39,7 +39,7 @@ def load(project_dir: Path, config: pulumi.Config | None = None) -> tuple[Pool, 
     config = config or pulumi.Config(CONFIG_NAMESPACE)
     path = resolve(config.require(POOL_DEFINITION_KEY), project_dir / STACKS_DIR)
     try:
-        pool = load_file(path, expect="AgentPool")
+        pool = load_pool_file(path)
     except DefinitionError as exc:
         raise InvalidPool(f"invalid pool definition:\n{exc}") from None
     assert isinstance(pool, Pool)

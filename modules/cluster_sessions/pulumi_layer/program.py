@@ -31,7 +31,7 @@ import pulumi
 
 from ..core.decisions import read_placement, replace_reason
 from ..core.errors import InvalidInput
-from ..core.loader import Loaded, load_session
+from ..core.loader import POOLS_ENV, Loaded, load_session, operator_pool_dirs
 from ..core.names import (
     CONFIG_NAMESPACE,
     DEFINITION_KEY,
@@ -75,7 +75,8 @@ def load(project_dir: Path, config: pulumi.Config | None = None) -> Loaded:
     definition = resolve(value, stacks)
     pool = config.get(POOL_KEY)
     try:
-        return check_usable(load_session(definition, resolve(pool, stacks) if pool else None))
+        return check_usable(load_session(definition, resolve(pool, stacks) if pool else None,
+                                         pool_dirs=operator_pool_dirs(os.environ.get(POOLS_ENV))))
     except DefinitionError as exc:
         raise InvalidDefinition(f"invalid session definition:\n{exc}") from None
 

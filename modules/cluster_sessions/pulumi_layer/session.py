@@ -303,8 +303,11 @@ class Session(pulumi.ComponentResource):
             device_requests=[docker.ContainerDeviceRequestArgs(
                 driver=r["driver"], device_ids=list(r["device_ids"]),
                 capabilities=list(r["capabilities"])) for r in args.device_requests] or None,
-            mounts=[docker.ContainerMountArgs(target=m.target, source=m.source, type=m.type,
-                                              read_only=m.read_only)
+            mounts=[docker.ContainerMountArgs(
+                target=m.target, source=m.source, type=m.type, read_only=m.read_only,
+                volume_options=docker.ContainerMountVolumeOptionsArgs(labels=[
+                    docker.ContainerMountVolumeOptionsLabelArgs(label=k, value=v)
+                    for k, v in m.volume_labels]) if m.volume_labels else None)
                     for m in args.mounts] or None,
             labels=labels,
             restart=args.restart,
