@@ -82,6 +82,7 @@ STAND_INS = {
     "lab": "stacks/pools/lab3.yaml",  # `sessionctl lab up --agents 3` writes the pool `lab`
     "old.yaml": "stacks/sessions/train-demo.yaml",  # the reader's two versions of a definition
     "new.yaml": "stacks/sessions/train-demo.yaml",
+    "base/old.yaml": "stacks/sessions/train-demo.yaml",  # the base revision's checkout (CI)
 }
 
 

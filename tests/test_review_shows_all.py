@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 
-from cluster_sessions.core.loader import load_session
 from cluster_sessions.core.plan import build_plan
 from cluster_sessions.core.review import diff_plans, to_markdown
 from cluster_sessions.core.spec import Session
@@ -23,8 +22,11 @@ JOB = ["python3", "train.py"]
 
 def plan_of(tmp_path, doc: dict, where: str):
     (tmp_path / where).mkdir(exist_ok=True)
-    file = factories.write_pair(tmp_path / where, doc, POOL)
-    loaded = load_session(file)
+    (tmp_path / "pools").mkdir(exist_ok=True)  # a directory of the operator's (conftest)
+    pool_file = factories.write(tmp_path / "pools" / f"{where}.yaml", POOL)
+    file = factories.write(tmp_path / where / f"{doc['name']}.yaml",
+                           {**doc, "pool": str(pool_file)})
+    loaded = factories.load_session(file)
     return build_plan(loaded.session, loaded.pool), file
 
 
