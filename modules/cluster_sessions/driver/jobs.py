@@ -36,10 +36,11 @@ def _engine_args(args: argparse.Namespace, verb: str) -> argparse.Namespace:
                               stack=args.stack, json=False, yes=True, diff=False)
 
 
-def _summary(sel: Selected, connect: Connect) -> list[dict[str, Any]]:
+def _summary(sel: Selected, connect: Connect, stack: str | None = None
+             ) -> list[dict[str, Any]]:
     rows = []
     for _, plan in sel.chosen:
-        found = survey(plan, sel.loaded, agents_to_ask(plan, sel.loaded), connect)
+        found = survey(plan, sel.loaded, agents_to_ask(plan, sel.loaded), connect, stack)
         try:
             by_host = {f.host: f for f in found.found}
             for c in plan.containers:
@@ -84,7 +85,7 @@ def cmd_run(args: argparse.Namespace, engine_verb: EngineVerb | None = None,
         ends = [(p, JobEnd(Exit.JOB_LOST, "interrupted (Ctrl-C) before the job ended"))
                 for _, p in sel.chosen]
     outcome = combined(end.code for _, end in ends)
-    rows = _summary(sel, connect)
+    rows = _summary(sel, connect, args.stack)
     keep = args.keep or (args.keep_on_failure and outcome != Exit.OK)
     if interrupted and not args.keep:
         keep = sys.stdin.isatty() and not _ask(

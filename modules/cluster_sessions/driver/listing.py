@@ -32,7 +32,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -40,7 +40,9 @@ from typing import Any
 
 from ..agents.engine import session_containers
 from ..agents.facts import HeldContainer, held_from_inspect
+from ..core.decisions import stack_identity
 from ..core.loader import load_file
+from ..core.names import STACK_ID_KEY
 from ..core.services import ALL_ADDRESSES, LOOPBACK, service_url
 from ..core.spec import Agent, Pool
 from ..core.terminal import printable, table
@@ -228,7 +230,7 @@ def listed(stack: str, outputs: Mapping[str, Any], project: Path, connect: Conne
             unreachable[name] = unreachable_cause(agent, exc)
             continue
         try:
-            for c in session_containers(client, session["name"]):
+            for c in session_containers(client, session["name"], own_objects(stack, session)):
                 found.append(found_from_attrs(name, c.attrs))
                 held.setdefault(name, []).append(held_from_inspect(c.attrs))
         except Exception as exc:
@@ -252,6 +254,16 @@ def listed(stack: str, outputs: Mapping[str, Any], project: Path, connect: Conne
                   duration_s=duration_s(seen.started, seen.finished), faults=seen.faults,
                   services=listed_services(value("services") or {}, found,
                                            hosts[0] if hosts else ""))
+
+
+def own_objects(stack: str, session: Mapping[str, Any]) -> Callable[[str], bool]:
+    """Which stack-id labels are this stack's, from its ``session`` output (the id its last
+    ``up`` put on every label); an output from before stack ids: the id the program derives,
+    and the objects without one. A value we did not write: none."""
+    try:
+        return stack_identity(stack, {STACK_ID_KEY: session.get("stack_id") or None}).owns
+    except ValueError:
+        return lambda label: False
 
 
 def from_record(record: history.JobRecord, why: str) -> Listed:

@@ -56,6 +56,7 @@ from ..agents.capacity import preflight
 from ..agents.cleanup import sweep
 from ..agents.folders import folder_refusals
 from ..agents.reach import LOCAL, reach_of
+from ..core.decisions import StackIdentity
 from ..core.loader import Loaded
 from ..core.names import (
     DEFAULT_DOCKER_HOSTS,
@@ -66,7 +67,7 @@ from ..core.names import (
 )
 from ..core.plan import ClusterPlan
 from ..core.spec import Agent, Pool
-from . import service_ports
+from . import service_ports, stack_identity
 from .errors import CommandError, Exit
 from .session_args import EPILOG, add_session_args, selected
 from .stack_lock import StackBusy, service_ports_lock, stack_lock
@@ -401,16 +402,15 @@ def cmd_stack(args: argparse.Namespace) -> int:
 def run_stacks(args: argparse.Namespace, verb: str, sel: Any, stacks: dict[str, str],
                prepared: Prepared, docs: list[dict[str, Any]],
                emit_docs: Callable[[], None], report_all: Callable[..., None]) -> int:
-    """The preflight, no stack taken from another definition, then the verb on each chosen
+    """The preflight, no stack taken from another definition, each stack's identity (kept in
+    its config) and no chosen session name held by another stack, then the verb on each chosen
     stack in turn."""
     definition = Path(args.file)
     pool_file = Path(args.pool) if args.pool else None
     stacks_dir = prepared.project / STACKS_DIR
-    targets = [(plan, session_target(args, sel.loaded.pool, plan, stacks[plan.name],
-                                     stack_config(definition, pool_file, prepared.project,
-                                                  index if sel.counted else None),
-                                     f"sessionctl {verb} {config_path(definition, stacks_dir)}"))
-               for index, plan in sel.chosen]
+    configs = {plan.name: stack_config(definition, pool_file, prepared.project,
+                                       index if sel.counted else None)
+               for index, plan in sel.chosen}
     pending = sel.pending
     if verb in ("preview", "up") and pending is None:
         # Every agent the plans use answers, and is what each plan assumes (swarm membership,
@@ -420,10 +420,27 @@ def run_stacks(args: argparse.Namespace, verb: str, sel: Any, stacks: dict[str, 
             preflight(sel.loaded.pool, agents, exclude_session=mine)
         refuse_unusable_folders(definition, sel)
     try:
-        refuse_taken_stacks([t for _, t in targets], prepared)
+        # who each stack is (its kept id, read with the config that says whose file it is)
+        recorded = refuse_taken_stacks(
+            [Target(stacks[p.name], p.name, configs[p.name], "", "") for _, p in sel.chosen],
+            prepared)
+        who = stack_identity.identities(stacks, recorded, stack_identity.made_by_here())
+        if verb in ("preview", "up") and pending is None:
+            # before anything is swept or created (the preflight and the folder checks only
+            # read; the stack config is read after them, so that an agent that does not answer
+            # stops the run before the pulumi CLI is): no other stack holds a chosen name
+            stack_identity.refuse_held_names(definition, sel.loaded.pool,
+                                             [(p, who[p.name]) for _, p in sel.chosen])
     except CommandError as exc:
-        report_all("invalid", backend=prepared.settings.backend_url, error=str(exc))
+        report_all("invalid" if exc.code == Exit.INVALID else "failed",
+                   backend=prepared.settings.backend_url, error=str(exc))
         raise
+    targets = [(plan, session_target(args, sel.loaded.pool, plan, stacks[plan.name],
+                                     {**configs[plan.name],
+                                      **stack_identity.identity_config(who[plan.name])},
+                                     f"sessionctl {verb} {config_path(definition, stacks_dir)}",
+                                     who[plan.name]))
+               for _, plan in sel.chosen]
     with contextlib.ExitStack() as held:
         if verb in ("preview", "up") and pending is None \
                 and any(p.services for _, p in sel.chosen):
@@ -495,20 +512,25 @@ def refuse_unusable_folders(definition: Path, sel: Any) -> None:
                            Exit.INVALID)
 
 
-def refuse_taken_stacks(targets: Sequence[Target], prepared: Prepared) -> None:
+def refuse_taken_stacks(targets: Sequence[Target], prepared: Prepared
+                        ) -> dict[str, dict[str, str] | None]:
     """Before any stack is created or changed: refuse (exit 2) when a stack of ``targets``
     already exists and was made from another file (:func:`owner_conflict`). One
-    ``list_stacks``, and one config read per stack that exists."""
+    ``list_stacks``, and one config read per stack that exists. Returns each stack's config
+    as read (None: the backend does not have it), for the decisions it keeps."""
     from pulumi import automation as auto
 
     workspace = open_workspace(prepared.project, prepared.settings, prepared.pulumi)
     try:
         existing = {s.name for s in workspace.list_stacks()}
         problems = []
+        read: dict[str, dict[str, str] | None] = {}
         for target in targets:
+            read[target.stack] = None
             if target.stack.rsplit("/", 1)[-1] not in existing:
                 continue
             recorded = {k: v.value for k, v in workspace.get_all_config(target.stack).items()}
+            read[target.stack] = recorded
             problem = owner_conflict(target.stack, recorded, target.config)
             if problem:
                 problems.append(problem)
@@ -516,34 +538,38 @@ def refuse_taken_stacks(targets: Sequence[Target], prepared: Prepared) -> None:
         raise CommandError(f"could not read the stacks' config: {exc}", Exit.ENGINE) from None
     if problems:
         raise CommandError("\n".join(problems), Exit.INVALID)
+    return read
 
 
 def session_target(args: argparse.Namespace, pool: Pool, plan: ClusterPlan, stack: str,
-                   config: Mapping[str, str | None], message: str) -> Target:
-    """A session's stack; after ``destroy``, what state forgot is swept by label."""
+                   config: Mapping[str, str | None], message: str,
+                   identity: StackIdentity) -> Target:
+    """A session's stack; after ``destroy``, what state forgot is swept by label: only what
+    carries the stack's own id (``identity``), never another stack's of the same name."""
+    mine = identity.owns
+    sweep_hint = (f"`sessionctl pool sweep {pool.name} --session {plan.name} --stack-id "
+                  f"{identity.stack_id}`")
 
     def after_destroy(summary: Callable[..., dict[str, Any]]) -> None:
-        swept = sweep(pool, plan.name)  # what state forgot must not outlive it
+        swept = sweep(pool, plan.name, mine=mine)  # what state forgot must not outlive it
         if swept.remaining:
             raise StackFailed(swept.summary(), Exit.ENGINE,
                               summary("failed", error=swept.summary()))
         for error in swept.errors:  # the stack is gone; leftovers there cannot be looked for
             print(f"sessionctl destroy: warning: {plan.name}: could not look for leftovers: "
-                  f"{error}; `sessionctl pool sweep {pool.name} --session {plan.name}` once it "
-                  "answers", file=sys.stderr)
+                  f"{error}; {sweep_hint} once it answers", file=sys.stderr)
 
     def partly_destroyed(text: str) -> str:
         """``destroy`` went on past what it could not delete (an agent that does not answer):
         remove by label what is left where agents answer, and name the rest. The stack keeps
         what it could not delete, so a later ``destroy`` (or ``pool sweep``) finishes."""
-        swept = sweep(pool, plan.name)
+        swept = sweep(pool, plan.name, mine=mine)
         return "\n".join([
             f"destroy of stack {stack} did not finish; it removed what it could.",
             "The engine could not delete:", *(f"  {line}" for line in text.splitlines()),
             swept.summary(),
             f"What is left stays in the stack: run `sessionctl destroy {args.file}` again once "
-            f"the agents answer (`sessionctl pool sweep {pool.name} --session {plan.name}` "
-            "removes leftovers by label)."])
+            f"the agents answer ({sweep_hint} removes leftovers by label)."])
 
     def before_up(stack_: Any) -> None:
         """An ``up`` killed while creating leaves that object on the engine but not in the
@@ -552,7 +578,7 @@ def session_target(args: argparse.Namespace, pool: Pool, plan: ClusterPlan, stac
         not held by the stack, and say so."""
         deployment = stack_.export_stack().deployment or {}
         held = {r.get("id") for r in deployment.get("resources", []) if r.get("id")}
-        swept = sweep(pool, plan.name, keep=held)
+        swept = sweep(pool, plan.name, keep=held, mine=mine)
         for item in swept.removed:
             print(f"sessionctl up: {plan.name}: removed {item.kind} {item.name} on agent "
                   f"{item.agent}, which the stack does not hold (left by an interrupted run)",

@@ -202,7 +202,7 @@ def cmd_status(args: argparse.Namespace, connect: Connect = connect) -> int:
     for _, plan in sel.chosen:
         found = survey(plan, sel.loaded, agents_to_ask(plan, sel.loaded), connect)
         try:
-            net = network_state(plan, found.clients, found.unreachable)
+            net = network_state(plan, found.clients, found.unreachable, found.mine)
             reports.append(status_report(plan, found.found, net, found.unreachable))
         finally:
             found.close()
