@@ -10,6 +10,7 @@ swept or created.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -299,3 +300,55 @@ def test_a_second_up_of_the_same_stack_keeps_its_id_and_changes_nothing(
     assert (config[config_key(STACK_ID_KEY)], config[config_key(MADE_BY_KEY)]) == (kept, made_by)
     assert snapshot(docker_client, name) == before
     first_still_works_and_destroy_leaves_nothing(docker_client, name, path, capsys)
+
+
+def test_the_emulated_file_backend_lists_the_stacks_another_process_made(tmp_path):
+    """As the CLI's DIY backend: a stack a killed run left is listed, with its config (the
+    next ``up`` keeps its id instead of taking its objects for another stack's)."""
+    made = Backend(tmp_path)
+    made.open_stack("left", tmp_path, None, None).set_config(
+        config_key(STACK_ID_KEY), SimpleNamespace(value="0123456789abcdef", secret=False))
+    made.save(made.stacks["left"])
+    later = Backend(tmp_path)
+    assert [s.name for s in later.list_stacks()] == ["left"]
+    assert later.get_all_config("left")[config_key(STACK_ID_KEY)].value == "0123456789abcdef"
+
+
+@pytest.mark.docker
+def test_a_killed_first_up_keeps_its_id_and_the_next_up_sweeps_what_it_left(
+        docker_client, image, tmp_path, capsys, monkeypatch):  # noqa: F811
+    """The first ``up`` of a new stack is killed once sub1 exists: its objects carry the id it
+    wrote; the next ``up`` (another process's view of the backend) keeps that id, so they are
+    its own leftovers, swept, not another stack's (no refusal)."""
+    import subprocess
+    import sys
+
+    from cluster_sessions.emulation.docker_builder import FAULT_ENV
+
+    from .conftest import PROJECT
+
+    state = tmp_path / "state"
+    backend = Backend(state)
+    use_backend(monkeypatch, backend, state)
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "test")
+    name, path = definition(tmp_path, image)
+    try:
+        env = {**os.environ, FAULT_ENV: f"{name}-sub1:created:KILL"}
+        proc = subprocess.run([sys.executable, "-m", "cluster_sessions.emulation.sessionctl",
+                               "up", path, "--yes"], cwd=PROJECT, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == -9, proc.stderr
+        left = snapshot(docker_client, name)
+        ids = {c[4] for c in left[0]} | {n[3] for n in left[1]}
+        assert len(ids) == 1 and valid_stack_id(next(iter(ids))), left
+        assert cli.main(["up", path, "--yes"]) == Exit.OK, capsys.readouterr().err
+        assert "which the stack does not hold" in capsys.readouterr().err
+        now = snapshot(docker_client, name)
+        assert len(now[0]) == 2 and {c[4] for c in now[0]} == ids
+        assert cli.main(["destroy", path, "--yes"]) == Exit.OK
+        assert snapshot(docker_client, name) == ([], [])
+    finally:
+        backend.remove_all()
+        from cluster_sessions.agents.cleanup import sweep
+
+        sweep(local_pool(), name, wait=5)

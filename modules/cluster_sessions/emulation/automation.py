@@ -190,9 +190,22 @@ class Backend:
 
     # --- auto.LocalWorkspace --------------------------------------------------------------------
 
+    def _load_all(self) -> None:
+        """Every stack the file backend holds, as the CLI lists them: also those another
+        process made (or a killed run left) since this one started."""
+        if self.directory is None:
+            return
+        found = self.directory / ".pulumi" / "stacks" / PROJECT_NAME
+        for path in sorted(found.glob("*.emulated")) if found.is_dir() else ():
+            if path.stem not in self.stacks:
+                loaded = self._load(path.stem)
+                if loaded is not None:
+                    self.stacks[path.stem] = loaded
+
     def list_stacks(self, *args: Any, **kwargs: Any) -> list[auto.StackSummary]:
         _bound(auto.LocalWorkspace, "list_stacks", *args, **kwargs)
         self.calls.append("list_stacks")
+        self._load_all()
         return [auto.StackSummary(s.name, False, False, s.last_update,
                                   len(s.engine.state) + 1 if s.engine.state else 0)
                 for s in self.stacks.values()]
@@ -202,6 +215,7 @@ class Backend:
         name = inspect.signature(auto.LocalWorkspace.stack_outputs).bind(
             None, *args, **kwargs).arguments["stack_name"]
         self.calls.append(f"stack_outputs {name}")
+        self._load_all()
         return {k: auto.OutputValue(v, secret)
                 for k, (v, secret) in self.stacks[name].outputs.items()}
 
@@ -210,6 +224,7 @@ class Backend:
         name = inspect.signature(auto.LocalWorkspace.get_all_config).bind(
             None, *args, **kwargs).arguments["stack_name"]
         self.calls.append(f"get_all_config {name}")
+        self._load_all()
         return {k: auto.ConfigValue(v) for k, v in self.stacks[name].config.items()}
 
     def remove_all(self) -> list[str]:
