@@ -13,6 +13,9 @@ is seen anywhere:
 3. verify, for up to ``wait`` seconds (a worker drops its view of an overlay asynchronously).
 
 :func:`find_leftovers` is the read-only part (``sessionctl pool sweep --dry-run``, tests).
+A stack's own sweeps pass ``mine`` (its ``StackIdentity.owns``): another stack's objects of the
+same session name are never removed (docs/design-notes.md, "A session name belongs to one
+stack").
 """
 
 from __future__ import annotations
