@@ -283,6 +283,9 @@ def test_up_with_another_stack_name_is_refused_and_the_first_is_untouched(
                                                  image, capsys)
     assert cli.main(["up", path, "--yes", "--stack", "other"]) == Exit.INVALID
     assert_refused_naming(capsys.readouterr().err, name, kept, made_by)
+    assert cli.main(["up", path, "--yes", "--stack", "other", "--json"]) == Exit.INVALID
+    doc = json.loads(capsys.readouterr().out)  # CI's one document says why
+    assert doc["result"] == "invalid" and f"stack id {kept}" in doc["error"], doc
     assert "other" not in emulated_automation.stacks  # nothing created, not even the stack
     assert snapshot(docker_client, name) == before
     first_still_works_and_destroy_leaves_nothing(docker_client, name, path, capsys)
@@ -352,3 +355,41 @@ def test_a_killed_first_up_keeps_its_id_and_the_next_up_sweeps_what_it_left(
         from cluster_sessions.agents.cleanup import sweep
 
         sweep(local_pool(), name, wait=5)
+
+
+@pytest.mark.docker
+def test_the_verbs_and_sweeps_of_a_stack_leave_another_stacks_object_of_its_name_alone(
+        emulated_automation, docker_client, image, tmp_path, capsys, monkeypatch):  # noqa: F811
+    """A container labelled with the session's name and another stack's id (made behind our
+    back, or in a race the pool lock is to close): ``status`` and ``ls`` do not count it, the
+    next ``up`` is refused naming its maker, and even past the refusal ``up``'s and
+    ``destroy``'s sweeps leave it."""
+    name, path, kept, _made_by, _before = first_up(emulated_automation, docker_client, tmp_path,
+                                                   image, capsys)
+    intruder = docker_client.containers.run(
+        image, name=f"{name}-intruder", entrypoint=["sleep", "infinity"], detach=True,
+        labels={SESSION_LABEL: name, STACK_ID_LABEL: "fedcba9876543210",
+                STACK_LABEL: "elsewhere", MADE_BY_LABEL: "eve@box"})
+    try:
+        assert cli.main(["status", path, "--json"]) == Exit.OK, capsys.readouterr().err
+        rows = json.loads(capsys.readouterr().out)["containers"]
+        assert sorted(r["host"] for r in rows) == ["main1", "sub1"], rows
+        assert cli.main(["ls", "--json"]) == Exit.OK
+        doc = json.loads(capsys.readouterr().out)
+        assert [s["state"] for s in doc["sessions"]] == ["running"], doc["sessions"]
+        held = {a["agent"]: a["allocated"]["containers"] for p in doc["usage"]
+                for a in p["agents"]}
+        assert held == {"local": 2}, doc["usage"]
+        assert cli.main(["up", path, "--yes"]) == Exit.INVALID
+        err = capsys.readouterr().err
+        assert "stack id fedcba9876543210, stack elsewhere, made by eve@box" in err, err
+        monkeypatch.setattr(identity_mod, "refuse_held_names", lambda *args, **kwargs: None)
+        assert cli.main(["up", path, "--yes"]) == Exit.OK, capsys.readouterr().err
+        assert "intruder" not in capsys.readouterr().err
+        assert cli.main(["destroy", path, "--yes"]) == Exit.OK, capsys.readouterr().err
+        intruder.reload()
+        assert intruder.status == "running"
+        assert [c.name for c in docker_client.containers.list(
+            all=True, filters={"label": f"{SESSION_LABEL}={name}"})] == [f"{name}-intruder"]
+    finally:
+        intruder.remove(force=True)
