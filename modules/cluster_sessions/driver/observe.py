@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +115,7 @@ class Survey:
     clients: dict[str, Any]
     unreachable: dict[str, str]
     # the stack-id labels that are this stack's (None: any, the CLI being missing)
-    mine: Callable[[str], bool] | None = field(default=None)
+    mine: Callable[[str], bool] | None = None
 
     def close(self) -> None:
         for client in self.clients.values():
