@@ -393,3 +393,49 @@ def test_the_verbs_and_sweeps_of_a_stack_leave_another_stacks_object_of_its_name
             all=True, filters={"label": f"{SESSION_LABEL}={name}"})] == [f"{name}-intruder"]
     finally:
         intruder.remove(force=True)
+
+
+# --- the verbs that look, without an engine ------------------------------------------------------
+
+
+def two_stacks_containers(tmp_path):
+    """A 2-host session whose main1 is stack A's and sub1 stack B's (fake engine objects)."""
+    from cluster_sessions.core.plan import with_identity
+
+    from .test_observe import FakeClient, FakeContainer, make_session
+
+    file, plan = make_session(tmp_path, "img", size=2)
+    mine = with_identity(plan, "0123456789abcdef", plan.name)
+    theirs = with_identity(plan, "fedcba9876543210", "elsewhere")
+    return file, plan, FakeClient([FakeContainer(mine, "main1"), FakeContainer(theirs, "sub1")])
+
+
+def test_status_shows_only_its_stacks_containers_when_the_backend_says_which(
+        tmp_path, capsys, monkeypatch):
+    from .test_observe import fake_connect
+
+    file, plan, client = two_stacks_containers(tmp_path)
+    backend = Backend(None)
+    use_backend(monkeypatch, backend, tmp_path / "state")
+    backend.open_stack(plan.name, tmp_path, None, None).state.config[
+        config_key(STACK_ID_KEY)] = "0123456789abcdef"
+    fake_connect(monkeypatch, "status", client)
+    assert cli.main(["status", str(file), "--json"]) == Exit.ENGINE  # sub1 is missing
+    rows = {r["host"]: r["state"] for r in json.loads(capsys.readouterr().out)["containers"]}
+    assert rows == {"main1": "running", "sub1": "missing"}
+
+
+def test_status_without_the_cli_shows_every_stacks_containers_and_says_so(
+        tmp_path, capsys, monkeypatch):
+    from cluster_sessions.driver import stacks
+
+    from .test_observe import fake_connect
+
+    file, plan, client = two_stacks_containers(tmp_path)
+    monkeypatch.setattr(stacks, "find_pulumi", lambda environ: None)
+    fake_connect(monkeypatch, "status", client)
+    assert cli.main(["status", str(file), "--json"]) == Exit.OK
+    out, err = capsys.readouterr()
+    rows = {r["host"]: r["state"] for r in json.loads(out)["containers"]}
+    assert rows == {"main1": "running", "sub1": "running"}
+    assert f"containers of 2 stacks carry session name {plan.name}" in err
