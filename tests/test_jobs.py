@@ -158,9 +158,10 @@ def test_run_ups_waits_and_destroys_leaving_nothing(
     path = write_definition(tmp_path, name, image, script)
     assert cli.main(["run", path, "--timeout", "120", "--json"]) == code
     out, err = capsys.readouterr()
-    assert emulated_automation.calls[:6] == [  # the stack is new: no other definition's
+    assert emulated_automation.calls[:8] == [  # the stack is new: no other definition's
         "list_stacks",
         f"set_config {name}", f"remove_config {name}", f"remove_config {name}",
+        f"set_config {name}", f"set_config {name}",  # its new stack-id and made-by
         f"export_stack {name}", f"up {name}"]
     assert f"destroy {name}" in emulated_automation.calls
     assert words in err and "main1 | training" in err  # --json: main1's log on stderr

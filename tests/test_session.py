@@ -19,7 +19,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster_sessions.core.names import BUNDLE_DIGEST_LABEL, ENDPOINT_LABEL
+from cluster_sessions.core.decisions import derived_stack_id
+from cluster_sessions.core.names import (
+    BUNDLE_DIGEST_LABEL,
+    ENDPOINT_LABEL,
+    MADE_BY_LABEL,
+    STACK_ID_LABEL,
+    STACK_LABEL,
+)
 from cluster_sessions.core.plan import (
     ClusterPlan,
     build_plans,
@@ -28,6 +35,7 @@ from cluster_sessions.core.plan import (
     network_labels,
     runs_job,
     volume_labels,
+    with_identity,
 )
 from cluster_sessions.core.provider_facts import cpus_read_back, parse_cpus
 from cluster_sessions.core.render import BUNDLE_DIR, pack, pack_entrypoint_argv, render_container
@@ -396,16 +404,22 @@ def test_mounts_are_binds_for_paths_and_volumes_for_names(run: Run):
         assert run.container(c.host).plain_inputs.get("mounts", []) == want
 
 
-def test_labels_identify_session_host_and_role(run: Run):
+def test_labels_identify_session_host_role_and_stack(run: Run):
+    """A stack config without a stack-id (a bare ``pulumi up``): the id derived from the stack's
+    name is on every label, with the stack's name and no made-by."""
+    plan = with_identity(run.plan, derived_stack_id(run.stack), run.stack)
     for c in run.plan.containers:
         labels = run.container(c.host).plain_inputs["labels"]
         assert {x["label"]: x["value"] for x in labels
                 if x["label"] not in (BUNDLE_DIGEST_LABEL, ENDPOINT_LABEL)
-                } == container_labels(run.plan, c)
+                } == container_labels(plan, c)
         assert sum(x["label"] == ENDPOINT_LABEL for x in labels) == 1
     labels = run.network.plain_inputs["labels"]
     assert {x["label"]: x["value"] for x in labels
-            if x["label"] != ENDPOINT_LABEL} == network_labels(run.plan)
+            if x["label"] != ENDPOINT_LABEL} == network_labels(plan)
+    assert {STACK_ID_LABEL, STACK_LABEL} <= {x["label"] for x in labels}
+    assert MADE_BY_LABEL not in {x["label"] for x in labels}
+    assert run.output("session")["stack_id"] == derived_stack_id(run.stack)
 
 
 def test_only_main1_publishes_the_definitions_ports(run: Run):

@@ -13,11 +13,14 @@ is seen anywhere:
 3. verify, for up to ``wait`` seconds (a worker drops its view of an overlay asynchronously).
 
 :func:`find_leftovers` is the read-only part (``sessionctl pool sweep --dry-run``, tests).
+A stack's own sweeps pass ``mine`` (its ``StackIdentity.owns``): another stack's objects of the
+same session name are never removed (docs/design-notes.md, "A session name belongs to one
+stack").
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -36,6 +39,7 @@ class Leftover:
     name: str
     object_id: str
     detail: str = ""  # container state, or network driver/scope
+    owner: engine.Owner = engine.Owner()  # whose it is, by its labels
 
     def __str__(self) -> str:
         return f"{self.agent}: {self.kind} {self.name} ({self.detail})"
@@ -78,9 +82,10 @@ def _scan(agent: Agent, session: str | None) -> tuple[list[Leftover], AgentError
     for outcome in (containers, networks):
         if not outcome.ok:
             return [], outcome.error
-    found += [Leftover(agent.name, "container", c.name, c.container_id, c.state)
+    found += [Leftover(agent.name, "container", c.name, c.container_id, c.state, c.owner)
               for c in containers.value]
-    found += [Leftover(agent.name, "network", n.name, n.network_id, f"{n.driver}, {n.scope}")
+    found += [Leftover(agent.name, "network", n.name, n.network_id, f"{n.driver}, {n.scope}",
+                       n.owner)
               for n in networks.value]
     return found, None
 
@@ -143,12 +148,15 @@ def removal_plan(found: Iterable[Leftover], manager: str | None) -> tuple[Plan, 
 
 
 def sweep(pool: Pool, session: str, *, agents: Iterable[str] | None = None,
-          dry_run: bool = False, wait: float = 15.0, keep: Collection[str] = ()) -> SweepReport:
+          dry_run: bool = False, wait: float = 15.0, keep: Collection[str] = (),
+          mine: Callable[[str], bool] | None = None) -> SweepReport:
     """Remove every container and network of ``session`` on the pool's agents; then verify.
 
     ``agents`` limits the sweep (default: every agent of the pool, since a session that was
     re-planned may have left things on agents it no longer uses). ``dry_run`` only reports.
-    ``keep``: object IDs left alone (what a stack still holds, before an ``up``).
+    ``keep``: object IDs left alone (what a stack still holds, before an ``up``). ``mine``: the
+    stack-id labels of the objects it may touch (``StackIdentity.owns``; None: any stack's,
+    the operator's ``pool sweep``): another stack holding the same session name is left alone.
     """
     if not session:
         raise ValueError("sweep needs a session name")
@@ -157,7 +165,7 @@ def sweep(pool: Pool, session: str, *, agents: Iterable[str] | None = None,
 
     def scan() -> tuple[list[Leftover], list[AgentError]]:
         found, errors = find_leftovers(pool, session, agents)
-        return [i for i in found if i.object_id not in keep], errors
+        return [i for i in engine.of_stack(found, mine) if i.object_id not in keep], errors
 
     found, errors = scan()
     report.errors += errors

@@ -8,6 +8,9 @@ Everyone who needs a session's containers or networks asks here (``status``, ``l
 - list by label: :func:`session_containers` and :func:`session_network_attrs` through the
   SDK, :func:`labelled_inspect_command` over a shell (the label filter is
   :func:`cluster_sessions.core.names.session_label_filter`);
+- whose: :class:`Owner` (the stack-id, stack and made-by labels) on every fact, and
+  :func:`of_stack`, the one filter keeping a stack's own objects (``mine``:
+  :meth:`cluster_sessions.core.decisions.StackIdentity.owns`);
 - inspect to typed facts: :func:`container_facts` and :func:`network_facts` read ``docker
   inspect`` output (the same over a shell and through the API) into dataclasses, the only
   readers of our labels and the engine's ``State``;
@@ -18,7 +21,7 @@ Everyone who needs a session's containers or networks asks here (``status``, ``l
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -26,10 +29,13 @@ from ..core.names import (
     CPU_LABEL,
     GPUS_LABEL,
     HOST_LABEL,
+    MADE_BY_LABEL,
     MEM_LABEL,
     ROLE_LABEL,
     SESSION_ID_LABEL,
     SESSION_LABEL,
+    STACK_ID_LABEL,
+    STACK_LABEL,
     session_label_filter,
 )
 
@@ -37,6 +43,27 @@ Kind = Literal["container", "network"]
 
 
 # --- inspect -> typed facts (pure) ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Whose an object is, by its labels ("" for a label it does not carry: made before stack
+    ids, or not by a stack of ours)."""
+
+    stack_id: str = ""
+    stack: str = ""
+    made_by: str = ""
+
+
+def owner_of(labels: Mapping[str, Any]) -> Owner:
+    return Owner(str(labels.get(STACK_ID_LABEL, "") or ""), str(labels.get(STACK_LABEL, "") or ""),
+                 str(labels.get(MADE_BY_LABEL, "") or ""))
+
+
+def of_stack(items: Sequence[Any], mine: Callable[[str], bool] | None) -> list[Any]:
+    """The facts (anything with an ``owner``) whose stack-id label ``mine`` accepts; all of
+    them when ``mine`` is None (the operator's sweep of a name, whoever holds it)."""
+    return [i for i in items if mine is None or mine(i.owner.stack_id)]
 
 
 @dataclass(frozen=True)
@@ -58,6 +85,7 @@ class ContainerFacts:
     millicpu: int  # what it holds: our labels, else its HostConfig limits
     mem: int
     gpus: tuple[int, ...]
+    owner: Owner = Owner()
 
 
 def _int(value: Any, default: int = 0) -> int:
@@ -107,6 +135,7 @@ def container_facts(attrs: Mapping[str, Any]) -> ContainerFacts:
         millicpu=millicpu,
         mem=mem,
         gpus=gpus,
+        owner=owner_of(labels),
     )
 
 
@@ -121,6 +150,7 @@ class NetworkFacts:
     session: str
     session_id: str
     containers: int  # attached containers this engine sees (0 in a listing)
+    owner: Owner = Owner()
 
 
 def network_facts(attrs: Mapping[str, Any]) -> NetworkFacts:
@@ -133,6 +163,7 @@ def network_facts(attrs: Mapping[str, Any]) -> NetworkFacts:
         session=str(labels.get(SESSION_LABEL, "")),
         session_id=str(labels.get(SESSION_ID_LABEL, "")),
         containers=len(attrs.get("Containers") or {}),
+        owner=owner_of(labels),
     )
 
 
@@ -189,11 +220,16 @@ def published_by(client: Any) -> list[PublishedPort]:
     return out
 
 
-def session_containers(client: Any, session: str | None = None) -> list[Any]:
+def session_containers(client: Any, session: str | None = None,
+                       mine: Callable[[str], bool] | None = None) -> list[Any]:
     """The SDK's container objects (all states, inspected) carrying our session label, of one
-    session or (no name) any; one removed meanwhile is left out."""
-    return client.containers.list(all=True, ignore_removed=True,
-                                  filters={"label": session_label_filter(session)})
+    session or (no name) any, and of the stack ``mine`` accepts (:func:`of_stack`); one
+    removed meanwhile is left out."""
+    found = client.containers.list(all=True, ignore_removed=True,
+                                   filters={"label": session_label_filter(session)})
+    return [c for c in found
+            if mine is None or mine(owner_of((c.attrs.get("Config") or {}).get("Labels")
+                                             or {}).stack_id)]
 
 
 def volume_labels(client: Any, name: str) -> Mapping[str, str] | None:
@@ -207,9 +243,13 @@ def volume_labels(client: Any, name: str) -> Mapping[str, str] | None:
         return None
 
 
-def session_network_attrs(client: Any, session: str | None = None) -> list[Mapping[str, Any]]:
-    """The networks carrying our session label that this engine sees, as the API lists them."""
-    return client.api.networks(filters={"label": session_label_filter(session)})
+def session_network_attrs(client: Any, session: str | None = None,
+                          mine: Callable[[str], bool] | None = None) -> list[Mapping[str, Any]]:
+    """The networks carrying our session label that this engine sees, as the API lists them,
+    of the stack ``mine`` accepts."""
+    found = client.api.networks(filters={"label": session_label_filter(session)})
+    return [n for n in found
+            if mine is None or mine(owner_of(n.get("Labels") or {}).stack_id)]
 
 
 def labelled_inspect_command(kind: Kind, session: str | None = None) -> str:

@@ -339,6 +339,7 @@ class HeldContainer:
     millicpu: int
     mem: int
     gpus: tuple[int, ...]
+    owner: engine.Owner = engine.Owner()
 
 
 def held_from_inspect(data: Mapping[str, Any]) -> HeldContainer:
@@ -346,7 +347,7 @@ def held_from_inspect(data: Mapping[str, Any]) -> HeldContainer:
     c = engine.container_facts(data)
     return HeldContainer(container_id=c.container_id, name=c.name, session=c.session,
                          session_id=c.session_id, host=c.host or "", state=c.state,
-                         millicpu=c.millicpu, mem=c.mem, gpus=c.gpus)
+                         millicpu=c.millicpu, mem=c.mem, gpus=c.gpus, owner=c.owner)
 
 
 class SessionContainers(_DockerFact[tuple[HeldContainer, ...]]):

@@ -7,7 +7,9 @@ where the decision depends on the pool) and read by the program. This module is 
 mechanism: the keys, their values' form, and when a kept value no longer holds.
 
 - ``stack-id``: who the stack is on a pool (random, on every label of what it makes), so that
-  a second stack with the same session name is refused instead of sweeping the first's objects.
+  a second stack with the same session name is refused instead of sweeping the first's objects;
+  with it ``made-by`` (user@host), to name the holder. A stack that kept none (a bare ``pulumi
+  up``, or made before ids) runs with one derived from its name (:func:`stack_identity`).
 - ``placement``: each container's agent and GPU ids, with the shape they were decided for; the
   session is placed again only when that shape changes (size, resources, mode, pool) or an
   agent or GPU it holds left the pool: never because someone else came or left.
@@ -16,18 +18,19 @@ mechanism: the keys, their values' form, and when a kept value no longer holds.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .names import PLACEMENT_KEY, SERVICE_PORTS_KEY, STACK_ID_KEY
+from .names import MADE_BY_KEY, PLACEMENT_KEY, PROJECT, SERVICE_PORTS_KEY, STACK_ID_KEY
 from .placement import Free, Placement, Slot, holds, take
 from .plan import ClusterPlan, place_sessions, request_of
 from .spec import Pool, Session
 
-KEPT_KEYS = (STACK_ID_KEY, PLACEMENT_KEY, SERVICE_PORTS_KEY)
+KEPT_KEYS = (STACK_ID_KEY, MADE_BY_KEY, PLACEMENT_KEY, SERVICE_PORTS_KEY)
 
 _STACK_ID = re.compile(r"^[0-9a-f]{16}$")
 
@@ -39,6 +42,70 @@ def new_stack_id() -> str:
 
 def valid_stack_id(value: object) -> bool:
     return isinstance(value, str) and bool(_STACK_ID.match(value))
+
+
+def derived_stack_id(stack: str) -> str:
+    """The id of a stack whose config keeps none: one ``sessionctl`` never ran (a bare ``pulumi
+    up -s NAME``) or made before stack ids. Derived from the stack's name (without an
+    organization/project prefix), so that the program and ``sessionctl`` agree on it without
+    writing anything, and a second run keeps it. Two such stacks of one name on two backends
+    share it: ``sessionctl`` gives every stack *it* creates a random one instead."""
+    short = stack.rsplit("/", 1)[-1]
+    return hashlib.sha256(f"{PROJECT} stack {short}".encode()).hexdigest()[:16]
+
+
+_MADE_BY = re.compile(r"^[A-Za-z0-9_.@+-]{1,128}$")
+
+
+def valid_made_by(value: object) -> bool:
+    """``user@host`` as ``sessionctl`` writes it: a label value, printed in refusals."""
+    return isinstance(value, str) and bool(_MADE_BY.match(value))
+
+
+@dataclass(frozen=True)
+class StackIdentity:
+    """Who a stack is on a pool: its id (on every label of what it makes) and, for a stack that
+    kept no id (``adopted``), also the objects carrying no id label at all (made before stack
+    ids, by this stack as far as anyone can tell)."""
+
+    stack_id: str
+    made_by: str = ""
+    adopted: bool = False
+    new: bool = False  # made now, for a stack this backend does not have yet
+
+    def owns(self, label: str) -> bool:
+        """Whether an object whose stack-id label is ``label`` ("" when absent) is this stack's."""
+        return label == self.stack_id or (self.adopted and label == "")
+
+    def config(self) -> dict[str, str]:
+        """What to write into the stack's config (short keys): the id, and who made a new one;
+        nothing for an adopted stack (the program derives the same id, and its objects made
+        before ids stay its own until they are replaced)."""
+        if self.adopted:
+            return {}
+        kept = {STACK_ID_KEY: self.stack_id}
+        if self.made_by:
+            kept[MADE_BY_KEY] = self.made_by
+        return kept
+
+
+def stack_identity(stack: str, recorded: Mapping[str, str | None] | None,
+                   made_by: str = "") -> StackIdentity:
+    """The identity of ``stack`` from its recorded config (short keys; None: the stack does not
+    exist yet). Kept when recorded; derived (:func:`derived_stack_id`) for an existing stack
+    that kept none; new and random, with ``made_by``, for a new stack. ValueError for a
+    recorded value that is not one we write (a hand-edited config)."""
+    if recorded is None:
+        return StackIdentity(new_stack_id(), made_by if valid_made_by(made_by) else "",
+                             new=True)
+    kept, who = recorded.get(STACK_ID_KEY), recorded.get(MADE_BY_KEY) or ""
+    if who and not valid_made_by(who):
+        raise ValueError(f"{MADE_BY_KEY} is {who[:80]!r}, not user@host")
+    if not kept:
+        return StackIdentity(derived_stack_id(stack), who, adopted=True)
+    if not valid_stack_id(kept):
+        raise ValueError(f"{STACK_ID_KEY} is {kept[:80]!r}, not 16 hex digits")
+    return StackIdentity(kept, who)
 
 
 @dataclass(frozen=True)

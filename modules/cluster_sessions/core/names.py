@@ -42,6 +42,12 @@ LEDGER_HOLDER_LABEL = f"{LABEL_PREFIX}.ledger-holder"
 LEDGER_LEASE_LABEL = f"{LABEL_PREFIX}.ledger-lease"
 LEDGER_ARRIVAL_LABEL = f"{LABEL_PREFIX}.ledger-arrival"
 LEDGER_HOLDS_LABEL = f"{LABEL_PREFIX}.ledger-holds"
+# Whose a session's objects are (core/decisions.py): the stack's identity (``stack-id``), and
+# to name it when another stack wants the same session name, the stack's name and who made it.
+# Every verb touches only the objects carrying its own stack's id.
+STACK_ID_LABEL = f"{LABEL_PREFIX}.stack-id"
+STACK_LABEL = f"{LABEL_PREFIX}.stack"
+MADE_BY_LABEL = f"{LABEL_PREFIX}.made-by"
 #: on the short-lived, never started container that makes a data folder (agents/folders.py)
 FOLDER_HELPER_LABEL = f"{LABEL_PREFIX}.folder-helper"
 
@@ -62,6 +68,8 @@ SERVICE_PORTS_KEY = "service-ports"
 # kept decisions (core/decisions.py): the stack's identity on a pool, and where each container
 # runs (agent, GPU ids) with the shape it was decided for
 STACK_ID_KEY = "stack-id"
+# who made the stack (user@host), written with a new stack-id: a holder named in a refusal
+MADE_BY_KEY = "made-by"
 PLACEMENT_KEY = "placement"
 
 

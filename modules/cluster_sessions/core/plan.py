@@ -20,11 +20,14 @@ from .names import (
     GPUS_LABEL,
     HOST_LABEL,
     KERNEL_ID_LABEL,
+    MADE_BY_LABEL,
     MEM_LABEL,
     MTU_LABEL,
     ROLE_LABEL,
     SESSION_ID_LABEL,
     SESSION_LABEL,
+    STACK_ID_LABEL,
+    STACK_LABEL,
 )
 from .placement import Free, Placement, Request, Slot, place, take
 from .problems import DefinitionError, Problem
@@ -158,6 +161,11 @@ class ClusterPlan:
     containers: tuple[ContainerPlan, ...]
     mounts: tuple[PlannedMount, ...] = ()
     services: tuple[ServicePlan, ...] = ()
+    # whose the session's objects are (core/decisions.py): set by the program from the stack's
+    # config (with_identity); "" in an offline plan
+    stack_id: str = ""
+    stack: str = ""
+    made_by: str = ""
 
     @property
     def name(self) -> str:
@@ -206,6 +214,22 @@ def with_service_ports(plan: ClusterPlan, ports: Mapping[str, int]) -> ClusterPl
                                         for s in plan.services))
 
 
+def with_identity(plan: ClusterPlan, stack_id: str, stack: str, made_by: str = "") -> ClusterPlan:
+    """``plan`` as stack ``stack`` (id ``stack_id``, made by ``made_by``) makes it: every label
+    of its containers and network says so."""
+    return replace(plan, stack_id=stack_id, stack=stack, made_by=made_by)
+
+
+def identity_labels(plan: ClusterPlan) -> dict[str, str]:
+    """The labels saying whose an object is (none in an offline plan)."""
+    if not plan.stack_id:
+        return {}
+    labels = {STACK_ID_LABEL: plan.stack_id, STACK_LABEL: plan.stack}
+    if plan.made_by:
+        labels[MADE_BY_LABEL] = plan.made_by
+    return labels
+
+
 def _services(session: Session, pool: Pool, agent: str | None) -> tuple[ServicePlan, ...]:
     address = agent_address(pool.agent(agent)) if agent else None
     span = pool.service_ports_of(agent) if agent else pool.service_ports
@@ -241,6 +265,7 @@ def container_labels(plan: ClusterPlan, container: ContainerPlan) -> dict[str, s
         CPU_LABEL: f"{plan.resources.cpu:g}",
         MEM_LABEL: str(plan.resources.mem),
         GPUS_LABEL: ",".join(map(str, container.gpus)),
+        **identity_labels(plan),
     }
 
 
@@ -250,7 +275,8 @@ def network_labels(plan: ClusterPlan) -> dict[str, str]:
     own there: session.py)."""
     return {SESSION_LABEL: plan.name, SESSION_ID_LABEL: plan.session_id,
             MTU_LABEL: str(plan.network.mtu or ""),
-            ENCRYPTED_LABEL: "true" if plan.network.encrypted else "false"}
+            ENCRYPTED_LABEL: "true" if plan.network.encrypted else "false",
+            **identity_labels(plan)}
 
 
 def volume_labels(plan: ClusterPlan) -> dict[str, str]:

@@ -41,10 +41,11 @@ def _engine_args(args: argparse.Namespace, verb: str) -> argparse.Namespace:
                               output_to_stderr=args.json)
 
 
-def _summary(sel: Selected, connect: Connect) -> list[dict[str, Any]]:
+def _summary(sel: Selected, connect: Connect, stack: str | None = None
+             ) -> list[dict[str, Any]]:
     rows = []
     for _, plan in sel.chosen:
-        found = survey(plan, sel.loaded, agents_to_ask(plan, sel.loaded), connect)
+        found = survey(plan, sel.loaded, agents_to_ask(plan, sel.loaded), connect, stack)
         try:
             by_host = {f.host: f for f in found.found}
             for c in plan.containers:
@@ -100,7 +101,7 @@ def _run(args: argparse.Namespace, engine_verb: EngineVerb | None,
     # Ctrl-C is 130 as for every verb (and `up`), whatever is done with the session after it:
     # the job did not end, so 0, 5 and 6 (how it ended) would not be true
     outcome = INTERRUPTED if interrupted else combined(end.code for _, end in ends)
-    rows = _summary(sel, connect)
+    rows = _summary(sel, connect, args.stack)
     keep = args.keep or (args.keep_on_failure and outcome != Exit.OK)
     if interrupted and not args.keep:
         keep = sys.stdin.isatty() and not _ask(

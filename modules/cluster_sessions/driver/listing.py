@@ -40,7 +40,7 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -48,8 +48,9 @@ from typing import Any
 
 from ..agents.engine import session_containers
 from ..agents.facts import HeldContainer, held_from_inspect
+from ..core.decisions import stack_identity
 from ..core.loader import load_file
-from ..core.names import STACKS_DIR
+from ..core.names import STACK_ID_KEY, STACKS_DIR
 from ..core.problems import did_you_mean
 from ..core.services import ALL_ADDRESSES, LOOPBACK, service_url
 from ..core.spec import Agent, Pool
@@ -241,7 +242,7 @@ def listed(stack: str, outputs: Mapping[str, Any], project: Path, connect: Conne
             unreachable[name] = unreachable_cause(agent, exc)
             continue
         try:
-            for c in session_containers(client, session["name"]):
+            for c in session_containers(client, session["name"], own_objects(stack, session)):
                 found.append(found_from_attrs(name, c.attrs))
                 held.setdefault(name, []).append(held_from_inspect(c.attrs))
         except Exception as exc:
@@ -313,6 +314,16 @@ def left_behind(row: Listed, config: Mapping[str, str], project: Path) -> Listed
                                    "holds nothing; leftovers could not be looked for: "
                                    + "; ".join(map(str, errors)))
     return None
+
+
+def own_objects(stack: str, session: Mapping[str, Any]) -> Callable[[str], bool]:
+    """Which stack-id labels are this stack's, from its ``session`` output (the id its last
+    ``up`` put on every label); an output from before stack ids: the id the program derives,
+    and the objects without one. A value we did not write: none."""
+    try:
+        return stack_identity(stack, {STACK_ID_KEY: session.get("stack_id") or None}).owns
+    except ValueError:
+        return lambda label: False
 
 
 def from_record(record: history.JobRecord, why: str) -> Listed:

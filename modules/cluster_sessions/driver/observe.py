@@ -8,6 +8,12 @@ pool's key and known_hosts when the agent has an ``ssh`` block); none needs the
 Pulumi CLI or the stack's state, so they also show what Pulumi does not know about (a
 container left behind by an interrupted ``up``, or one from before the session shrank).
 
+Whose: only the objects of the session's stack in the configured backend (their stack-id
+label, :mod:`.stack_identity`), so another stack holding the same session name on the pool is
+never shown or touched as this one. Without the ``pulumi`` CLI the stack cannot be read: then
+every stack's objects of that name are shown, as before stack ids (these verbs work without
+the CLI), and a note says so when several stacks' are found.
+
 Which agents are asked: the ones the plan places containers on, plus the one holding the
 network; when the plan is pending (nothing fits now), every agent of the pool, since leftovers
 may be anywhere. An agent that does not answer is reported with its cause, and the others are
@@ -16,8 +22,10 @@ still asked.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..agents.engine import (
@@ -33,6 +41,7 @@ from ..core.placement import Placement, Slot
 from ..core.plan import ClusterPlan, plan_placed
 from ..core.spec import Agent
 from ..core.terminal import printable
+from .errors import CommandError, Exit
 from .session_args import Selected
 
 DOCKER_TIMEOUT = 15
@@ -121,6 +130,8 @@ class Survey:
     containers: dict[str, list[Any]]  # host label -> docker Container objects
     clients: dict[str, Any]
     unreachable: dict[str, str]
+    # the stack-id labels that are this stack's (None: any, the CLI being missing)
+    mine: Callable[[str], bool] | None = None
 
     def close(self) -> None:
         for client in self.clients.values():
@@ -139,9 +150,31 @@ def unreachable_cause(agent: Agent, exc: BaseException) -> str:
     return f"{DOCKER_NOT_ANSWERING} at {where}: {printable(short_error(exc))}"
 
 
+Mine = Callable[[str], bool]
+
+
+def own_objects(stack: str, definition: Path) -> Mine | None:
+    """Which stack-id labels are ``stack``'s (``StackIdentity.owns``), read from the backend;
+    none when the backend has no such stack; None (any) without the ``pulumi`` CLI."""
+    from .stack_identity import read_identity
+    from .stack_settings import project_starts
+
+    try:
+        identity = read_identity(stack, project_starts(definition))
+    except CommandError as exc:
+        if exc.code == Exit.MISSING:
+            return None
+        raise
+    return identity.owns if identity is not None else (lambda label: False)
+
+
 def survey(plan: ClusterPlan, loaded: Loaded, agents: Sequence[str],
-           connect: Connect = connect) -> Survey:
-    result = Survey([], {}, {}, {})
+           connect: Connect = connect, stack: str | None = None) -> Survey:
+    """The session's containers on ``agents``: those of its stack (``stack``, default the
+    session's name) in the configured backend."""
+    mine = own_objects(stack or plan.name, loaded.session_file)
+    result = Survey([], {}, {}, {}, mine)
+    stacks_seen: set[str] = set()
     for name in agents:
         agent = loaded.pool.agent(name)
         try:
@@ -155,15 +188,23 @@ def survey(plan: ClusterPlan, loaded: Loaded, agents: Sequence[str],
         except Exception as exc:
             result.unreachable[name] = unreachable_cause(agent, exc)
             continue
+        owners = [container_facts(c.attrs).owner.stack_id for c in listed]
+        stacks_seen.update(owners)
+        listed = [c for c, owner in zip(listed, owners, strict=True)
+                  if mine is None or mine(owner)]
         for container in listed:
             found = found_from_attrs(name, container.attrs)
             result.found.append(found)
             result.containers.setdefault(found.host or found.name, []).append(container)
+    if mine is None and len(stacks_seen) > 1:
+        print(f"sessionctl: note: containers of {len(stacks_seen)} stacks carry session name "
+              f"{plan.name}; without the pulumi CLI this stack cannot be read, so all are "
+              "shown", file=sys.stderr)
     return result
 
 
 def network_state(plan: ClusterPlan, clients: Mapping[str, Any],
-                  unreachable: Mapping[str, str]) -> NetworkState:
+                  unreachable: Mapping[str, str], mine: Mine | None = None) -> NetworkState:
     net = plan.network
     base = {"name": net.name, "agent": net.agent, "driver": net.driver}
     if net.agent is None:
@@ -182,6 +223,9 @@ def network_state(plan: ClusterPlan, clients: Mapping[str, Any],
     except Exception as exc:
         return NetworkState(**base, state="unknown", note=f"{type(exc).__name__}: {exc}")
     facts = network_facts(found.attrs)
+    if mine is not None and not mine(facts.owner.stack_id):
+        return NetworkState(**base, state="missing",
+                            note=f"{net.name} on {net.agent} is another stack's")
     return NetworkState(**base, state="present", id=facts.network_id[:12],
                         actual_driver=facts.driver, containers=facts.containers)
 

@@ -193,8 +193,9 @@ def _say(line: str) -> None:
 
 @contextlib.contextmanager
 def placed(ledger: Ledger, copies: Sequence[Session],
-           kept: Mapping[str, KeptPlacement | None], stack_id: str, *, reserve: bool,
-           wait: float | None = None, say: Callable[[str], None] = _say) -> Iterator[Placed]:
+           kept: Mapping[str, KeptPlacement | None], stack_ids: Mapping[str, str], *,
+           reserve: bool, wait: float | None = None, say: Callable[[str], None] = _say,
+           under_lock: Callable[[], None] = lambda: None) -> Iterator[Placed]:
     """Decide where ``copies`` go on live capacity; with ``reserve`` (``up``), one decision at
     a time per pool and a reservation per session held until the block ends. ``wait``
     (seconds, ``inf``): queue instead of failing when they do not fit (first come, first
@@ -205,17 +206,20 @@ def placed(ledger: Ledger, copies: Sequence[Session],
     holder = Holder(", ".join(names))
     with contextlib.ExitStack() as held:
         if not reserve:  # preview: where it would go now, nothing held
+            under_lock()
             yield place_live(pool, copies, kept, ledger, names)
             return
         queued = None
         if wait is not None:
-            queued = ledger.renewed("queue", names[0], stack_id, holder, QUEUE_LEASE)
+            queued = ledger.renewed("queue", names[0], stack_ids.get(names[0], ""), holder,
+                                    QUEUE_LEASE)
             held.callback(queued.close)
         deadline = time.monotonic() + (wait or 0)
         shown = ""
         while True:
             with ledger.locked(holder, on_wait=lambda who: say(
                     f"pool {pool.name} is deciding a placement for {who}; waiting")) as taken:
+                under_lock()
                 queue = [e for e in ledger.live("queue") if e.session not in names]
                 ahead = [e for e in queue if queued is None or e.arrival < queued.arrival
                          or (e.arrival == queued.arrival and e.name < queued.current)]
@@ -226,7 +230,8 @@ def placed(ledger: Ledger, copies: Sequence[Session],
                     assert result is not None
                     for plan in result.decided.plans:
                         held.enter_context(contextlib.closing(ledger.renewed(
-                            "reservation", plan.name, stack_id, holder, RESERVATION_LEASE,
+                            "reservation", plan.name, stack_ids.get(plan.name, ""), holder,
+                            RESERVATION_LEASE,
                             holds_of(plan, result.ports.get(plan.name)))))
                     break
             if wait is None or time.monotonic() > deadline:

@@ -14,7 +14,10 @@ containers; from our labels, :mod:`cluster_sessions.core.usage`) against the dec
 exit 1 when an agent could not be asked.
 
 ``pool sweep POOL --session NAME``: remove every container and network labelled with the
-session on every agent, then verify none is left (``--dry-run`` only lists them).
+session on every agent, then verify none is left (``--dry-run`` only lists them, each with the
+stack id it carries). It is the operator's tool, so by default it removes the name's objects
+whichever stack holds them; ``--stack-id ID`` limits it to one stack's (``none``: those made
+before stack ids), as a refused ``up`` suggests.
 """
 
 from __future__ import annotations
@@ -256,14 +259,27 @@ def cmd_pool_usage(args: argparse.Namespace) -> int:
     return Exit.ENGINE if failing else Exit.OK
 
 
+def stack_id_arg(value: str) -> str:
+    """``--stack-id``: a stack id as labels carry it, or ``none`` (objects without one)."""
+    from ..core.decisions import valid_stack_id
+
+    if value == "none":
+        return ""
+    if not valid_stack_id(value):
+        raise argparse.ArgumentTypeError("must be a stack id (16 hex digits) or none")
+    return value
+
+
 def cmd_pool_sweep(args: argparse.Namespace) -> int:
     from ..agents.cleanup import sweep
 
     pool, _path = load_pool(args.pool)
-    report = sweep(pool, args.session, dry_run=args.dry_run)
+    wanted = args.stack_id
+    mine = None if wanted is None else (lambda label: label == wanted)
+    report = sweep(pool, args.session, dry_run=args.dry_run, mine=mine)
     if args.dry_run:
         for item in report.remaining:
-            print(printable(item))
+            print(printable(f"{item} [stack id {item.owner.stack_id or 'none'}]"))
         for err in report.errors:
             print(printable(err), file=sys.stderr)
         print(f"session {args.session}: {len(report.remaining)} object(s) found", file=sys.stderr)
@@ -397,5 +413,9 @@ def register(subparsers) -> None:
                          "when clean, 1 otherwise.", formatter_class=fmt)
     p.add_argument("pool", metavar="POOL")
     p.add_argument("--session", required=True, metavar="NAME", help="the session's name")
+    p.add_argument("--stack-id", type=stack_id_arg, metavar="ID",
+                   help="only the objects of the stack with this id (16 hex digits, as a "
+                   "refused `up` names it; `none`: objects without one); default: every "
+                   "stack's objects of that session name")
     p.add_argument("--dry-run", action="store_true", help="only list what would be removed")
     p.set_defaults(func=cmd_pool_sweep)

@@ -58,7 +58,7 @@ from ..agents.cleanup import sweep
 from ..agents.folders import bind_refusals, folder_refusals, volume_refusals
 from ..agents.pool_ledger import Ledger, PoolBusy
 from ..agents.reach import LOCAL, reach_of
-from ..core.decisions import kept_placement
+from ..core.decisions import StackIdentity, kept_placement
 from ..core.loader import Loaded
 from ..core.names import (
     DEFAULT_DOCKER_HOSTS,
@@ -70,7 +70,7 @@ from ..core.names import (
 )
 from ..core.plan import ClusterPlan
 from ..core.spec import Agent, Pool
-from . import service_ports
+from . import service_ports, stack_identity
 from .errors import CommandError, Exit
 from .placing import parse_duration, placed, recorded_placements
 from .session_args import EPILOG, add_session_args, needs_pulumi, selected
@@ -409,30 +409,53 @@ def cmd_stack(args: argparse.Namespace) -> int:
 def run_stacks(args: argparse.Namespace, verb: str, sel: Any, stacks: dict[str, str],
                prepared: Prepared, docs: list[dict[str, Any]],
                emit_docs: Callable[[], None], report_all: Callable[..., None]) -> int:
-    """The preflight, no stack taken from another definition, then the verb on each chosen
+    """The preflight, no stack taken from another definition, each stack's identity (kept in
+    its config) and no chosen session name held by another stack, then the verb on each chosen
     stack in turn."""
     definition = Path(args.file)
     pool_file = Path(args.pool) if args.pool else None
     stacks_dir = prepared.project / STACKS_DIR
-    targets = [(plan, session_target(args, sel.loaded.pool, plan, stacks[plan.name],
-                                     stack_config(definition, pool_file, prepared.project,
-                                                  index if sel.counted else None),
-                                     f"sessionctl {verb} {config_path(definition, stacks_dir)}"))
-               for index, plan in sel.chosen]
+    configs = {plan.name: stack_config(definition, pool_file, prepared.project,
+                                       index if sel.counted else None)
+               for index, plan in sel.chosen}
     pending = sel.pending
     placing = verb in ("preview", "up") and pending is None
     with contextlib.ExitStack() as held:
         # the pool's ledger agent answers (exit 4, nothing made) before any stack is read
         ledger = held.enter_context(Ledger.open(sel.loaded.pool)) if placing else None
         try:
-            recorded = refuse_taken_stacks([t for _, t in targets], prepared)
+            # who each stack is (its kept id, read with the config that says whose file it is)
+            recorded = refuse_taken_stacks(
+                [Target(stacks[p.name], p.name, configs[p.name], "", "")
+                 for _, p in sel.chosen], prepared)
+            who = stack_identity.identities(stacks, recorded, stack_identity.made_by_here())
         except CommandError as exc:
-            report_all("invalid", backend=prepared.settings.backend_url, error=str(exc))
+            report_all("invalid" if exc.code == Exit.INVALID else "failed",
+                       backend=prepared.settings.backend_url, error=str(exc))
             raise
+        targets = [(plan, session_target(args, sel.loaded.pool, plan, stacks[plan.name],
+                                         {**configs[plan.name],
+                                          **stack_identity.identity_config(who[plan.name])},
+                                         f"sessionctl {verb} "
+                                         f"{config_path(definition, stacks_dir)}",
+                                         who[plan.name]))
+                   for _, plan in sel.chosen]
         if ledger is not None:
-            sel, targets = with_live_placement(args, verb, sel, targets, recorded, held,
-                                               report_all, prepared.settings.backend_url,
-                                               ledger)
+            def refuse_held() -> None:
+                """Under the pool's lock, before anything is swept or created: no other
+                stack holds a chosen session name on the pool."""
+                try:
+                    stack_identity.refuse_held_names(definition, sel.loaded.pool,
+                                                     [(p, who[p.name]) for _, p in sel.chosen])
+                except CommandError as exc:
+                    report_all("invalid" if exc.code == Exit.INVALID else "failed",
+                               backend=prepared.settings.backend_url, error=str(exc))
+                    raise
+
+            sel, targets = with_live_placement(
+                args, verb, sel, targets, recorded, held, report_all,
+                prepared.settings.backend_url, ledger,
+                {name: w.stack_id for name, w in who.items()}, refuse_held)
             # Every agent the plans use answers, and is what each plan assumes (swarm
             # membership, encryption support) before anything is created: no half-made session.
             mine = [p.name for p in sel.plans]
@@ -445,7 +468,8 @@ def run_stacks(args: argparse.Namespace, verb: str, sel: Any, stacks: dict[str, 
 def with_live_placement(args: argparse.Namespace, verb: str, sel: Any, targets: list,
                         recorded: Mapping[str, Mapping[str, str]], held: contextlib.ExitStack,
                         report_all: Callable[..., None], backend: str,
-                        ledger: Ledger) -> tuple[Any, list]:
+                        ledger: Ledger, stack_ids: Mapping[str, str],
+                        under_lock: Callable[[], None]) -> tuple[Any, list]:
     """``sel`` and ``targets`` placed on the pool's live free capacity (driver.placing): each
     session keeps the placement its stack recorded while its shape is unchanged, else is
     placed anew; for ``up`` under the pool's lock, with reservations ``held`` until the
@@ -453,12 +477,12 @@ def with_live_placement(args: argparse.Namespace, verb: str, sel: Any, targets: 
     program reads it."""
     pool = sel.loaded.pool
     stack_of = {plan.name: target.stack for plan, target in targets}
-    kept = recorded_placements({p.name: recorded.get(stack_of[p.name], {})
+    kept = recorded_placements({p.name: recorded.get(stack_of[p.name]) or {}
                                 for _, p in sel.chosen})
     try:
         result = held.enter_context(placed(
-            ledger, [p.session for _, p in sel.chosen], kept, "", reserve=verb == "up",
-            wait=getattr(args, "wait", None)))
+            ledger, [p.session for _, p in sel.chosen], kept, stack_ids, reserve=verb == "up",
+            wait=getattr(args, "wait", None), under_lock=under_lock))
     except CommandError as exc:
         if exc.code == Exit.PENDING:
             report_all("pending", backend=backend, reason=str(exc).removeprefix("pending: "))
@@ -573,23 +597,24 @@ def refuse_unusable_folders(definition: Path, sel: Any) -> None:
 
 
 def refuse_taken_stacks(targets: Sequence[Target], prepared: Prepared
-                        ) -> dict[str, dict[str, str]]:
+                        ) -> dict[str, dict[str, str] | None]:
     """Before any stack is created or changed: refuse (exit 2) when a stack of ``targets``
     already exists and was made from another file (:func:`owner_conflict`). One
-    ``list_stacks``, and one config read per stack that exists; returns those configs by
-    stack (the kept decisions are read from them: core.decisions)."""
+    ``list_stacks``, and one config read per stack that exists. Returns each stack's config
+    as read (None: the backend does not have it), for the decisions it keeps."""
     from pulumi import automation as auto
 
     workspace = open_workspace(prepared.project, prepared.settings, prepared.pulumi)
     try:
         existing = {s.name for s in workspace.list_stacks()}
         problems = []
-        configs: dict[str, dict[str, str]] = {}
+        read: dict[str, dict[str, str] | None] = {}
         for target in targets:
+            read[target.stack] = None
             if target.stack.rsplit("/", 1)[-1] not in existing:
                 continue
             recorded = {k: v.value for k, v in workspace.get_all_config(target.stack).items()}
-            configs[target.stack] = recorded
+            read[target.stack] = recorded
             problem = owner_conflict(target.stack, recorded, target.config)
             if problem:
                 problems.append(problem)
@@ -597,35 +622,38 @@ def refuse_taken_stacks(targets: Sequence[Target], prepared: Prepared
         raise CommandError(f"could not read the stacks' config: {exc}", Exit.ENGINE) from None
     if problems:
         raise CommandError("\n".join(problems), Exit.INVALID)
-    return configs
+    return read
 
 
 def session_target(args: argparse.Namespace, pool: Pool, plan: ClusterPlan, stack: str,
-                   config: Mapping[str, str | None], message: str) -> Target:
-    """A session's stack; after ``destroy``, what state forgot is swept by label."""
+                   config: Mapping[str, str | None], message: str,
+                   identity: StackIdentity) -> Target:
+    """A session's stack; after ``destroy``, what state forgot is swept by label: only what
+    carries the stack's own id (``identity``), never another stack's of the same name."""
+    mine = identity.owns
+    sweep_hint = (f"`sessionctl pool sweep {pool.name} --session {plan.name} --stack-id "
+                  f"{identity.stack_id}`")
 
     def after_destroy(summary: Callable[..., dict[str, Any]]) -> None:
-        swept = sweep(pool, plan.name)  # what state forgot must not outlive it
+        swept = sweep(pool, plan.name, mine=mine)  # what state forgot must not outlive it
         if swept.remaining:
             raise StackFailed(swept.summary(), Exit.ENGINE,
                               summary("failed", error=swept.summary()))
         for error in swept.errors:  # the stack is gone; leftovers there cannot be looked for
             print(f"sessionctl destroy: warning: {plan.name}: could not look for leftovers: "
-                  f"{error}; `sessionctl pool sweep {pool.name} --session {plan.name}` once it "
-                  "answers", file=sys.stderr)
+                  f"{error}; {sweep_hint} once it answers", file=sys.stderr)
 
     def partly_destroyed(text: str) -> str:
         """``destroy`` went on past what it could not delete (an agent that does not answer):
         remove by label what is left where agents answer, and name the rest. The stack keeps
         what it could not delete, so a later ``destroy`` (or ``pool sweep``) finishes."""
-        swept = sweep(pool, plan.name)
+        swept = sweep(pool, plan.name, mine=mine)
         return "\n".join([
             f"destroy of stack {stack} did not finish; it removed what it could.",
             "The engine could not delete:", *(f"  {line}" for line in text.splitlines()),
             swept.summary(),
             f"What is left stays in the stack: run `sessionctl destroy {args.file}` again once "
-            f"the agents answer (`sessionctl pool sweep {pool.name} --session {plan.name}` "
-            "removes leftovers by label)."])
+            f"the agents answer ({sweep_hint} removes leftovers by label)."])
 
     def before_up(stack_: Any) -> None:
         """An ``up`` killed while creating leaves that object on the engine but not in the
@@ -634,7 +662,7 @@ def session_target(args: argparse.Namespace, pool: Pool, plan: ClusterPlan, stac
         not held by the stack, and say so."""
         deployment = stack_.export_stack().deployment or {}
         held = {r.get("id") for r in deployment.get("resources", []) if r.get("id")}
-        swept = sweep(pool, plan.name, keep=held)
+        swept = sweep(pool, plan.name, keep=held, mine=mine)
         for item in swept.removed:
             print(f"sessionctl up: {plan.name}: removed {item.kind} {item.name} on agent "
                   f"{item.agent}, which the stack does not hold (left by an interrupted run)",

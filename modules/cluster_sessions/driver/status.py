@@ -213,7 +213,7 @@ def cmd_status(args: argparse.Namespace, connect: Connect = connect) -> int:
         found = survey(plan, sel.loaded, agents_to_ask(plan, sel.loaded), connect)
         try:
             plan = placed_as_found(plan, sel.loaded, found.found)
-            net = network_state(plan, found.clients, found.unreachable)
+            net = network_state(plan, found.clients, found.unreachable, found.mine)
             reports.append(status_report(plan, found.found, net, found.unreachable))
         finally:
             found.close()

@@ -118,7 +118,8 @@ def wait_for_jobs(args: argparse.Namespace, sel: Selected, connect: Connect, ver
     deadline = time.monotonic() + args.timeout if args.timeout else None
     ends = []
     for _, plan in sel.chosen:
-        found = survey(plan, sel.loaded, agents_to_ask(plan, sel.loaded), connect)
+        found = survey(plan, sel.loaded, agents_to_ask(plan, sel.loaded), connect,
+                       getattr(args, "stack", None))
         try:
             for agent, why in found.unreachable.items():
                 print(printable(f"sessionctl {verb}: agent {agent} did not answer: {why}"),

@@ -11,6 +11,12 @@ Stack configuration (``stacks/Pulumi.<stack>.yaml``):
     from what main1's agent publishes, under a pool-wide lock. Without it (a bare ``pulumi up``)
     each service takes its preferred port, else the first of the range, unchecked: the engine
     refuses a port that is taken, and the update fails naming it.
+``cluster-sessions:stack-id``, ``cluster-sessions:made-by``
+    The stack's identity on the pool (core/decisions.py), on every label of what it makes;
+    ``sessionctl`` writes them for a stack it creates. Without them (a bare ``pulumi up`` of a
+    stack ``sessionctl`` never made, or one made before stack ids) the id is derived from the
+    stack's name, the same on every run, and no ``made-by`` label is set. A value that is not
+    one ``sessionctl`` writes fails the update, nothing created.
 ``cluster-sessions:index`` (with ``count: K``)
     Which of the K sessions ``<name>-1`` .. ``<name>-K`` this stack runs; without it, the one
     the stack is named after. All K are planned together, so each lands where the joint plan
@@ -29,17 +35,19 @@ from pathlib import Path
 
 import pulumi
 
-from ..core.decisions import read_placement, replace_reason
+from ..core.decisions import read_placement, replace_reason, stack_identity
 from ..core.errors import InvalidInput
 from ..core.loader import POOLS_ENV, Loaded, load_session, operator_pool_dirs
 from ..core.names import (
     CONFIG_NAMESPACE,
     DEFINITION_KEY,
     INDEX_KEY,
+    MADE_BY_KEY,
     PLACEMENT_KEY,
     POOL_KEY,
     PROVIDER_STEERING_ENV,
     SERVICE_PORTS_KEY,
+    STACK_ID_KEY,
     STACKS_DIR,
 )
 from ..core.plan import (
@@ -47,6 +55,7 @@ from ..core.plan import (
     build_plans,
     check_usable,
     plan_placed,
+    with_identity,
     with_service_ports,
 )
 from ..core.problems import DefinitionError
@@ -177,6 +186,18 @@ def kept_placement(plan: ClusterPlan, loaded: Loaded, recorded: str | None) -> C
     return plan_placed(plan.session, loaded.pool, kept.placement)
 
 
+def identity(plan: ClusterPlan, stack: str, config: pulumi.Config) -> ClusterPlan:
+    """``plan`` labelled with this stack's identity: the kept one, else derived from the
+    stack's name (core.decisions.stack_identity)."""
+    recorded = {STACK_ID_KEY: config.get(STACK_ID_KEY), MADE_BY_KEY: config.get(MADE_BY_KEY)}
+    try:
+        who = stack_identity(stack, recorded)
+    except ValueError as exc:
+        raise InvalidDefinition(f"stack config {CONFIG_NAMESPACE}:{exc}; nothing was created: "
+                                "remove it (`sessionctl up` keeps the one it wrote)") from None
+    return with_identity(plan, who.stack_id, stack, who.made_by)
+
+
 def run(project_dir: Path) -> Session:
     """Build this stack's Session and export its outputs."""
     check_environment(os.environ)
@@ -190,6 +211,7 @@ def run(project_dir: Path) -> Session:
         raise SessionPending(f"session {plan.name!r} is pending, nothing was created: "
                              f"{plan.reason}")
     plan = service_ports(plan, config.get(SERVICE_PORTS_KEY))
+    plan = identity(plan, stack, config)
     if stack != plan.name:
         pulumi.log.warn(f"stack {stack!r} runs session {plan.name!r}; sessionctl names the "
                         "stack after the session, so it will not find this one")
@@ -201,6 +223,7 @@ def run(project_dir: Path) -> Session:
         "type": plan.session.type,
         "definition": shown(loaded.session_file, project_dir),
         "pool": shown(loaded.pool_file, project_dir),
+        "stack_id": plan.stack_id,
     })
     pulumi.export("hosts", session.hosts)
     pulumi.export("agents", session.agents)
