@@ -656,3 +656,64 @@ def test_a_job_ends_by_main1_s_exit_code_or_by_a_sub_that_stopped_first(tmp_path
     exited_without_code = wait_verb.job_outcome(plan, {**running,
                                                      "main1": found("main1", "exited")})
     assert exited_without_code is None  # no code yet: still ending
+
+
+# --- a reader that goes away (issue 34, item 1) --------------------------------------------------
+
+
+def first_line_then_close(argv: list[str], timeout: float = 30) -> tuple[int, bytes, bytes]:
+    """``sessionctl ARGV | head -1``: a real pipe whose reader takes one line and closes it.
+    The verb's exit code, the line read, and everything on stderr."""
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "cluster_sessions.driver.cli", *argv],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = proc.stdout.readline()
+        proc.stdout.close()
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise AssertionError(f"{argv[0]} kept going {timeout} s after its reader went away: "
+                             f"{proc.stderr.read()!r}") from None
+    return code, line, proc.stderr.read()
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("script", [
+    "while true; do echo tick; sleep 0.1; done",  # the next write finds the pipe closed
+    "echo tick; exec sleep 600",  # nothing more is written: the closed pipe is seen anyway
+], ids=["chatty", "silent"])
+def test_logs_follow_ends_quietly_with_141_when_its_reader_goes_away(
+        docker_client, tiny_image, tmp_path, script):
+    file, plan = make_session(tmp_path, tiny_image, size=2)
+    try:
+        for host in ("main1", "sub1"):
+            wait_for_logs(run_container(docker_client, plan, host, script), b"tick")
+        code, line, err = first_line_then_close(["logs", str(file), "--follow"])
+        assert line.endswith(b"| tick\n")
+        assert (code, err) == (141, b"")  # no thread's traceback, never a success
+    finally:
+        remove_session(docker_client, plan.name)
+
+
+@pytest.mark.docker
+def test_wait_stops_waiting_quietly_with_141_when_its_reader_goes_away(
+        docker_client, tiny_image, tmp_path):
+    name = f"obs-{uuid.uuid4().hex[:10]}"
+    file = factories.write_pair(tmp_path, factories.session(
+        name, image=tiny_image, size=2, cpu=0.1, mem="64m", shmem="8m", type="batch",
+        command=["sh", "-c", "true"]), factories.pool("observe-test", factories.agent()))
+    plan = build_plan(load_session(file).session, load_session(file).pool)
+    try:
+        run_container(docker_client, plan, "sub1", "exec sleep 600")
+        main1 = run_container(docker_client, plan, "main1", "echo started; exec sleep 600")
+        wait_for_logs(main1, b"started")
+        started = time.monotonic()
+        code, line, err = first_line_then_close(["wait", str(file)])
+        assert line == b"main1 | started\n"
+        assert (code, err) == (141, b"")
+        assert time.monotonic() - started < 20  # not until the job ends (600 s)
+    finally:
+        remove_session(docker_client, plan.name)

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..core.terminal import printable
 from .errors import CommandError, Exit
+from .logs import drop_output
 from .observe import Connect, agents_to_ask, connect, survey
 from .session_args import (
     Selected,
@@ -76,13 +77,20 @@ def cmd_run(args: argparse.Namespace, engine_verb: EngineVerb | None = None,
     code = engine_verb(_engine_args(args, "up"))
     if code != Exit.OK:
         return code
-    interrupted = False
+    interrupted = reader_left = False
     try:
         ends = wait_for_jobs(args, sel, connect, "run")
     except KeyboardInterrupt:
         interrupted = True
         ends = [(p, JobEnd(Exit.JOB_LOST, "interrupted (Ctrl-C) before the job ended"))
                 for _, p in sel.chosen]
+    except BrokenPipeError:
+        # The reader of the job's log went away (``| head``): the session is still torn down
+        # as after a timeout (unless kept), then the verb exits 141 as any verb does.
+        reader_left = True
+        drop_output()
+        ends = [(p, JobEnd(Exit.JOB_LOST, "the reader of the output went away before the "
+                           "job ended")) for _, p in sel.chosen]
     outcome = combined(end.code for _, end in ends)
     rows = _summary(sel, connect)
     keep = args.keep or (args.keep_on_failure and outcome != Exit.OK)
@@ -99,6 +107,8 @@ def cmd_run(args: argparse.Namespace, engine_verb: EngineVerb | None = None,
     else:
         print(f"sessionctl run: session {names} kept; `sessionctl destroy {args.file}` "
               "removes it", file=sys.stderr)
+    if reader_left:
+        raise BrokenPipeError("the reader of the output went away")
     for plan, end in ends:
         who = f"{plan.name}: " if len(ends) > 1 else ""
         print(printable(f"sessionctl run: {who}{end.message}"), file=sys.stderr)

@@ -10,7 +10,10 @@ from __future__ import annotations
 import argparse
 import codecs
 import heapq
+import os
 import re
+import select
+import stat
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -48,26 +51,71 @@ def prefixed(host: str, width: int, line: str) -> str:
     return printable(f"{host.ljust(width)} | {line}", keep="\t")
 
 
+def reader_gone(stream) -> bool:
+    """Whether ``stream`` is a pipe whose reader went away (``| head -1`` done): the kernel
+    marks the pipe's write end with an error, seen before anything more is written, so a
+    follow that prints nothing for a while still ends when its reader does."""
+    try:
+        fd = stream.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return False
+        poller = select.poll()
+        poller.register(fd, 0)  # no events asked for: only the error and hang-up ones
+        return any(mask & select.POLLERR for _, mask in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def drop_output() -> None:
+    """Send whatever is still written to stdout nowhere: its reader went away, and what is
+    left to say (a buffered line, a destroy's progress) must not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 class Printer:
-    """Writes prefixed lines from several threads without interleaving inside a line."""
+    """Writes prefixed lines from several threads without interleaving inside a line.
+
+    A reader that goes away is noticed here, for every thread, in one place: a thread's
+    write that finds the pipe closed stops that thread quietly, and :meth:`check`, which the
+    verb's own thread calls while it waits, raises the ``BrokenPipeError`` there, where
+    ``cli.main`` turns it into a quiet exit 141 like any verb's."""
 
     def __init__(self, width: int, out=None):
         self.width = width
         self.out = out or sys.stdout
         self._lock = threading.Lock()
+        self.gone = threading.Event()
 
     def lines(self, host: str, lines: Iterable[str]) -> None:
         text = "".join(prefixed(host, self.width, line) + "\n" for line in lines)
-        if text:
+        if text and not self.gone.is_set():
             with self._lock:
-                self.out.write(text)
-                self.out.flush()
+                try:
+                    self.out.write(text)
+                    self.out.flush()
+                except BrokenPipeError:
+                    self.gone.set()
+
+    def check(self, look: bool = True) -> None:
+        """Raise ``BrokenPipeError`` in the caller's thread when the reader went away (a
+        write found it gone; with ``look``, also when nothing was written yet)."""
+        if self.gone.is_set() or (look and reader_gone(self.out)):
+            self.gone.set()
+            raise BrokenPipeError("the reader of the output went away")
 
 
 def pump(host: str, chunks: Iterator[bytes], printer: Printer) -> None:
+    """One container's log stream to the printer, until it ends or nobody reads."""
     splitter = LineSplitter()
     for chunk in chunks:
         printer.lines(host, splitter.feed(chunk))
+        if printer.gone.is_set():
+            return
     printer.lines(host, splitter.flush())
 
 
@@ -170,6 +218,7 @@ def show_logs(args: argparse.Namespace, sources: Sequence[tuple[str, Any]]) -> i
         for entries in logs:
             for (_, stamp, line), host in entries:
                 printer.lines(host, [f"{stamp} {line}" if args.timestamps and stamp else line])
+                printer.check(look=False)
         return Exit.OK
     threads = [threading.Thread(target=pump, args=(host, container.logs(**options), printer),
                                 daemon=True, name=f"logs-{host}")
@@ -178,7 +227,9 @@ def show_logs(args: argparse.Namespace, sources: Sequence[tuple[str, Any]]) -> i
         t.start()
     for t in threads:
         while t.is_alive():
-            t.join(0.2)  # short joins keep Ctrl-C responsive
+            t.join(0.2)  # short joins keep Ctrl-C responsive, and see a reader go away
+            printer.check()
+    printer.check()
     return Exit.OK
 
 
