@@ -215,7 +215,8 @@ def expected_args(host: str, role: str, kernel: str, rank: int, gpu: str,
         restart="on-failure", must_run=True, init=True, wait=False, ports=ports,
         tmpfs=(("/run/cluster-session", "rw,nosuid,nodev,noexec,mode=0755,size=64m"),),
         log_driver="json-file", log_opts=(("max-file", "4"), ("max-size", "16777216")),
-        capabilities_add=("CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID", "SYS_CHROOT"),
+        capabilities_add=("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID",
+                          "SYS_CHROOT"),
         capabilities_drop=("ALL",), security_opts=("no-new-privileges:true",))
 
 

@@ -557,7 +557,7 @@ def test_every_integer_of_the_schema_is_held_to_int64_and_arrays_count_items():
 def test_a_pool_bounds_every_session_s_logs_and_keeps_only_the_set_up_s_capabilities_by_default():
     p = pool(agent())
     assert (p.limits.log_max_size, p.limits.log_max_files) == (16 * 1024**2, 4)
-    assert p.privileges.capabilities == ("CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID",
+    assert p.privileges.capabilities == ("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID",
                                          "SETUID", "SYS_CHROOT")
     assert p.privileges.no_new_privileges is True
 

@@ -319,12 +319,14 @@ LINUX_CAPABILITIES = frozenset((
     "SYS_PTRACE", "SYS_RAWIO", "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "SYSLOG",
     "WAKE_ALARM"))
 """What Docker's ``--cap-add`` names (capabilities(7) without ``CAP_``)."""
-SESSION_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID", "SYS_CHROOT")
+SESSION_CAPABILITIES = (
+    "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID", "SYS_CHROOT")
 """What a session's root (the set-up and sshd) keeps by default; every other capability is
 dropped (docs/threat-model.md, class 7, measured on the real entrypoint): CHOWN and FOWNER for
 the set-up's chown and install into the user's home, DAC_OVERRIDE to write into a home only
-its user may enter, SETUID/SETGID for setpriv and sshd to become the user, SYS_CHROOT for
-sshd's privilege separation."""
+its user may enter, KILL for the init (root) to pass `docker stop`'s signal on to the user's
+job, SETUID/SETGID for setpriv and sshd to become the user, SYS_CHROOT for sshd's privilege
+separation."""
 MIN_LOG_SIZE = MIB
 MAX_LOG_SIZE = 1024 * MIB
 
