@@ -457,3 +457,22 @@ def test_bad_lab_arguments_are_invalid_input(args, capsys):
         main(["lab", "up", *args])
     assert caught.value.code == 2
     assert "error: argument" in capsys.readouterr().err
+
+
+def test_a_pool_s_bad_limits_or_privileges_are_named_with_file_and_field_exit_2(tmp_path, capsys):
+    bad = tmp_path / "pool.yaml"
+    bad.write_text("kind: AgentPool\nname: p\nagents: [{name: a, capacity: {cpu: 1, mem: 1g}}]\n"
+                   "limits: {log_max_size: 10k, log_max_files: 0}\n"
+                   "privileges: {capabilities: [CAP_SYS_ADMIN], no_new_privileges: 'no'}\n")
+    code, out, err = run(capsys, "validate", str(bad))
+    assert (code, out) == (2, "")
+    fields = {line.split(": ")[1] for line in err.splitlines()}
+    assert {"limits.log_max_size", "limits.log_max_files",
+            "privileges.no_new_privileges"} <= fields
+    assert "Traceback" not in err and all(line.startswith(f"{bad}: ") for line in err.splitlines())
+    bad.write_text("kind: AgentPool\nname: p\nagents: [{name: a, capacity: {cpu: 1, mem: 1g}}]\n"
+                   "privileges: {capabilities: [CAP_SYS_ADMIN]}\n")
+    code, _, err = run(capsys, "validate", str(bad))
+    assert code == 2
+    assert f"{bad}: privileges.capabilities.0: 'CAP_SYS_ADMIN' is not a Linux capability " \
+           "(write SYS_ADMIN)" in err.splitlines()

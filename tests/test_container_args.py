@@ -214,7 +214,11 @@ def expected_args(host: str, role: str, kernel: str, rank: int, gpu: str,
                 ("cluster-sessions.mem", "1572864000"), ("cluster-sessions.gpus", gpu),
                 ("cluster-sessions.endpoint", "ssh://ops@agent1")),
         restart="on-failure", must_run=True, init=True, wait=False, ports=ports,
-        tmpfs=(("/run/cluster-session", "rw,nosuid,nodev,noexec,mode=0755,size=64m"),))
+        tmpfs=(("/run/cluster-session", "rw,nosuid,nodev,noexec,mode=0755,size=64m"),),
+        log_driver="json-file", log_opts=(("max-file", "4"), ("max-size", "16777216")),
+        capabilities_add=("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID",
+                          "SYS_CHROOT"),
+        capabilities_drop=("ALL",), security_opts=("no-new-privileges:true",))
 
 
 def test_every_argument_of_main1_and_a_sub_word_for_word():
@@ -285,3 +289,26 @@ def test_an_encrypted_overlay_is_attachable_with_both_options():
                                            (1536 * MIB, 1536)])
 def test_memory_is_whole_mib_rounded_up(size, mib):
     assert memory_mb(size) == mib
+
+
+# --- the pool's log bound and privileges (issue 32, classes 6 and 7) ----------------------------
+
+
+def test_every_container_keeps_only_the_pool_s_capabilities_and_a_bounded_log():
+    widened = plan_of(pool_over={
+        "limits": {"log_max_size": "1m", "log_max_files": 1},
+        "privileges": {"capabilities": ["SETUID", "AUDIT_WRITE"], "no_new_privileges": False}},
+        cluster={"mode": "single-node", "size": 2})
+    for c in widened.containers:
+        args = container_args(widened, c)
+        assert (args.log_driver, args.log_opts) == ("json-file", (("max-file", "1"),
+                                                                  ("max-size", "1048576")))
+        assert (args.capabilities_add, args.capabilities_drop) == (("AUDIT_WRITE", "SETUID"),
+                                                                   ("ALL",))
+        assert args.security_opts == ()
+    default = plan_of()
+    before = container_args(default, default.containers[0])
+    after = container_args(widened, widened.containers[0])
+    assert before.security_opts == ("no-new-privileges:true",)
+    assert {"capabilities", "security_opts", "log_opts"} <= set(after.changed(before))
+    assert all(CONTAINER_FORCE_NEW[name] for name in after.changed(before))

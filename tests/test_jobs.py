@@ -231,3 +231,38 @@ def test_one_session_of_a_count_is_acted_on_with_index(
     assert cli.main(["destroy", path, "--yes"]) == 0  # all three; two had no stack
     assert "no stack" in capsys.readouterr().err
     assert not docker_client.containers.list(all=True, filters={"name": name})
+
+
+@pytest.mark.docker
+def test_run_whose_reader_goes_away_destroys_the_session_and_exits_141_quietly(
+        emulated_automation, docker_client, image, tmp_path):  # noqa: F811
+    """``sessionctl run FILE | head -1`` (issue 34): the job's first line is read, the pipe
+    closed; ``run`` stops waiting, tears the session down as after a timeout, and exits as a
+    program SIGPIPE ended, without a traceback."""
+    import os
+    import subprocess
+    import sys
+
+    name = unique("runpipe")
+    path = write_definition(tmp_path, name, image, "echo started; exec sleep 600")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cluster_sessions.emulation.sessionctl", "run", path],
+        env=os.environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = proc.stdout.readline()
+        proc.stdout.close()
+        code = proc.wait(timeout=120)
+        err = proc.stderr.read().decode()
+        assert line.startswith(b"main1 | ")  # sshd's first line, or the job's
+        assert code == 141, err
+        assert "Traceback" not in err and "Exception in thread" not in err
+        assert not docker_client.containers.list(all=True, filters={"name": name})
+        assert not docker_client.networks.list(names=[f"{name}-net"])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for c in docker_client.containers.list(all=True, filters={"name": name}):
+            c.remove(force=True)
+        for n in docker_client.networks.list(names=[f"{name}-net"]):
+            n.remove()

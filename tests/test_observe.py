@@ -294,6 +294,63 @@ def test_line_splitter_joins_lines_split_across_chunks_and_survives_bad_utf8():
     assert s.flush() == []
 
 
+# --- a container cannot make our verbs slow or large (issue 32, class 6) ------------------------
+
+
+def test_a_log_line_past_the_bound_is_cut_and_says_how_much_was_cut():
+    """20 MB without a newline: at most ``MAX_LINE`` characters are ever held, and the line
+    shown is its head with a note of what was cut; the next line is whole again."""
+    s = logs.LineSplitter()
+    chunk = b"x" * 65536
+    for _ in range(320):  # 20 MiB
+        assert s.feed(chunk) == []
+        assert s.held <= logs.MAX_LINE
+    [cut, whole] = s.feed(b"y\r\nnext\n")
+    assert cut == "x" * logs.MAX_LINE + f" [line cut: {320 * 65536 + 1 - logs.MAX_LINE:,} more " \
+        "characters not shown]"
+    assert whole == "next"
+    s.feed(b"z" * (logs.MAX_LINE + 5))
+    assert s.flush() == ["z" * logs.MAX_LINE + " [line cut: 5 more characters not shown]"]
+    assert s.held == 0
+
+
+def test_a_line_exactly_at_the_bound_is_not_cut():
+    s = logs.LineSplitter(limit=8)
+    assert s.feed(b"12345") == []
+    assert s.feed(b"678\n123456789\n") == ["12345678", "12345678 [line cut: 1 more characters "
+                                                          "not shown]"]
+
+
+def peak_allocation_of(call) -> int:
+    """Bytes allocated at the peak of ``call()`` beyond what was allocated before it."""
+    import tracemalloc
+
+    before = tracemalloc.get_traced_memory()[0]
+    tracemalloc.reset_peak()
+    call()
+    return tracemalloc.get_traced_memory()[1] - before
+
+
+@pytest.mark.parametrize("piece", [b"x" * 65536, b"x" * 65535 + b"\n", b"ab\n" * 2048],
+                         ids=["no-newline", "one-line-each", "many-lines"])
+def test_the_line_splitter_s_work_per_chunk_never_grows_with_what_came_before(piece):
+    """The structural proof that splitting is linear: each chunk costs what it allocates and
+    copies, and that is bounded by the chunk itself (and the line bound) whether 64 KiB or
+    8 MiB came before it. Joining each chunk to the line held so far (issue 32: 0.86 s for
+    5 MB, 18 s for 20 MB) allocates the whole line again at every chunk."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        s = logs.LineSplitter()
+        costs = [peak_allocation_of(lambda: s.feed(piece)) for _ in range(128)]  # 8 MiB
+    finally:
+        tracemalloc.stop()
+    per_line = 100  # a short line's str and its place in the list
+    assert max(costs) < 4 * len(piece) + per_line * piece.count(b"\n") + 2 * logs.MAX_LINE
+    assert max(costs[64:]) <= 2 * max(costs[:8])  # the 64th MiB costs as the first did
+
+
 def test_found_from_inspect_attributes():
     attrs = {"Id": "0123456789abcdef", "Name": "/demo-sub1",
              "Config": {"Image": "img:1", "Labels": {HOST_LABEL: "sub1",
@@ -449,7 +506,7 @@ class FakeContainer:
         self._logs = logs
 
     def logs(self, **options):
-        data = self._logs
+        data = self._logs if options.get("stdout", True) else b""  # all of it on stdout
         return iter([data[:7], data[7:]])  # split mid-sequence: the splitter joins them
 
     def reload(self):
@@ -542,22 +599,30 @@ def test_logs_of_a_real_container_reach_the_terminal_escaped(docker_client, tiny
 
 class StampedContainer(FakeContainer):
     """A container whose engine gives each line a timestamp (``timestamps=True``), stored in
-    the order given, which need not be the order of the stamps."""
+    the order given, which need not be the order of the stamps across its stdout and its
+    stderr (a line is on stdout unless a third item says ``stderr``)."""
 
-    def __init__(self, plan, host: str, lines: list[tuple[str, str]]):
+    def __init__(self, plan, host: str, lines: list[tuple[str, ...]]):
         super().__init__(plan, host)
         self._lines = lines
+        self.calls: list[dict] = []
 
     def logs(self, **options):
-        return iter([(f"{stamp} " if options.get("timestamps") else "").encode()
-                     + f"{text}\n".encode() for stamp, text in self._lines])
+        self.calls.append(options)
+        chosen = [line for line in self._lines
+                  if options.get((line[2:] or ("stdout",))[0], True)]
+        if isinstance(options.get("tail"), int):
+            chosen = chosen[len(chosen) - options["tail"]:] if options["tail"] else []
+        return iter([(f"{line[0]} " if options.get("timestamps") else "").encode()
+                     + f"{line[1]}\n".encode() for line in chosen])
 
 
 def test_logs_show_a_container_s_lines_in_the_order_the_engine_stamped_them(
         tmp_path, monkeypatch, capsys):
     file, plan = make_session(tmp_path, "busybox", size=1)
     stored = [("2026-01-02T03:04:05.1Z", "first"),
-              ("2026-01-02T03:04:05.4Z", "cluster-session[main1]: job exited with code 0"),
+              ("2026-01-02T03:04:05.4Z", "cluster-session[main1]: job exited with code 0",
+               "stderr"),
               ("2026-01-02T03:04:05.25Z", "last stdout line")]
     fake_connect(monkeypatch, "logs", FakeClient([StampedContainer(plan, "main1", stored)]))
     assert main(["logs", str(file)]) == Exit.OK
@@ -679,3 +744,156 @@ def test_a_session_is_observed_where_the_engines_show_it_not_where_declared_capa
     assert [c.agent for c in spread.containers] == ["agent2", "agent1"]
     assert spread.network.driver == "overlay"
     assert observe.placed_as_found(plan, loaded, []) is plan
+
+
+# --- a reader that goes away (issue 34, item 1) --------------------------------------------------
+
+
+def first_line_then_close(argv: list[str], timeout: float = 30) -> tuple[int, bytes, bytes]:
+    """``sessionctl ARGV | head -1``: a real pipe whose reader takes one line and closes it.
+    The verb's exit code, the line read, and everything on stderr."""
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "cluster_sessions.driver.cli", *argv],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = proc.stdout.readline()
+        proc.stdout.close()
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise AssertionError(f"{argv[0]} kept going {timeout} s after its reader went away: "
+                             f"{proc.stderr.read()!r}") from None
+    return code, line, proc.stderr.read()
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("script", [
+    "while true; do echo tick; sleep 0.1; done",  # the next write finds the pipe closed
+    "echo tick; exec sleep 600",  # nothing more is written: the closed pipe is seen anyway
+], ids=["chatty", "silent"])
+def test_logs_follow_ends_quietly_with_141_when_its_reader_goes_away(
+        docker_client, tiny_image, tmp_path, script):
+    file, plan = make_session(tmp_path, tiny_image, size=2)
+    try:
+        for host in ("main1", "sub1"):
+            wait_for_logs(run_container(docker_client, plan, host, script), b"tick")
+        code, line, err = first_line_then_close(["logs", str(file), "--follow"])
+        assert line.endswith(b"| tick\n")
+        assert (code, err) == (141, b"")  # no thread's traceback, never a success
+    finally:
+        remove_session(docker_client, plan.name)
+
+
+@pytest.mark.docker
+def test_wait_stops_waiting_quietly_with_141_when_its_reader_goes_away(
+        docker_client, tiny_image, tmp_path):
+    name = f"obs-{uuid.uuid4().hex[:10]}"
+    file = factories.write_pair(tmp_path, factories.session(
+        name, image=tiny_image, size=2, cpu=0.1, mem="64m", shmem="8m", type="batch",
+        command=["sh", "-c", "true"]), factories.pool("observe-test", factories.agent()))
+    plan = build_plan(load_session(file).session, load_session(file).pool)
+    try:
+        run_container(docker_client, plan, "sub1", "exec sleep 600")
+        main1 = run_container(docker_client, plan, "main1", "echo started; exec sleep 600")
+        wait_for_logs(main1, b"started")
+        started = time.monotonic()
+        code, line, err = first_line_then_close(["wait", str(file)])
+        assert line == b"main1 | started\n"
+        assert (code, err) == (141, b"")
+        assert time.monotonic() - started < 20  # not until the job ends (600 s)
+    finally:
+        remove_session(docker_client, plan.name)
+
+
+class StreamedContainer(FakeContainer):
+    """A container whose log is long and read lazily from the engine, as the SDK streams it:
+    ``lines`` lines of ``width`` characters on stdout, stamped a microsecond apart."""
+
+    def __init__(self, plan, host: str, lines: int, width: int = 200):
+        super().__init__(plan, host)
+        self.lines, self.width = lines, width
+
+    def logs(self, **options):
+        if not options.get("stdout", True):
+            return iter(())
+        body = "x" * self.width
+        return (f"2026-01-02T03:{i // 60_000_000 % 60:02}:{i // 1_000_000 % 60:02}."
+                f"{i % 1_000_000:06}Z {body}\n".encode() for i in range(self.lines))
+
+
+@pytest.mark.parametrize("extra", [[], ["--timestamps"]])
+def test_logs_without_follow_holds_a_bounded_part_of_the_log_in_memory(
+        tmp_path, monkeypatch, extra):
+    """Containers' logs are printed while they are read: the verb's memory does not grow with
+    the log (it held every line of every container to sort them). 2 x 4 MB of log costs what
+    2 x 200 kB costs, within 1 MB."""
+    import sys
+    import tracemalloc
+
+    file, plan = make_session(tmp_path, "busybox", size=2)
+    devnull = open(os.devnull, "w")  # noqa: SIM115 (closed below)
+    monkeypatch.setattr(sys, "stdout", devnull)
+
+    def peak(lines: int) -> int:
+        fake_connect(monkeypatch, "logs", FakeClient([StreamedContainer(plan, "main1", lines),
+                                                      StreamedContainer(plan, "sub1", lines)]))
+        return peak_allocation_of(lambda: main(["logs", str(file), *extra]))
+
+    tracemalloc.start()
+    try:
+        peak(10)  # what the first call imports is not the log's
+        small, large = peak(1_000), peak(20_000)
+    finally:
+        tracemalloc.stop()
+        devnull.close()
+    assert large < small + 1024**2, (small, large)
+
+
+def test_logs_merge_a_container_s_stdout_and_stderr_by_stamp_and_tail_the_merge(
+        tmp_path, monkeypatch, capsys):
+    """Each stream is asked for on its own (each is in stamp order as the engine stored it)
+    and the two merged; ``--tail N`` is the last N lines of the merge."""
+    file, plan = make_session(tmp_path, "busybox", size=1)
+    container = StampedContainer(plan, "main1", [
+        ("2026-01-02T03:04:05.1Z", "out 1"), ("2026-01-02T03:04:05.3Z", "out 3"),
+        ("2026-01-02T03:04:05.2Z", "err 2", "stderr"), ("2026-01-02T03:04:05.4Z", "out 4"),
+        ("2026-01-02T03:04:05.5Z", "err 5", "stderr")])
+    fake_connect(monkeypatch, "logs", FakeClient([container]))
+    assert main(["logs", str(file)]) == Exit.OK
+    assert capsys.readouterr().out.splitlines() == [
+        f"main1 | {w}" for w in ("out 1", "err 2", "out 3", "out 4", "err 5")]
+    assert main(["logs", str(file), "--tail", "2"]) == Exit.OK
+    assert capsys.readouterr().out.splitlines() == ["main1 | out 4", "main1 | err 5"]
+    assert {(c["stdout"], c["stderr"]) for c in container.calls} == {(True, False),
+                                                                   (False, True)}
+
+
+def test_logs_follow_cuts_a_container_s_endless_line(tmp_path, monkeypatch, capsys):
+    file, plan = make_session(tmp_path, "busybox", size=2)
+    line = b"y" * (3 * logs.MAX_LINE) + b"\n"
+    fake_connect(monkeypatch, "logs", FakeClient([FakeContainer(plan, "main1", logs=line)]))
+    assert main(["logs", str(file), "--follow"]) == Exit.OK
+    out = capsys.readouterr().out
+    assert out == "main1 | " + "y" * logs.MAX_LINE + (
+        f" [line cut: {2 * logs.MAX_LINE:,} more characters not shown]\n")
+
+
+@pytest.mark.docker
+def test_logs_of_a_real_container_s_20_mb_line_are_cut_and_said(docker_client, tiny_image,
+                                                              tmp_path, capsys):
+    """The engine stores a long line as 16 KiB pieces; ``logs`` joins them up to the bound,
+    says what it cut, and goes on with the next line (it took 33 s and 120 MB on 60f9838)."""
+    file, plan = make_session(tmp_path, tiny_image, size=1)
+    try:
+        main1 = run_container(docker_client, plan, "main1", "head -c 20000000 /dev/zero | "
+                              "tr '\\0' a; echo; echo after; exec sleep 600")
+        wait_for_logs(main1, b"after", timeout=60)
+        assert main(["logs", str(file)]) == Exit.OK
+        [cut, after] = capsys.readouterr().out.splitlines()
+        assert cut.startswith("main1 | aaaa") and "more characters not shown]" in cut
+        assert len(cut) < logs.MAX_LINE + 100
+        assert after == "main1 | after"
+    finally:
+        remove_session(docker_client, plan.name)

@@ -342,7 +342,10 @@ def rich_plan():
     p = Pool.model_validate({"kind": "AgentPool", "name": "lab", "agents": agents,
                              "swarm": {"manager": "a2"},
                              "network": {"mtu": 1450, "encrypted": True},
-                             "mount_sources": ["/data"], "storage": {"nfs": "/srv/vf/"}})
+                             "mount_sources": ["/data"], "storage": {"nfs": "/srv/vf/"},
+                             "limits": {"log_max_size": "5m", "log_max_files": 2},
+                             "privileges": {"capabilities": ["SETUID", "KILL"],
+                                            "no_new_privileges": False}})
     plan = build_plan(definition, p)
     # a second choice keeps the ports it does not name (tb's) and changes the others
     return with_service_ports(with_service_ports(plan, {"jupyter": 40001, "tb": 40050}),
@@ -402,12 +405,14 @@ def test_plan_json_is_contract_2_word_for_word():
             service("tb", 6006, "tcp", True, 40050, "h1", 40050, "tcp://h1:40050"),
             service("web", 80, "https", True, None, "h1", 40003, "https://h1:40003/"),
         ],
+        "limits": {"log_max_size": "5m", "log_max_files": 2},
+        "privileges": {"capabilities": ["SETUID", "KILL"], "no_new_privileges": False},
         "containers": [container("main1", "main", 1, 0, "a1", 0),
                        container("sub1", "sub", 1, 1, "a1", 1),
                        container("sub2", "sub", 2, 2, "a2", 0)],
     }
     assert list(doc) == ["session", "type", "mode", "status", "image", "network", "agents",
-                         "ssh_port", "services", "containers"]
+                         "ssh_port", "services", "limits", "privileges", "containers"]
 
 
 def test_a_pending_plan_json_says_why_and_places_nothing():

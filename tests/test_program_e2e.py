@@ -83,6 +83,16 @@ def test_the_engine_runs_exactly_what_the_program_declared(live, docker_client):
         # the bundle is unpacked on a tmpfs of the container's own (spec.RUN_TMPFS)
         assert attrs["HostConfig"]["Tmpfs"] == {
             "/run/cluster-session": "rw,nosuid,nodev,noexec,mode=0755,size=64m"}
+        # the pool's bounds (issue 32): a rotated json-file log, only the set-up's
+        # capabilities, no privilege gained by exec; root in the container has no other one
+        assert attrs["HostConfig"]["LogConfig"] == {
+            "Type": "json-file", "Config": {"max-file": "4", "max-size": str(16 * MIB)}}
+        assert attrs["HostConfig"]["CapDrop"] == ["ALL"]
+        assert attrs["HostConfig"]["CapAdd"] == ["CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL",
+                                                 "SETGID", "SETUID", "SYS_CHROOT"]
+        assert attrs["HostConfig"]["SecurityOpt"] == ["no-new-privileges:true"]
+        code, caps = _run(c, "grep -E '^(CapBnd|NoNewPrivs)' /proc/1/status", user="root")
+        assert caps.split() == ["CapBnd:", "00000000000400eb", "NoNewPrivs:", "1"], caps
         code, modes = _run(c, "stat -c '%a %U' /run/cluster-session/ssh "
                            "/run/cluster-session/ssh/id_cluster "
                            "/run/cluster-session/ssh/ssh_host_ed25519_key", user="root")

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster_sessions.core.container_args import container_args
 from cluster_sessions.core.keys import SessionKeys, generate_session_keys
 from cluster_sessions.core.plan import (
     ClusterPlan,
@@ -154,6 +155,7 @@ def start(client, image: str, session: Session, directory: Path, *, init: bool =
                    for m in plan.mounts]
         networking = client.api.create_networking_config({
             plan.network.name: client.api.create_endpoint_config(aliases=[c.host])})
+        args = container_args(plan, c)
         created = client.api.create_container(
             image, command=list(container_command(plan, c)), name=c.container_name,
             hostname=c.host,
@@ -163,7 +165,10 @@ def start(client, image: str, session: Session, directory: Path, *, init: bool =
             labels=container_labels(plan, c), networking_config=networking,
             host_config=client.api.create_host_config(
                 init=init, mounts=mounts, mem_limit=res.mem, shm_size=res.shmem,
-                nano_cpus=int(res.cpu * 1e9)),
+                nano_cpus=int(res.cpu * 1e9),
+                # what the Session gives every container: the pool's capabilities only
+                cap_add=list(args.capabilities_add), cap_drop=list(args.capabilities_drop),
+                security_opt=list(args.security_opts) or None),
         )
         running.containers[c.host] = client.containers.get(created["Id"])
         if upload:

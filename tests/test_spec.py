@@ -549,3 +549,50 @@ def test_every_integer_of_the_schema_is_held_to_int64_and_arrays_count_items():
         "minItems": 1, "maxItems": 10000}
     gpus = pool_schema["$defs"]["Capacity"]["properties"]["gpus"]
     assert gpus["items"] == {"minimum": 0, "maximum": 2**63 - 1, "type": "integer"}
+
+
+# --- what a session may take and do on an agent (issue 32, classes 6 and 7) ---------------------
+
+
+def test_a_pool_bounds_every_session_s_logs_and_keeps_only_the_set_up_s_capabilities_by_default():
+    p = pool(agent())
+    assert (p.limits.log_max_size, p.limits.log_max_files) == (16 * 1024**2, 4)
+    assert p.privileges.capabilities == ("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID",
+                                         "SETUID", "SYS_CHROOT")
+    assert p.privileges.no_new_privileges is True
+
+
+def test_a_pool_widens_capabilities_and_log_bounds_with_its_own_fields():
+    p = pool(agent(), limits={"log_max_size": "100m", "log_max_files": 10},
+             privileges={"capabilities": ["SETUID", "SETGID", "AUDIT_WRITE"],
+                         "no_new_privileges": False})
+    assert (p.limits.log_max_size, p.limits.log_max_files) == (100 * 1024**2, 10)
+    assert p.privileges.capabilities == ("SETUID", "SETGID", "AUDIT_WRITE")
+    assert pool_problems(p) == []
+
+
+def test_privilege_rules_word_for_word():
+    found = pool_problems(pool(agent(), privileges={"capabilities": [
+        "cap_sys_admin", "SETUID", "SETUID", "FLY", "\x1b[2J"]}))
+    assert [path for path, _ in found] == [f"privileges.capabilities.{i}" for i in (0, 2, 3, 4)]
+    assert found[0][1] == "'cap_sys_admin' is not a Linux capability (write SYS_ADMIN)"
+    assert found[1][1] == "SETUID is listed twice"
+    assert found[2][1].startswith("'FLY' is not a Linux capability; one of AUDIT_CONTROL, ")
+    assert found[3][1].startswith("'\\x1b[2J' is not a Linux capability")  # escaped
+
+
+@pytest.mark.parametrize(("fields", "where"), [
+    ({"limits": {"log_max_size": "100k"}}, "limits.log_max_size"),
+    ({"limits": {"log_max_size": "2g"}}, "limits.log_max_size"),
+    ({"limits": {"log_max_files": 0}}, "limits.log_max_files"),
+    ({"limits": {"log_max_files": "3"}}, "limits.log_max_files"),
+    ({"limits": {"pids": 5}}, "limits.pids"),
+    ({"privileges": {"no_new_privileges": "no"}}, "privileges.no_new_privileges"),
+    ({"privileges": {"capabilities": "ALL"}}, "privileges.capabilities"),
+])
+def test_bad_limits_and_privileges_are_refused(fields, where):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as caught:
+        pool(agent(), **fields)
+    assert where in {".".join(map(str, e["loc"])) for e in caught.value.errors()}

@@ -33,6 +33,8 @@ from .spec import RUN_DIR, RUN_TMPFS, SSH_PORT
 
 MIB = 1024 * 1024
 MTU_OPTION = "com.docker.network.driver.mtu"
+LOG_DRIVER = "json-file"
+NO_NEW_PRIVILEGES = "no-new-privileges:true"
 
 
 def memory_mb(size: int) -> int:
@@ -83,15 +85,25 @@ class ContainerArgs:
     wait: bool
     ports: tuple[PortArgs, ...]
     tmpfs: tuple[tuple[str, str], ...]  # (container directory, mount options)
+    log_driver: str
+    log_opts: tuple[tuple[str, str], ...]  # the json-file driver's: the pool's log bound
+    capabilities_add: tuple[str, ...]  # capabilities { add, drop }: the pool's set kept,
+    capabilities_drop: tuple[str, ...]  # every other one dropped
+    security_opts: tuple[str, ...]
 
     def changed(self, other: ContainerArgs) -> tuple[str, ...]:
         """The provider arguments that differ from ``other``'s (``networks_advanced`` for the
-        network and aliases)."""
+        network and aliases, ``capabilities`` for its add and drop)."""
         out = []
         for f in fields(self):
             if getattr(self, f.name) != getattr(other, f.name):
-                out.append("networks_advanced" if f.name in ("network", "aliases") else f.name)
+                out.append(_PROVIDER_NAMES.get(f.name, f.name))
         return tuple(dict.fromkeys(out))
+
+
+# the fields that are parts of one provider argument
+_PROVIDER_NAMES = {"network": "networks_advanced", "aliases": "networks_advanced",
+                   "capabilities_add": "capabilities", "capabilities_drop": "capabilities"}
 
 
 @dataclass(frozen=True)
@@ -154,6 +166,13 @@ def container_args(plan: ClusterPlan, c: ContainerPlan, endpoint: str = "") -> C
         ports=ports,
         # the bundle is unpacked there (render.pack_entrypoint_argv)
         tmpfs=((RUN_DIR, RUN_TMPFS),),
+        # json-file whatever the agent's default driver: `logs` reads it, and it rotates
+        log_driver=LOG_DRIVER,
+        log_opts=(("max-file", str(plan.limits.log_max_files)),
+                  ("max-size", str(plan.limits.log_max_size))),
+        capabilities_add=tuple(sorted(plan.privileges.capabilities)),
+        capabilities_drop=("ALL",),
+        security_opts=(NO_NEW_PRIVILEGES,) if plan.privileges.no_new_privileges else (),
     )
 
 

@@ -39,6 +39,8 @@ from .spec import (
     PortRange,
     Resources,
     Session,
+    SessionLimits,
+    SessionPrivileges,
     agent_address,
     mount_source_problems,
     slots_per_container,
@@ -166,6 +168,8 @@ class ClusterPlan:
     stack_id: str = ""
     stack: str = ""
     made_by: str = ""
+    limits: SessionLimits = SessionLimits()  # the pool's, for every container
+    privileges: SessionPrivileges = SessionPrivileges()  # the pool's, for every container
 
     @property
     def name(self) -> str:
@@ -435,6 +439,8 @@ def _plan(session: Session, pool: Pool, placement: Placement) -> ClusterPlan:
         containers=containers,
         mounts=planned_mounts(session, pool),
         services=_services(session, pool, containers[0].agent),
+        limits=pool.limits,
+        privileges=pool.privileges,
     )
 
 
@@ -459,6 +465,10 @@ def plan_to_dict(plan: ClusterPlan) -> dict:
         "agents": list(plan.agents),
         "ssh_port": SSH_PORT,
         "services": [s.to_dict() for s in plan.services],
+        "limits": {"log_max_size": format_size(plan.limits.log_max_size),
+                   "log_max_files": plan.limits.log_max_files},
+        "privileges": {"capabilities": list(plan.privileges.capabilities),
+                       "no_new_privileges": plan.privileges.no_new_privileges},
         "containers": [
             {
                 "host": c.host,

@@ -29,7 +29,8 @@ CONTAINER_FORCE_NEW: dict[str, bool] = {
     "uploads": True, "entrypoints": True, "command": True, "cpus": True, "memory": False,
     "memory_swap": False, "shm_size": True, "device_requests": True, "mounts": True,
     "labels": True, "restart": False, "must_run": False, "init": False, "wait": False,
-    "ports": True, "tmpfs": False,
+    "ports": True, "tmpfs": False, "log_driver": True, "log_opts": True,
+    "capabilities": True, "security_opts": True,
 }
 # docker.Network arguments the Session passes: every one forces a new network.
 NETWORK_FORCE_NEW: dict[str, bool] = {

@@ -288,7 +288,9 @@ _ARG_REASONS: dict[str, str] = {
     "command": "command", "entrypoints": "entrypoint", "ports": "published ports",
     "uploads": "rendered files", "restart": "restart policy", "must_run": "restart policy",
     "hostname": "hostname", "name": "name", "init": "init", "wait": "wait",
-    "networks_advanced": "network replaced", "tmpfs": "tmpfs",
+    "networks_advanced": "network replaced", "tmpfs": "tmpfs", "log_driver": "log limits",
+    "log_opts": "log limits", "capabilities": "capabilities",
+    "security_opts": "no-new-privileges",
 }
 
 

@@ -324,6 +324,56 @@ class PoolNetwork(_Model):
     encrypted: StrictBool = False
 
 
+LINUX_CAPABILITIES = frozenset((
+    "AUDIT_CONTROL", "AUDIT_READ", "AUDIT_WRITE", "BLOCK_SUSPEND", "BPF", "CHECKPOINT_RESTORE",
+    "CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "IPC_LOCK", "IPC_OWNER",
+    "KILL", "LEASE", "LINUX_IMMUTABLE", "MAC_ADMIN", "MAC_OVERRIDE", "MKNOD", "NET_ADMIN",
+    "NET_BIND_SERVICE", "NET_BROADCAST", "NET_RAW", "PERFMON", "SETFCAP", "SETGID", "SETPCAP",
+    "SETUID", "SYS_ADMIN", "SYS_BOOT", "SYS_CHROOT", "SYS_MODULE", "SYS_NICE", "SYS_PACCT",
+    "SYS_PTRACE", "SYS_RAWIO", "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "SYSLOG",
+    "WAKE_ALARM"))
+"""What Docker's ``--cap-add`` names (capabilities(7) without ``CAP_``)."""
+SESSION_CAPABILITIES = (
+    "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID", "SYS_CHROOT")
+"""What a session's root (the set-up and sshd) keeps by default; every other capability is
+dropped (docs/threat-model.md, class 7, measured on the real entrypoint): CHOWN and FOWNER for
+the set-up's chown and install into the user's home, DAC_OVERRIDE to write into a home only
+its user may enter, KILL for the init (root) to pass `docker stop`'s signal on to the user's
+job, SETUID/SETGID for setpriv and sshd to become the user, SYS_CHROOT for sshd's privilege
+separation."""
+MIN_LOG_SIZE = MIB
+MAX_LOG_SIZE = 1024 * MIB
+
+
+def _log_size(value: object) -> int:
+    return parse_size(value, MIN_LOG_SIZE, MAX_LOG_SIZE)
+
+
+LogSize = Annotated[int, BeforeValidator(_log_size), PlainSerializer(format_size, return_type=str),
+                    WithJsonSchema(size_json_schema(MIN_LOG_SIZE, MAX_LOG_SIZE),
+                                   mode="validation")]
+
+
+class SessionLimits(_Model):
+    """What one session may take of an agent beyond cpu and memory: its containers' logs
+    (Docker's json-file driver keeps ``log_max_files`` files of ``log_max_size`` each, the
+    oldest dropped) so that no session fills an agent's disk by writing."""
+
+    log_max_size: LogSize = 16 * MIB
+    log_max_files: Annotated[int, Field(strict=True, ge=1, le=100)] = 4
+
+
+class SessionPrivileges(_Model):
+    """What a session's root may do: the capabilities its containers keep (all others are
+    dropped) and whether any process may gain privileges by exec (``no-new-privileges``: set,
+    a setuid ``sudo`` in the image does not work). The defaults are what the set-up and sshd
+    need; a pool widens them for images that need more."""
+
+    capabilities: Annotated[tuple[NonEmpty, ...], BeforeValidator(_listed)] = \
+        SESSION_CAPABILITIES
+    no_new_privileges: StrictBool = True
+
+
 class Pool(_Model):
     kind: Literal["AgentPool"]
     name: NonEmpty
@@ -342,6 +392,9 @@ class Pool(_Model):
     storage: dict[str, NonEmpty] = {}
     # Every agent's port pool for services, unless the agent names its own.
     service_ports: PortRange = DEFAULT_SERVICE_PORTS
+    # What each session's containers may take and do (logs; capabilities).
+    limits: SessionLimits = SessionLimits()
+    privileges: SessionPrivileges = SessionPrivileges()
 
     def agent(self, name: str) -> Agent:
         return next(a for a in self.agents if a.name == name)
@@ -846,9 +899,26 @@ def pool_problems(pool: Pool) -> list[tuple[str, str]]:
             found.append((f"volumes.{i}", f"{volume!r} is not a volume name (letters, digits, "
                           "'_', '.', '-', starting with a letter or digit)"))
     found += _storage_problems(pool)
+    found += _privilege_problems(pool.privileges)
     if pool.swarm and pool.swarm.manager not in names:
         found.append(("swarm.manager", f"{pool.swarm.manager!r} is not one of the pool's agents "
                       f"({', '.join(names)})"))
+    return found
+
+
+def _privilege_problems(privileges: SessionPrivileges) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for i, cap in enumerate(privileges.capabilities):
+        path = f"privileges.capabilities.{i}"
+        if cap in seen:
+            found.append((path, f"{cap} is listed twice"))
+        elif cap not in LINUX_CAPABILITIES:
+            bare = cap.upper().removeprefix("CAP_")
+            hint = (f" (write {bare})" if bare in LINUX_CAPABILITIES else
+                    f"; one of {', '.join(sorted(LINUX_CAPABILITIES))}")
+            found.append((path, f"{cap!r} is not a Linux capability{hint}"))
+        seen.add(cap)
     return found
 
 

@@ -7,7 +7,6 @@ prerequisite (such as the ``pulumi`` CLI), 5 a batch job failed, 6 a batch job w
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import logging
@@ -24,6 +23,7 @@ from ..core.terminal import dumps, guarded, printable, table
 from ..core.units import format_size
 from . import verbs
 from .errors import INTERRUPTED, ClusterSessionsError, Exit, outcome
+from .logs import drop_output
 from .session_args import (
     EPILOG,
     add_session_args,
@@ -289,8 +289,7 @@ def _main(argv: list[str] | None) -> int:
     except BrokenPipeError:
         # The reader went away (``| head``): the verb did not finish, so never report
         # success; exit as a program killed by SIGPIPE does (128 + 13), quietly.
-        with contextlib.suppress(OSError, ValueError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        drop_output()
         return BROKEN_PIPE
     except Exception as exc:  # a bug: say so without a traceback unless asked
         if os.environ.get("SESSIONCTL_DEBUG"):

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..core.terminal import printable
 from .errors import INTERRUPTED, CommandError, Exit
+from .logs import drop_output
 from .observe import Connect, agents_to_ask, connect, survey
 from .session_args import (
     Selected,
@@ -91,13 +92,20 @@ def _run(args: argparse.Namespace, engine_verb: EngineVerb | None,
         if args.json:
             stopped("run", args, code, "failed", f"up of {names} exited {code}; see stderr")
         return code
-    interrupted = False
+    interrupted = reader_left = False
     try:
         ends = wait_for_jobs(args, sel, connect, "run")
     except KeyboardInterrupt:
         interrupted = True
         ends = [(p, JobEnd(Exit.JOB_LOST, "interrupted (Ctrl-C) before the job ended"))
                 for _, p in sel.chosen]
+    except BrokenPipeError:
+        # The reader of the job's log went away (``| head``): the session is still torn down
+        # as after a timeout (unless kept), then the verb exits 141 as any verb does.
+        reader_left = True
+        drop_output()
+        ends = [(p, JobEnd(Exit.JOB_LOST, "the reader of the output went away before the "
+                           "job ended")) for _, p in sel.chosen]
     # Ctrl-C is 130 as for every verb (and `up`), whatever is done with the session after it:
     # the job did not end, so 0, 5 and 6 (how it ended) would not be true
     outcome = INTERRUPTED if interrupted else combined(end.code for _, end in ends)
@@ -116,6 +124,8 @@ def _run(args: argparse.Namespace, engine_verb: EngineVerb | None,
     else:
         print(f"sessionctl run: session {names} kept; `sessionctl destroy {args.file}` "
               "removes it", file=sys.stderr)
+    if reader_left:
+        raise BrokenPipeError("the reader of the output went away")
     for plan, end in ends:
         who = f"{plan.name}: " if len(ends) > 1 else ""
         print(printable(f"sessionctl run: {who}{end.message}"), file=sys.stderr)

@@ -177,6 +177,7 @@ def follow_job(plan: ClusterPlan, found: Survey, deadline: float | None,
         threading.Thread(target=pump, args=(prefix + main, stream, printer), daemon=True,
                          name=f"logs-{main}").start()
     while True:
+        printer.check()  # nobody reads the job's log any more: stop waiting (exit 141)
         states: dict[str, Found | None] = {}
         for c in plan.containers:
             container = containers.get(c.host)

@@ -145,6 +145,12 @@ class DockerBuilder:
             init=inputs.get("init", False),
             port_bindings=bindings or None,
             tmpfs=dict(inputs.get("tmpfs") or {}) or None,
+            # rcf.go 261-262, 387-389 (log), 286-293 (capabilities), 327-332 (security_opts)
+            log_config={"Type": inputs.get("logDriver") or "",
+                        "Config": dict(inputs.get("logOpts") or {})},
+            cap_add=list((inputs.get("capabilities") or {}).get("adds") or []) or None,
+            cap_drop=list((inputs.get("capabilities") or {}).get("drops") or []) or None,
+            security_opt=list(inputs.get("securityOpts") or []) or None,
         )
         (network,) = inputs["networksAdvanced"]
         networking = api.create_networking_config({

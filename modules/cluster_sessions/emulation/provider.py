@@ -74,6 +74,13 @@ CONTAINER_ARGS: dict[str, Arg] = {
     "init": Arg(False, True, source="rc.go 1126-1131"),
     "gpus": Arg(True, source="rc.go 1152-1157"),
     "cpus": Arg(True, source="rc.go 1158-1163"),
+    # ForceNew; read back as the engine stores them (as given: seen on Docker 20.10)
+    "capabilities": Arg(True, source="rc.go 262-290 (add, drop); create rcf.go 286-293; "
+                                     "read rcf.go 870-878"),
+    "securityOpts": Arg(True, True, source="rc.go 291-299; create rcf.go 327-332; read "
+                                           "rcf.go 854"),
+    "logDriver": Arg(True, True, source="rc.go 886-892; create rcf.go 261-262; read rcf.go 951"),
+    "logOpts": Arg(True, source="rc.go 894-899; create rcf.go 387-389; read rcf.go 952, 980-986"),
 }
 NETWORK_ARGS: dict[str, Arg] = {
     "name": Arg(True, source="rn.go 25-30"),

@@ -318,6 +318,11 @@ class Session(pulumi.ComponentResource):
                                             protocol=p.protocol)
                    for p in args.ports] or None,
             tmpfs=dict(args.tmpfs) or None,
+            log_driver=args.log_driver,
+            log_opts=dict(args.log_opts),
+            capabilities=docker.ContainerCapabilitiesArgs(
+                adds=list(args.capabilities_add), drops=list(args.capabilities_drop)),
+            security_opts=list(args.security_opts) or None,
             opts=pulumi.ResourceOptions(
                 parent=self,
                 provider=self.providers[c.agent],
