@@ -308,11 +308,16 @@ def test_a_second_up_of_the_same_stack_keeps_its_id_and_changes_nothing(
 def test_the_emulated_file_backend_lists_the_stacks_another_process_made(tmp_path):
     """As the CLI's DIY backend: a stack a killed run left is listed, with its config (the
     next ``up`` keeps its id instead of taking its objects for another stack's)."""
-    made = Backend(tmp_path)
-    made.open_stack("left", tmp_path, None, None).set_config(
+    from .conftest import PROJECT
+
+    state, configs = tmp_path / "state", tmp_path / "configs"
+    state.mkdir()
+    configs.mkdir()
+    made = Backend(state, configs)
+    made.open_stack("left", PROJECT, None, None).set_config(
         config_key(STACK_ID_KEY), SimpleNamespace(value="0123456789abcdef", secret=False))
     made.save(made.stacks["left"])
-    later = Backend(tmp_path)
+    later = Backend(state, configs)
     assert [s.name for s in later.list_stacks()] == ["left"]
     assert later.get_all_config("left")[config_key(STACK_ID_KEY)].value == "0123456789abcdef"
 
