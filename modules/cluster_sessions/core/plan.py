@@ -279,12 +279,15 @@ def session_copies(session: Session) -> tuple[Session, ...]:
 
 
 def build_plans(session: Session, pool: Pool, free: Sequence[Free] | None = None,
-                kept: Mapping[str, Placement] | None = None) -> tuple[ClusterPlan, ...]:
+                kept: Mapping[str, Placement] | None = None,
+                after: str | None = None) -> tuple[ClusterPlan, ...]:
     """Every session of a definition, planned together: each is placed on what the ones before
     it left, and when one does not fit, all are pending with the reason (none is launched
     while another cannot be). ``kept``: the placements already decided (core.decisions), by
     session name: those sessions stay where they are, and the others are placed on what is
-    left beside them."""
+    left beside them. The pool's selector picks the agents; ``after`` is the agent its last
+    decision chose (roundrobin), and each session placed here moves it on to its main1's
+    agent: the caller keeps the last placed session's main1 agent for the next decision."""
     copies = session_copies(session)
     kept = kept or {}
     left = list(pool_capacity(pool) if free is None else free)
@@ -297,7 +300,8 @@ def build_plans(session: Session, pool: Pool, free: Sequence[Free] | None = None
         if copy.name in kept:
             placements.append(kept[copy.name])
             continue
-        placement = place(copy.cluster.mode, copy.cluster.size, request, left)
+        placement = place(copy.cluster.mode, copy.cluster.size, request, left,
+                          pool.scheduler.selector, after)
         if len(placement.agents) > 1 and pool.swarm is None:  # no one to make the overlay
             placement = Placement(reason=no_swarm_reason(pool))
         if placement.pending:
@@ -307,6 +311,7 @@ def build_plans(session: Session, pool: Pool, free: Sequence[Free] | None = None
             return tuple(_plan(c, pool, Placement(reason=reason)) for c in copies)
         placements.append(placement)
         left = take(left, placement, request)
+        after = placement.slots[0].agent
     return tuple(_plan(c, pool, p) for c, p in zip(copies, placements, strict=True))
 
 
