@@ -1,0 +1,180 @@
+"""Live free capacity of a shared pool, from what its engines show (issue 31).
+
+The engines are the truth of what is held: every container carries its allocation in its
+labels, and a session being placed holds a *reservation* every other client sees, from the
+moment its placement is decided until its containers exist (or its lease runs out: a killed
+``up`` holds nothing for long). Live free capacity is the declared capacity minus what
+containers hold minus what the live reservations of the other sessions hold. Pure: the caller
+reads the reports from the engines and passes the time.
+
+A session is ``(stack id, session name)``: a session of the same name that another stack made
+(issue 31, item 7) still holds what it holds. A session that has both a reservation and
+containers (its ``up`` is creating them) counts once, and conservatively: on each agent the
+larger CPU and the larger memory of the two, and the union of their GPU ids. A resize that
+replaces containers must remove the old ones before it creates the new (the provider's
+delete-before-replace), or an agent may hold both for a moment.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from .placement import Free, Placement, Request
+from .units import format_size
+
+SessionKey = tuple[str, str]
+"""(stack id, session name): who holds something on a pool."""
+
+
+@dataclass(frozen=True)
+class AgentHold:
+    """What a reservation holds on one agent."""
+
+    agent: str
+    millicpu: int
+    mem: int
+    gpus: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ContainerHold:
+    """What one container holds, as its labels say. Stopped containers hold too: the session's
+    next ``up`` starts them again where they are."""
+
+    session: str
+    stack_id: str
+    agent: str
+    millicpu: int
+    mem: int
+    gpus: tuple[int, ...] = ()
+
+    @property
+    def key(self) -> SessionKey:
+        return (self.stack_id, self.session)
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """What a session being placed holds until its containers exist, at most until
+    ``lease_until`` (seconds since the epoch, as ``since``)."""
+
+    session: str
+    stack_id: str
+    holder: str  # who decided: host, pid (``pool usage`` shows it)
+    since: float
+    lease_until: float
+    holds: tuple[AgentHold, ...]
+
+    @property
+    def key(self) -> SessionKey:
+        return (self.stack_id, self.session)
+
+    def live(self, now: float) -> bool:
+        return now < self.lease_until
+
+
+def holds_of(placement: Placement, req: Request) -> tuple[AgentHold, ...]:
+    """What a decided placement holds per agent: the reservation's ``holds``."""
+    per: dict[str, list] = {}
+    for slot in placement.slots:
+        cpu_mem_gpus = per.setdefault(slot.agent, [0, 0, []])
+        cpu_mem_gpus[0] += req.millicpu
+        cpu_mem_gpus[1] += req.mem
+        cpu_mem_gpus[2].extend(slot.gpus)
+    return tuple(AgentHold(a, c, m, tuple(g)) for a, (c, m, g) in per.items())
+
+
+@dataclass
+class _Held:
+    """What one session holds on one agent."""
+
+    millicpu: int = 0
+    mem: int = 0
+    gpus: list[int] = field(default_factory=list)
+
+
+def _held(containers: Iterable[ContainerHold], reservations: Iterable[Reservation],
+          now: float, exclude: Collection[SessionKey] = ()) -> dict[str, dict[SessionKey, _Held]]:
+    """Per agent, per session, what it holds: containers and live reservations merged."""
+    built: dict[tuple[str, SessionKey], _Held] = defaultdict(_Held)
+    for c in containers:
+        if c.key not in exclude:
+            h = built[(c.agent, c.key)]
+            h.millicpu += c.millicpu
+            h.mem += c.mem
+            h.gpus.extend(c.gpus)
+    reserved: dict[tuple[str, SessionKey], _Held] = defaultdict(_Held)
+    for r in reservations:
+        if r.key not in exclude and r.live(now):
+            for a in r.holds:
+                h = reserved[(a.agent, r.key)]
+                h.millicpu += a.millicpu
+                h.mem += a.mem
+                h.gpus.extend(a.gpus)
+    out: dict[str, dict[SessionKey, _Held]] = defaultdict(dict)
+    for (agent, key), h in reserved.items():
+        mine = built.get((agent, key))
+        if mine is not None:
+            have = set(mine.gpus)
+            h = _Held(max(mine.millicpu, h.millicpu), max(mine.mem, h.mem),
+                      mine.gpus + [g for g in h.gpus if g not in have])
+        out[agent][key] = h
+    for (agent, key), h in built.items():
+        out[agent].setdefault(key, h)
+    return out
+
+
+def live_free(declared: Sequence[Free], containers: Iterable[ContainerHold],
+              reservations: Iterable[Reservation], exclude_sessions: Collection[SessionKey],
+              now: float) -> list[Free]:
+    """What each agent of ``declared`` (the pool's capacity, in pool order) can still give:
+    its capacity minus what containers and live reservations hold, those of
+    ``exclude_sessions`` (the session being placed: its own) left out. Never below zero."""
+    held = _held(containers, reservations, now, set(exclude_sessions))
+    free = []
+    for d in declared:
+        sessions = held.get(d.name, {}).values()
+        gone = {g for h in sessions for g in h.gpus}
+        free.append(Free(d.name, max(0, d.millicpu - sum(h.millicpu for h in sessions)),
+                         max(0, d.mem - sum(h.mem for h in sessions)),
+                         tuple(g for g in d.gpus if g not in gone)))
+    return free
+
+
+def _size(size: int) -> str:
+    return format_size(size) if size else "0"
+
+
+def over_commitments(declared: Sequence[Free], containers: Iterable[ContainerHold],
+                     reservations: Iterable[Reservation], now: float) -> list[str]:
+    """Each breach of the pool's invariant, as a line: an agent holding more CPU or memory
+    than it declares, a GPU id held twice or not declared, an agent outside the pool holding
+    anything. Empty when the pool is sound."""
+    held = _held(containers, reservations, now)
+    capacity = {d.name: d for d in declared}
+    found = []
+    for agent, sessions in held.items():
+        who = ", ".join(sorted(name for _, name in sessions))
+        d = capacity.get(agent)
+        if d is None:
+            found.append(f"{agent}: not an agent of the pool, held by {who}")
+            continue
+        cpu = sum(h.millicpu for h in sessions.values())
+        mem = sum(h.mem for h in sessions.values())
+        if cpu > d.millicpu:
+            found.append(f"{agent}: cpu {cpu / 1000:g} held of {d.millicpu / 1000:g} "
+                         f"declared, by {who}")
+        if mem > d.mem:
+            found.append(f"{agent}: mem {_size(mem)} held of {_size(d.mem)} declared, "
+                         f"by {who}")
+        count = Counter(g for h in sessions.values() for g in h.gpus)
+        for gpu, n in sorted(count.items()):
+            holders = ", ".join(sorted(name for (_, name), h in sessions.items()
+                                       if gpu in h.gpus))
+            if gpu not in d.gpus:
+                found.append(f"{agent}: GPU {gpu} held but not declared, by {holders}")
+            if n > 1:
+                found.append(f"{agent}: GPU {gpu} held {n} times, by {holders}")
+    return found
