@@ -42,16 +42,31 @@ def test_a_live_reservation_of_another_session_holds_until_its_lease_runs_out():
     assert live_free(POOL, [], [r], (), NOW + 1)[1] == POOL[1], "a lapsed lease holds nothing"
 
 
-def test_the_session_being_placed_does_not_count_its_own_containers_or_reservation():
-    mine = [box("x", "a1", 8000, GIB, (0,))]
+def test_the_stack_being_placed_does_not_count_its_own_containers_or_reservations():
+    mine = [box("x-1", "a1", 8000, GIB, (0,)), box("x-2", "a1", 8000, GIB, (1,))]
     r = reservation("x", AgentHold("a2", 4000, GIB, (0, 1)))
-    assert live_free(POOL, mine, [r], {("s1", "x")}, NOW) == POOL
+    assert live_free(POOL, mine, [r], {"s1"}, NOW) == POOL
 
 
 def test_a_same_named_session_of_another_stack_still_holds_what_it_holds():
     theirs = box("x", "a1", 8000, GIB, (0,), stack="other")
-    assert live_free(POOL, [theirs], [], {("s1", "x")}, NOW)[0] == Free(
-        "a1", 0, 31 * GIB, (1, 2, 3))
+    assert live_free(POOL, [theirs], [], {"s1"}, NOW)[0] == Free("a1", 0, 31 * GIB, (1, 2, 3))
+
+
+def test_a_container_without_a_stack_id_holds_on_its_own_and_is_never_excluded():
+    old = [box("x", "a1", 1000, GIB, (0,), stack=""), box("y", "a1", 1000, GIB, (1,), stack="")]
+    r = reservation("x", AgentHold("a1", 1000, GIB, (0,)), stack="")
+    assert live_free(POOL, old, [r], {""}, NOW)[0] == Free("a1", 6000, 30 * GIB, (2, 3))
+
+
+def test_a_resize_renaming_its_sessions_counts_its_old_containers_and_new_reservation_once():
+    """count: 1 -> 2 renames x to x-1 and x-2; the reservation of x-1 may take the GPU x's old
+    container holds until the up removes it first: one stack, counted once."""
+    old = [box("x", "a2", 2000, 4 * GIB, (0,))]
+    new = [reservation("x-1", AgentHold("a2", 2000, 4 * GIB, (0,))),
+           reservation("x-2", AgentHold("a2", 2000, 4 * GIB, (1,)))]
+    assert over_commitments(POOL, old, new, NOW) == []
+    assert live_free(POOL, old, new, (), NOW)[1] == Free("a2", 0, 8 * GIB, ())
 
 
 def test_a_session_with_both_a_reservation_and_containers_counts_once_at_the_larger():

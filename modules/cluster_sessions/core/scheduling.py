@@ -7,12 +7,18 @@ moment its placement is decided until its containers exist (or its lease runs ou
 containers hold minus what the live reservations of the other sessions hold. Pure: the caller
 reads the reports from the engines and passes the time.
 
-A session is ``(stack id, session name)``: a session of the same name that another stack made
-(issue 31, item 7) still holds what it holds. A session that has both a reservation and
-containers (its ``up`` is creating them) counts once, and conservatively: on each agent the
-larger CPU and the larger memory of the two, and the union of their GPU ids. A resize that
-replaces containers must remove the old ones before it creates the new (the provider's
-delete-before-replace), or an agent may hold both for a moment.
+Holds are counted per *stack* (its id is on every label, issue 31 item 7): one definition,
+all the sessions of its ``count``, placed by one ``up`` at a time. A same-named session of
+another stack still holds what it holds. A stack that has both a reservation and containers
+(its ``up`` is creating them, or replacing them after a resize) counts once, and
+conservatively: on each agent the larger CPU and the larger memory of the two, and the union
+of their GPU ids. Per stack, not per session: a resize from ``count: 1`` to ``count: 2``
+renames the sessions (``s`` -> ``s-1``, ``s-2``), and its reservation for ``s-1`` may take the
+GPU that ``s``'s old container holds until it is removed; counted per session, that GPU would
+be held twice (tests/test_gpu_exclusivity.py found it). This holds because an ``up`` removes
+a stack's old containers before it creates the new (delete before replace); one that did not
+would hold both for a moment. A container without a stack id (made before stack ids) is a
+holder of its own, by session name.
 """
 
 from __future__ import annotations
@@ -24,8 +30,12 @@ from dataclasses import dataclass, field
 from .placement import Free, Placement, Request
 from .units import format_size
 
-SessionKey = tuple[str, str]
-"""(stack id, session name): who holds something on a pool."""
+HolderKey = tuple[str, str]
+"""Who holds something on a pool: (stack id, ""), or ("", session) without a stack id."""
+
+
+def _holder(stack_id: str, session: str) -> HolderKey:
+    return (stack_id, "") if stack_id else ("", session)
 
 
 @dataclass(frozen=True)
@@ -51,8 +61,8 @@ class ContainerHold:
     gpus: tuple[int, ...] = ()
 
     @property
-    def key(self) -> SessionKey:
-        return (self.stack_id, self.session)
+    def key(self) -> HolderKey:
+        return _holder(self.stack_id, self.session)
 
 
 @dataclass(frozen=True)
@@ -68,8 +78,8 @@ class Reservation:
     holds: tuple[AgentHold, ...]
 
     @property
-    def key(self) -> SessionKey:
-        return (self.stack_id, self.session)
+    def key(self) -> HolderKey:
+        return _holder(self.stack_id, self.session)
 
     def live(self, now: float) -> bool:
         return now < self.lease_until
@@ -88,38 +98,40 @@ def holds_of(placement: Placement, req: Request) -> tuple[AgentHold, ...]:
 
 @dataclass
 class _Held:
-    """What one session holds on one agent."""
+    """What one holder holds on one agent, and the sessions it holds it for."""
 
     millicpu: int = 0
     mem: int = 0
     gpus: list[int] = field(default_factory=list)
+    sessions: set[str] = field(default_factory=set)
+
+    def add(self, session: str, millicpu: int, mem: int, gpus: Iterable[int]) -> None:
+        self.millicpu += millicpu
+        self.mem += mem
+        self.gpus.extend(gpus)
+        self.sessions.add(session)
 
 
 def _held(containers: Iterable[ContainerHold], reservations: Iterable[Reservation],
-          now: float, exclude: Collection[SessionKey] = ()) -> dict[str, dict[SessionKey, _Held]]:
-    """Per agent, per session, what it holds: containers and live reservations merged."""
-    built: dict[tuple[str, SessionKey], _Held] = defaultdict(_Held)
+          now: float, exclude: Collection[str] = ()) -> dict[str, dict[HolderKey, _Held]]:
+    """Per agent, per holder, what it holds: containers and live reservations merged."""
+    built: dict[tuple[str, HolderKey], _Held] = defaultdict(_Held)
     for c in containers:
-        if c.key not in exclude:
-            h = built[(c.agent, c.key)]
-            h.millicpu += c.millicpu
-            h.mem += c.mem
-            h.gpus.extend(c.gpus)
-    reserved: dict[tuple[str, SessionKey], _Held] = defaultdict(_Held)
+        if not (c.stack_id and c.stack_id in exclude):
+            built[(c.agent, c.key)].add(c.session, c.millicpu, c.mem, c.gpus)
+    reserved: dict[tuple[str, HolderKey], _Held] = defaultdict(_Held)
     for r in reservations:
-        if r.key not in exclude and r.live(now):
+        if not (r.stack_id and r.stack_id in exclude) and r.live(now):
             for a in r.holds:
-                h = reserved[(a.agent, r.key)]
-                h.millicpu += a.millicpu
-                h.mem += a.mem
-                h.gpus.extend(a.gpus)
-    out: dict[str, dict[SessionKey, _Held]] = defaultdict(dict)
+                reserved[(a.agent, r.key)].add(r.session, a.millicpu, a.mem, a.gpus)
+    out: dict[str, dict[HolderKey, _Held]] = defaultdict(dict)
     for (agent, key), h in reserved.items():
         mine = built.get((agent, key))
         if mine is not None:
             have = set(mine.gpus)
             h = _Held(max(mine.millicpu, h.millicpu), max(mine.mem, h.mem),
-                      mine.gpus + [g for g in h.gpus if g not in have])
+                      mine.gpus + [g for g in h.gpus if g not in have],
+                      mine.sessions | h.sessions)
         out[agent][key] = h
     for (agent, key), h in built.items():
         out[agent].setdefault(key, h)
@@ -127,12 +139,12 @@ def _held(containers: Iterable[ContainerHold], reservations: Iterable[Reservatio
 
 
 def live_free(declared: Sequence[Free], containers: Iterable[ContainerHold],
-              reservations: Iterable[Reservation], exclude_sessions: Collection[SessionKey],
+              reservations: Iterable[Reservation], exclude_stacks: Collection[str],
               now: float) -> list[Free]:
     """What each agent of ``declared`` (the pool's capacity, in pool order) can still give:
     its capacity minus what containers and live reservations hold, those of
-    ``exclude_sessions`` (the session being placed: its own) left out. Never below zero."""
-    held = _held(containers, reservations, now, set(exclude_sessions))
+    ``exclude_stacks`` (the stack being placed: its own) left out. Never below zero."""
+    held = _held(containers, reservations, now, set(exclude_stacks))
     free = []
     for d in declared:
         sessions = held.get(d.name, {}).values()
@@ -156,7 +168,7 @@ def over_commitments(declared: Sequence[Free], containers: Iterable[ContainerHol
     capacity = {d.name: d for d in declared}
     found = []
     for agent, sessions in held.items():
-        who = ", ".join(sorted(name for _, name in sessions))
+        who = ", ".join(sorted({n for h in sessions.values() for n in h.sessions}))
         d = capacity.get(agent)
         if d is None:
             found.append(f"{agent}: not an agent of the pool, held by {who}")
@@ -171,8 +183,8 @@ def over_commitments(declared: Sequence[Free], containers: Iterable[ContainerHol
                          f"by {who}")
         count = Counter(g for h in sessions.values() for g in h.gpus)
         for gpu, n in sorted(count.items()):
-            holders = ", ".join(sorted(name for (_, name), h in sessions.items()
-                                       if gpu in h.gpus))
+            holders = ", ".join(sorted({n for h in sessions.values() if gpu in h.gpus
+                                        for n in h.sessions}))
             if gpu not in d.gpus:
                 found.append(f"{agent}: GPU {gpu} held but not declared, by {holders}")
             if n > 1:
