@@ -11,7 +11,8 @@ holds): no decision can read its input faster.
     python3 benchmarks/placement_decision.py             # 21 runs of each
     python3 benchmarks/placement_decision.py --repeat 51
 
-Target (issue 31): every decision under 100 ms.
+Target (issue 31): every decision under 100 ms. The machine's busy fraction is waited on
+(``quiet.settle``) before the floor and each row, and printed for each row.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ for _path in (PROJECT / "modules", PROJECT):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from quiet import describe, settle  # noqa: E402
+from quiet import busy_fraction, describe, machine_cpu, settle  # noqa: E402
 
 from cluster_sessions.core.placement import Free  # noqa: E402
 from cluster_sessions.core.plan import build_plans, pool_capacity  # noqa: E402
@@ -141,6 +142,7 @@ def main() -> None:
           f"{sum(f.millicpu for f in free) / 1000:g} of {AGENTS * 64} CPUs, "
           f"{sum(len(f.gpus) for f in free)} of {AGENTS * 8} GPUs\n")
 
+    settle(10)
     floor_median, floor_min = timed(lambda: floor(containers, reservations), args.repeat)
     free_median, _ = timed(lambda: live_free(declared, containers, reservations, {"x"}, NOW),
                            args.repeat)
@@ -150,9 +152,9 @@ def main() -> None:
           f"({free_median / floor_median:.1f} x the floor)\n")
 
     print(f"| {'shape':<24} | {'selector':<12} | agents | median ms | min ms | plan ms "
-          f"| x floor | < 100 ms |")
+          f"| x floor | < 100 ms | machine busy |")
     print(f"|{'-' * 26}|{'-' * 14}|--------|-----------|--------|---------|---------|"
-          f"----------|")
+          f"----------|--------------|")
     worst = 0.0
     for name, shape in SHAPES.items():
         definition = session(shape)
@@ -166,14 +168,18 @@ def main() -> None:
             plans = decide()
             assert not any(pl.pending for pl in plans), (name, selector, plans[0].reason)
             used = len({a for pl in plans for a in pl.agents})
+            settle(10)
+            before = machine_cpu()
             median, fastest = timed(decide, args.repeat)
             plan_median, _ = timed(lambda d=definition, p=p: build_plans(d, p, free,
                                                                          after="agent100"),
                                    args.repeat)
+            busy = busy_fraction(before, machine_cpu())
             worst = max(worst, median)
             print(f"| {name:<24} | {selector:<12} | {used:>6} | {median * 1e3:>9.2f} | "
                   f"{fastest * 1e3:>6.2f} | {plan_median * 1e3:>7.2f} | "
-                  f"{median / floor_median:>7.1f} | {'yes' if median < TARGET else 'NO':>8} |")
+                  f"{median / floor_median:>7.1f} | {'yes' if median < TARGET else 'NO':>8} | "
+                  f"{busy:>12.0%} |", flush=True)
     verdict = "meets" if worst < TARGET else "MISSES"
     print(f"\nslowest decision: {worst * 1e3:.1f} ms ({verdict} the 100 ms target)")
 
