@@ -87,7 +87,7 @@ def reports(declared: list[Free]) -> tuple[list[ContainerHold], list[Reservation
                                                 agent.name, cpu, mem, taken))
             left -= size
     reservations = [
-        Reservation(f"pending{i:02d}", f"{0xffff0000 + i:016x}", f"ci-{i}:4242", NOW - 20,
+        Reservation(f"pending{i:02d}", (f"{0xffff0000 + i:016x}",), f"ci-{i}:4242", NOW - 20,
                     NOW + (30 if i % 2 else -1),
                     (AgentHold(declared[(7 * i) % AGENTS].name, 4000, 16 * GIB, (7,)),))
         for i in range(RESERVATIONS)]

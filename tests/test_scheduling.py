@@ -22,8 +22,9 @@ def box(session, agent, cpu=1000, mem=GIB, gpus=(), stack="s1") -> ContainerHold
     return ContainerHold(session, stack, agent, cpu, mem, tuple(gpus))
 
 
-def reservation(session, *holds, stack="s1", until=NOW + 60) -> Reservation:
-    return Reservation(session, stack, "host:1", NOW - 5, until, tuple(holds))
+def reservation(session, *holds, stack="s1", until=NOW + 60, also=()) -> Reservation:
+    return Reservation(session, ((stack,) if stack else ()) + tuple(also), "host:1", NOW - 5,
+                       until, tuple(holds))
 
 
 def test_nothing_held_leaves_the_declared_capacity():
@@ -59,14 +60,17 @@ def test_a_container_without_a_stack_id_holds_on_its_own_and_is_never_excluded()
     assert live_free(POOL, old, [r], {""}, NOW)[0] == Free("a1", 6000, 30 * GIB, (2, 3))
 
 
-def test_a_resize_renaming_its_sessions_counts_its_old_containers_and_new_reservation_once():
-    """count: 1 -> 2 renames x to x-1 and x-2; the reservation of x-1 may take the GPU x's old
-    container holds until the up removes it first: one stack, counted once."""
-    old = [box("x", "a2", 2000, 4 * GIB, (0,))]
-    new = [reservation("x-1", AgentHold("a2", 2000, 4 * GIB, (0,))),
-           reservation("x-2", AgentHold("a2", 2000, 4 * GIB, (1,)))]
+def test_a_reservation_counts_once_with_the_containers_of_every_stack_it_places():
+    """A definition of count: 2 placed again: its reservation covers both sessions' stacks,
+    and may give x-1 the GPU x-2's old container holds until the up removes every old
+    container first; counted per stack, GPU 0 would be held twice."""
+    old = [box("x-1", "a2", 500, GIB, (1,), stack="s1"),
+           box("x-2", "a2", 500, GIB, (0,), stack="s2")]
+    new = [reservation("x", AgentHold("a2", 4000, 8 * GIB, (0, 1)), stack="s1", also=("s2",))]
     assert over_commitments(POOL, old, new, NOW) == []
     assert live_free(POOL, old, new, (), NOW)[1] == Free("a2", 0, 8 * GIB, ())
+    assert live_free(POOL, old, new, {"s1", "s2"}, NOW)[1] == POOL[1]
+    assert live_free(POOL, old, new, {"s2"}, NOW)[1] == Free("a2", 3500, 15 * GIB, (0,))
 
 
 def test_a_session_with_both_a_reservation_and_containers_counts_once_at_the_larger():
@@ -88,10 +92,11 @@ def test_holds_off_the_pool_do_not_change_the_pools_free_capacity():
     assert live_free(POOL, [box("x", "gone", 8000)], [], (), NOW) == POOL
 
 
-def test_holds_of_a_placement_sum_its_containers_per_agent():
+def test_holds_of_placements_sum_their_containers_per_agent():
     placement = Placement((Slot("a1", (0,)), Slot("a1", (1,)), Slot("a2", (0,))))
-    assert holds_of(placement, Request(1500, 2 * GIB, 1)) == (
-        AgentHold("a1", 3000, 4 * GIB, (0, 1)), AgentHold("a2", 1500, 2 * GIB, (0,)))
+    other = Placement((Slot("a2", (1,)),))
+    assert holds_of([(placement, Request(1500, 2 * GIB, 1)), (other, Request(500, GIB, 1))]) == (
+        AgentHold("a1", 3000, 4 * GIB, (0, 1)), AgentHold("a2", 2000, 3 * GIB, (0, 1)))
 
 
 def test_a_sound_pool_has_no_over_commitments():

@@ -4,21 +4,20 @@ The engines are the truth of what is held: every container carries its allocatio
 labels, and a session being placed holds a *reservation* every other client sees, from the
 moment its placement is decided until its containers exist (or its lease runs out: a killed
 ``up`` holds nothing for long). Live free capacity is the declared capacity minus what
-containers hold minus what the live reservations of the other sessions hold. Pure: the caller
+containers hold minus what the live reservations of the other stacks hold. Pure: the caller
 reads the reports from the engines and passes the time.
 
-Holds are counted per *stack* (its id is on every label, issue 31 item 7): one definition,
-all the sessions of its ``count``, placed by one ``up`` at a time. A same-named session of
-another stack still holds what it holds. A stack that has both a reservation and containers
-(its ``up`` is creating them, or replacing them after a resize) counts once, and
+A container belongs to a *stack* (its id is on every label, issue 31 item 7); a session of
+the same name that another stack made still holds what it holds. A reservation is what one
+decision placed: the stacks of a definition (one per session of its ``count``), their holds
+per agent. A reservation and the containers of the stacks it covers count once, and
 conservatively: on each agent the larger CPU and the larger memory of the two, and the union
-of their GPU ids. Per stack, not per session: a resize from ``count: 1`` to ``count: 2``
-renames the sessions (``s`` -> ``s-1``, ``s-2``), and its reservation for ``s-1`` may take the
-GPU that ``s``'s old container holds until it is removed; counted per session, that GPU would
-be held twice (tests/test_gpu_exclusivity.py found it). This holds because an ``up`` removes
-a stack's old containers before it creates the new (delete before replace); one that did not
-would hold both for a moment. A container without a stack id (made before stack ids) is a
-holder of its own, by session name.
+of their GPU ids. That is sound because an ``up`` that places a definition again removes
+*every* old container of its stacks before it creates a new one: Pulumi's delete-before-
+replace is per container and replacements run side by side, so an old container of one
+session (or host) could otherwise still hold what a new one of another was given
+(tests/test_gpu_exclusivity.py shows both). A container without a stack id (made before stack
+ids) is a holder of its own, by session name.
 """
 
 from __future__ import annotations
@@ -67,11 +66,11 @@ class ContainerHold:
 
 @dataclass(frozen=True)
 class Reservation:
-    """What a session being placed holds until its containers exist, at most until
+    """What one decision placed, held until its containers exist, at most until
     ``lease_until`` (seconds since the epoch, as ``since``)."""
 
-    session: str
-    stack_id: str
+    session: str  # the definition's name (its sessions are NAME-1.. with a count)
+    stack_ids: tuple[str, ...]  # the stacks it places: one per session of the definition
     holder: str  # who decided: host, pid (``pool usage`` shows it)
     since: float
     lease_until: float
@@ -79,20 +78,22 @@ class Reservation:
 
     @property
     def key(self) -> HolderKey:
-        return _holder(self.stack_id, self.session)
+        return (self.stack_ids[0], "") if self.stack_ids else ("", self.session)
 
     def live(self, now: float) -> bool:
         return now < self.lease_until
 
 
-def holds_of(placement: Placement, req: Request) -> tuple[AgentHold, ...]:
-    """What a decided placement holds per agent: the reservation's ``holds``."""
+def holds_of(placed: Iterable[tuple[Placement, Request]]) -> tuple[AgentHold, ...]:
+    """What decided placements (each with its containers' request) hold per agent: a
+    reservation's ``holds``."""
     per: dict[str, list] = {}
-    for slot in placement.slots:
-        cpu_mem_gpus = per.setdefault(slot.agent, [0, 0, []])
-        cpu_mem_gpus[0] += req.millicpu
-        cpu_mem_gpus[1] += req.mem
-        cpu_mem_gpus[2].extend(slot.gpus)
+    for placement, req in placed:
+        for slot in placement.slots:
+            cpu_mem_gpus = per.setdefault(slot.agent, [0, 0, []])
+            cpu_mem_gpus[0] += req.millicpu
+            cpu_mem_gpus[1] += req.mem
+            cpu_mem_gpus[2].extend(slot.gpus)
     return tuple(AgentHold(a, c, m, tuple(g)) for a, (c, m, g) in per.items())
 
 
@@ -115,15 +116,21 @@ class _Held:
 def _held(containers: Iterable[ContainerHold], reservations: Iterable[Reservation],
           now: float, exclude: Collection[str] = ()) -> dict[str, dict[HolderKey, _Held]]:
     """Per agent, per holder, what it holds: containers and live reservations merged."""
+    live = [r for r in reservations
+            if r.live(now) and not any(s in exclude for s in r.stack_ids)]
+    covered: dict[str, HolderKey] = {}  # stack id -> the reservation it counts with
+    for r in live:
+        for stack in r.stack_ids:
+            covered.setdefault(stack, r.key)
     built: dict[tuple[str, HolderKey], _Held] = defaultdict(_Held)
     for c in containers:
         if not (c.stack_id and c.stack_id in exclude):
-            built[(c.agent, c.key)].add(c.session, c.millicpu, c.mem, c.gpus)
+            key = covered.get(c.stack_id, c.key) if c.stack_id else c.key
+            built[(c.agent, key)].add(c.session, c.millicpu, c.mem, c.gpus)
     reserved: dict[tuple[str, HolderKey], _Held] = defaultdict(_Held)
-    for r in reservations:
-        if not (r.stack_id and r.stack_id in exclude) and r.live(now):
-            for a in r.holds:
-                reserved[(a.agent, r.key)].add(r.session, a.millicpu, a.mem, a.gpus)
+    for r in live:
+        for a in r.holds:
+            reserved[(a.agent, r.key)].add(r.session, a.millicpu, a.mem, a.gpus)
     out: dict[str, dict[HolderKey, _Held]] = defaultdict(dict)
     for (agent, key), h in reserved.items():
         mine = built.get((agent, key))
