@@ -138,3 +138,25 @@ def test_a_reservation_beside_its_own_containers_is_not_counted_twice_by_the_che
 def test_an_agent_outside_the_pool_holding_anything_is_reported():
     assert over_commitments(POOL, [box("x", "gone")], [], NOW) == [
         "gone: not an agent of the pool, held by x"]
+
+
+def test_a_legacy_reservation_does_not_absorb_a_same_named_container_of_a_stack():
+    """Without stack ids a holder is its session name; a container of a stack is never that."""
+    r = reservation("x", AgentHold("a1", 1000, GIB), stack="")
+    assert live_free(POOL, [box("x", "a1", 1000, GIB, stack="s9")], [r], (), NOW)[0] == Free(
+        "a1", 6000, 30 * GIB, (0, 1, 2, 3))
+
+
+def test_over_commitments_name_the_sessions_of_a_reservation_and_its_containers():
+    held = [box("x-1", "a2", 3000, GIB), box("y", "a2", 2000, GIB, stack="s2")]
+    r = reservation("x", AgentHold("a2", 1000, GIB), stack="s1")
+    assert over_commitments(POOL, held, [r], NOW) == ["a2: cpu 5 held of 4 declared, by x, x-1, y"]
+
+
+def test_over_commitments_go_on_past_an_agent_outside_the_pool_and_show_zero_plainly():
+    held = [box("x", "gone"), box("y", "a2", 5000, GIB, stack="s2")]
+    empty = [Free("a2", 4000, 0)]
+    assert over_commitments(POOL, held, [], NOW) == [
+        "gone: not an agent of the pool, held by x", "a2: cpu 5 held of 4 declared, by y"]
+    assert over_commitments(empty, held[1:], [], NOW) == [
+        "a2: cpu 5 held of 4 declared, by y", "a2: mem 1g held of 0 declared, by y"]
