@@ -52,6 +52,8 @@ MODULE_TESTS = {
         "provider_facts": ["test_provider_facts.py", "test_container_args.py"],
         "render": ["test_render.py", "test_render_verb.py", "test_cluster_env_sh.py"],
         "review": ["test_review.py", "test_provider_facts.py"],
+        "scheduling": ["test_scheduling.py"],
+        "selectors": ["test_selectors.py", "test_placement.py"],
         "services": ["test_services.py", "test_loader.py"],
         "spec": ["test_spec.py", "test_loader.py", "test_schema_agreement.py", "test_plan.py"],
         "terminal": ["test_terminal.py", "test_review.py"],

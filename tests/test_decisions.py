@@ -18,8 +18,8 @@ from . import factories
 GIB = 2**30
 
 
-def pool_of(*agents: dict, swarm: str | None = None) -> Pool:
-    extra = {"swarm": {"manager": swarm}} if swarm else {}
+def pool_of(*agents: dict, swarm: str | None = None, **more) -> Pool:
+    extra = {"swarm": {"manager": swarm}, **more} if swarm else more
     return Pool.model_validate(factories.pool("p", *agents, **extra))
 
 
@@ -162,3 +162,15 @@ def test_stack_ids_are_random_hex_and_checked():
     assert not decisions.valid_stack_id("ABCDEF0123456789")
     assert not decisions.valid_stack_id("0123456789abcde")
     assert not decisions.valid_stack_id(None)
+
+
+def test_a_roundrobin_pool_places_after_the_agent_its_last_decision_chose():
+    pool = pool_of(factories.agent("a1", cpu=2, mem="4g"), factories.agent("a2", cpu=2, mem="4g"),
+                   factories.agent("a3", cpu=2, mem="4g"), scheduler={"selector": "roundrobin"})
+    s = session_of(cpu=1, mem="1g")
+    free = pool_capacity(pool)
+    assert [c.agent for c in decide([s], pool, free, {}, after="a1").plans[0].containers] \
+        == ["a2"]
+    assert [c.agent for c in decide([s], pool, free, {}, after="a3").plans[0].containers] \
+        == ["a1"]
+    assert [c.agent for c in decide([s], pool, free, {}).plans[0].containers] == ["a1"]

@@ -1183,7 +1183,20 @@ KINDS_WANTED = "expected one of ClusterSession, AgentPool"
          "agents.0.ssh.hst", "unknown key; did you mean 'host'? (allowed: host, port, user, "
          "key_file, known_hosts)"),
         ({**BASE, "cluster": {"mode": "multi"}}, "cluster.mode",
-         "must be 'single-node' or 'multi-node', got 'multi'"),
+         "must be 'single-node' or 'multi-node', got 'multi'; did you mean 'multi-node'?"),
+        ({**BASE, "cluster": {"mode": "both"}}, "cluster.mode",
+         "must be 'single-node' or 'multi-node', got 'both'"),
+        ({"kind": "AgentPool", "name": "p", "scheduler": {"selector": "concentrate"},
+          "agents": [{"name": "a", "capacity": {"cpu": 1, "mem": "1g"}}]},
+         "scheduler.selector", "must be 'concentrated', 'dispersed' or 'roundrobin', got "
+         "'concentrate'; did you mean 'concentrated'?"),
+        ({"kind": "AgentPool", "name": "p", "scheduler": {"selector": ["dispersed"]},
+          "agents": [{"name": "a", "capacity": {"cpu": 1, "mem": "1g"}}]},
+         "scheduler.selector", "must be 'concentrated', 'dispersed' or 'roundrobin', got "
+         "['dispersed']"),
+        ({"kind": "AgentPool", "name": "p", "scheduler": {"selectr": "dispersed"},
+          "agents": [{"name": "a", "capacity": {"cpu": 1, "mem": "1g"}}]},
+         "scheduler.selectr", "unknown key; did you mean 'selector'? (allowed: selector)"),
         ({**BASE, "cluster": {"size": "4"}}, "cluster.size",
          "must be an integer written in plain decimal (e.g. 1750), got '4'"),
         ({**BASE, "cluster": {"size": 2.5}}, "cluster.size", "must be a valid integer"),

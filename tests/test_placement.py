@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cluster_sessions.core.placement import Free, Placement, Request, place, take
+from cluster_sessions.core.selectors import SELECTORS
 
 requests = st.builds(
     Request,
@@ -46,10 +47,15 @@ def usage(slots, req):
     return used
 
 
+selectors = st.sampled_from(SELECTORS)
+afters = st.one_of(st.none(), st.integers(0, 12).map(lambda i: f"agent{i}"))
+
+
 @settings(max_examples=400, deadline=None)
-@given(modes, sizes, requests, pools())
-def test_placement_never_exceeds_an_agent_and_never_reuses_a_gpu(mode, size, req, agents):
-    result = place(mode, size, req, agents)
+@given(modes, sizes, requests, pools(), selectors, afters)
+def test_placement_never_exceeds_an_agent_and_never_reuses_a_gpu(mode, size, req, agents,
+                                                                 selector, after):
+    result = place(mode, size, req, agents, selector, after)
     if result.pending:
         assert result.slots == ()
         return
@@ -64,28 +70,33 @@ def test_placement_never_exceeds_an_agent_and_never_reuses_a_gpu(mode, size, req
 
 
 @settings(max_examples=300, deadline=None)
-@given(modes, sizes, requests, pools())
-def test_placement_is_deterministic(mode, size, req, agents):
-    assert place(mode, size, req, agents) == place(mode, size, req, list(agents))
+@given(modes, sizes, requests, pools(), selectors, afters)
+def test_placement_is_deterministic(mode, size, req, agents, selector, after):
+    assert (place(mode, size, req, agents, selector, after)
+            == place(mode, size, req, list(agents), selector, after))
 
 
 @settings(max_examples=300, deadline=None)
-@given(sizes, requests, pools())
-def test_single_node_uses_one_agent_or_is_pending_because_none_fits(size, req, agents):
-    result = place("single-node", size, req, agents)
+@given(sizes, requests, pools(), st.sampled_from(SELECTORS))
+def test_single_node_uses_one_agent_that_holds_it_or_is_pending_because_none_fits(
+        size, req, agents, selector):
+    """Which agent is the selector's (tests/test_selectors.py); any selector's is one that
+    holds the whole session."""
+    result = place("single-node", size, req, agents, selector)
     if result.pending:
         assert all(a.fits(req) < size for a in agents)
         assert "no single agent can hold" in result.reason
     else:
         assert len(result.agents) == 1
-        first_fit = next(a.name for a in agents if a.fits(req) >= size)
-        assert result.agents == (first_fit,)
+        by_name = {a.name: a for a in agents}
+        assert by_name[result.agents[0]].fits(req) >= size
 
 
 @settings(max_examples=400, deadline=None)
-@given(sizes, requests, pools())
-def test_multi_node_uses_the_fewest_agents_and_main1_goes_first(size, req, agents):
-    result = place("multi-node", size, req, agents)
+@given(sizes, requests, pools(), selectors, afters)
+def test_multi_node_uses_the_fewest_agents_and_main1_goes_first(size, req, agents, selector,
+                                                                after):
+    result = place("multi-node", size, req, agents, selector, after)
     fits = sorted((a.fits(req) for a in agents), reverse=True)
     if result.pending:
         assert sum(fits) < size

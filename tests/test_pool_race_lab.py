@@ -25,8 +25,10 @@ from cluster_sessions.agents import cleanup, engine
 from cluster_sessions.agents.connectors import connector_for
 from cluster_sessions.agents.pool_ledger import Ledger
 from cluster_sessions.core.names import SESSION_LABEL
+from cluster_sessions.core.placement import Free
+from cluster_sessions.core.scheduling import ContainerHold, over_commitments
 from cluster_sessions.core.units import parse_size
-from cluster_sessions.driver.placing import _holdings
+from cluster_sessions.driver.placing import reservation_of
 
 from . import factories
 from .conftest import PROJECT
@@ -60,26 +62,29 @@ class Sampler(threading.Thread):
 
     def run(self) -> None:
         pool = self.lab.pool
+        declared = [Free(a.name, a.capacity.millicpu, a.capacity.mem, a.capacity.gpus)
+                    for a in pool.agents]
         conns = {a.name: connector_for(a, timeout=60) for a in pool.agents}
         clients = {n: c.docker_client() for n, c in conns.items()}
         try:
             with Ledger.open(pool) as ledger:
                 while not self.stop.wait(0.5):
-                    reservations = ledger.live("reservation")
+                    now = ledger.now()
+                    reservations = [reservation_of(e) for e in ledger.live("reservation", now)]
+                    containers = []
                     for agent in pool.agents:
                         listed = clients[agent.name].api.containers(
                             all=True, filters={"label": [SESSION_LABEL]})
-                        held = [engine.container_facts(
-                            clients[agent.name].api.inspect_container(c["Id"]))
-                            for c in listed]
-                        ids = [g for h in held for g in h.gpus]
-                        if len(ids) != len(set(ids)):
-                            self.over.append(f"{agent.name}: a GPU id twice: {ids}")
-                        cpu, mem, _gpus = _holdings(held, reservations, agent.name, ())
+                        for item in listed:
+                            c = engine.container_facts(
+                                clients[agent.name].api.inspect_container(item["Id"]))
+                            containers.append(ContainerHold(c.session, c.owner.stack_id,
+                                                            agent.name, c.millicpu, c.mem,
+                                                            c.gpus))
+                    self.over += over_commitments(declared, containers, reservations, now)
+                    for agent in pool.agents:
+                        cpu = sum(h.millicpu for h in containers if h.agent == agent.name)
                         self.peak[agent.name] = max(self.peak.get(agent.name, 0), cpu)
-                        if cpu > agent.capacity.millicpu or mem > agent.capacity.mem:
-                            self.over.append(f"{agent.name}: cpu {cpu} mem {mem} of "
-                                             f"{agent.capacity.millicpu} {agent.capacity.mem}")
                     self.samples += 1
         finally:
             for c in conns.values():

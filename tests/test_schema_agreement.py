@@ -31,7 +31,7 @@ SESSION = {**factories.session("agree-demo", pool="/nonexistent/pool.yaml", size
            "count": 1, "type": "interactive", "restart": "no"}
 POOL = {**factories.pool("agree", factories.agent(gpus=(0, 1))),
         "swarm": {"manager": "agent1"}, "network": {"mtu": 1450, "encrypted": False},
-        "mount_sources": ["/srv"]}
+        "mount_sources": ["/srv"], "scheduler": {"selector": "dispersed"}}
 
 SCALARS = st.one_of(
     st.none(), st.booleans(),
@@ -42,7 +42,8 @@ SCALARS = st.one_of(
     st.sampled_from([0.0, 1.0, 2.0, 0.5, 2.5, 1e3, 4096.0, 0.001, 0.0005]),
     st.text(max_size=8),
     st.sampled_from(["", "x", "work", "single-node", "multi-node", "batch", "tcp", "udp",
-                     "no", "always", "ClusterSession", "AgentPool"]),
+                     "no", "always", "ClusterSession", "AgentPool", "concentrated",
+                     "roundrobin"]),
 )
 VALUES = st.recursive(SCALARS, lambda inner: st.one_of(
     st.lists(inner, max_size=3),

@@ -348,6 +348,19 @@ class Ledger:
                              f"marker {container_id[:12]} vanished as it was made")
         return entry_of(marker)
 
+    def last_agent(self) -> str | None:
+        """The agent the pool's last placement chose (a roundrobin pool goes on after it)."""
+        marker = engine.inspect_marker(self.client, f"{PROJECT}-last-{_pool_key(self.pool.name)}")
+        return (marker.labels.get(LEDGER_SESSION_LABEL) or None) if marker else None
+
+    def set_last_agent(self, agent: str) -> None:
+        """Record the agent this decision chose (call under the lock: one writer at a time)."""
+        name = f"{PROJECT}-last-{_pool_key(self.pool.name)}"
+        old = engine.inspect_marker(self.client, name)
+        if old is not None:
+            self._remove(old.container_id)
+        self._create(name, {KIND_LABEL: "last", ENTRY_SESSION_LABEL: agent})
+
     def still_locked(self, taken: float) -> bool:
         """The lock taken at ``taken`` has not run out (check before writing a decision)."""
         return self.now() < taken + LOCK_LEASE

@@ -225,10 +225,12 @@ class Decided:
 
 
 def decide(copies: Sequence[Session], pool: Pool, free: Sequence[Free],
-           kept: Mapping[str, KeptPlacement | None]) -> Decided:
+           kept: Mapping[str, KeptPlacement | None], after: str | None = None) -> Decided:
     """Place ``copies`` on ``free`` (live free capacity, their own holdings left out): each
     keeps its kept placement where its shape is unchanged and what it names is still free
-    (a running session always is: it holds it), else is placed anew beside the kept ones."""
+    (a running session always is: it holds it), else is placed anew beside the kept ones by
+    the pool's selector (``after``: the agent the pool's last decision chose, for
+    roundrobin)."""
     keep: dict[str, Placement] = {}
     notes: dict[str, str] = {}
     left = list(free)
@@ -244,4 +246,4 @@ def decide(copies: Sequence[Session], pool: Pool, free: Sequence[Free],
                 continue
             reason = "what it held was taken by others while it was not running"
         notes[copy.name] = reason or "it has not been placed yet"
-    return Decided(place_sessions(copies, pool, free, keep), notes)
+    return Decided(place_sessions(copies, pool, free, keep, after), notes)

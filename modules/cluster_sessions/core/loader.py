@@ -225,7 +225,13 @@ def _message(error: dict, model: type[BaseModel]) -> str:
     if kind == "missing":
         return "required"
     if kind == "literal_error":
-        return f"{error['msg'].replace('Input should be', 'must be')}, got {error['input']!r}"
+        given = error["input"]
+        # pydantic's ctx lists the allowed values as "'a', 'b' or 'c'" (none of ours has a quote)
+        allowed = re.findall(r"'([^']*)'", str(error.get("ctx", {}).get("expected", "")))
+        hint = difflib.get_close_matches(given, allowed) if isinstance(given, str) else []
+        suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+        return (f"{error['msg'].replace('Input should be', 'must be')}, got {given!r}"
+                f"{suggestion}")
     if kind == "int_type" and isinstance(error["input"], str):
         return (f"must be an integer written in plain decimal (e.g. 1750), got "
                 f"{error['input']!r}")

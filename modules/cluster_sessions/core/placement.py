@@ -3,10 +3,12 @@
 Pure and deterministic: the same session shape and the same free capacities always give the same
 answer. Rules (Backend.AI's, plus what its code left out):
 
-- single-node: every container on one agent, the first in pool order that holds them all; if
-  none does, the session is pending and the reason names what each agent is short of.
-- multi-node: if one agent can hold them all, they all go there (no cross-host traffic);
-  otherwise the fewest agents that together hold them, biggest first, main1 on the first.
+- single-node: every container on one agent, the one the pool's selector picks among those that
+  hold them all (core.selectors); if none does, the session is pending and the reason names
+  what each agent is short of.
+- multi-node: if one agent can hold them all, they all go there (no cross-host traffic), the
+  selector picking which; otherwise the fewest agents that together hold them, biggest first,
+  main1 on the first (that rule, not the selector, decides a spread: fewest agents first).
 - never more than an agent's cpu, memory or GPUs; GPU ids are handed out per container and an
   id is never given twice on one agent.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .selectors import DEFAULT_SELECTOR, Candidate, Criteria, select
 from .units import format_size
 
 UNLIMITED = 1 << 62
@@ -73,11 +76,15 @@ class Placement:
         return tuple(dict.fromkeys(s.agent for s in self.slots))
 
 
-def place(mode: str, size: int, req: Request, agents: Sequence[Free]) -> Placement:
+def place(mode: str, size: int, req: Request, agents: Sequence[Free],
+          selector: str = DEFAULT_SELECTOR, after: str | None = None) -> Placement:
+    """``agents`` in pool order; ``after``: the agent the last decision chose (roundrobin)."""
     fits = [agent.fits(req) for agent in agents]
-    whole = next((i for i, n in enumerate(fits) if n >= size), None)
-    if whole is not None:
-        return Placement(_fill([(agents[whole], size)], req))
+    candidates = [Candidate(i, agents[i]) for i, n in enumerate(fits) if n >= size]
+    if candidates:
+        position = next((i for i, a in enumerate(agents) if a.name == after), None)
+        chosen = select(selector, candidates, Criteria(req, size, position))
+        return Placement(_fill([(chosen.free, size)], req))
     if mode == "single-node" or size == 1:
         return Placement(reason=_single_node_reason(size, req, agents))
     order = sorted(range(len(agents)), key=lambda i: (-fits[i], i))

@@ -318,17 +318,21 @@ def session_copies(session: Session) -> tuple[Session, ...]:
 
 
 def build_plans(session: Session, pool: Pool, free: Sequence[Free] | None = None,
-                kept: Mapping[str, Placement] | None = None) -> tuple[ClusterPlan, ...]:
+                kept: Mapping[str, Placement] | None = None,
+                after: str | None = None) -> tuple[ClusterPlan, ...]:
     """Every session of a definition, planned together: each is placed on what the ones before
     it left, and when one does not fit, all are pending with the reason (none is launched
     while another cannot be). ``kept``: the placements already decided (core.decisions), by
     session name: those sessions stay where they are, and the others are placed on what is
-    left beside them."""
-    return place_sessions(session_copies(session), pool, free, kept)
+    left beside them. The pool's selector picks the agents; ``after`` is the agent its last
+    decision chose (roundrobin), and each session placed here moves it on to its main1's
+    agent: the caller keeps the last placed session's main1 agent for the next decision."""
+    return place_sessions(session_copies(session), pool, free, kept, after)
 
 
 def place_sessions(copies: Sequence[Session], pool: Pool, free: Sequence[Free] | None = None,
-                   kept: Mapping[str, Placement] | None = None) -> tuple[ClusterPlan, ...]:
+                   kept: Mapping[str, Placement] | None = None,
+                   after: str | None = None) -> tuple[ClusterPlan, ...]:
     """:func:`build_plans` for some of a definition's sessions (an ``up --index I`` places
     only session I, beside what the others hold on the engines)."""
     kept = kept or {}
@@ -342,7 +346,8 @@ def place_sessions(copies: Sequence[Session], pool: Pool, free: Sequence[Free] |
         if copy.name in kept:
             placements.append(kept[copy.name])
             continue
-        placement = place(copy.cluster.mode, copy.cluster.size, request, left)
+        placement = place(copy.cluster.mode, copy.cluster.size, request, left,
+                          pool.scheduler.selector, after)
         if len(placement.agents) > 1 and pool.swarm is None:  # no one to make the overlay
             placement = Placement(reason=no_swarm_reason(pool))
         if placement.pending:
@@ -352,6 +357,7 @@ def place_sessions(copies: Sequence[Session], pool: Pool, free: Sequence[Free] |
             return tuple(_plan(c, pool, Placement(reason=reason)) for c in copies)
         placements.append(placement)
         left = take(left, placement, request)
+        after = placement.slots[0].agent
     return tuple(_plan(c, pool, p) for c, p in zip(copies, placements, strict=True))
 
 

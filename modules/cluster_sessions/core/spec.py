@@ -29,6 +29,7 @@ from .accounts import USER_ID_RANGES, user_id_problem, user_name_problem
 from .folders import STORAGE_NAME, folder_name_problem, folder_path, storage_of
 from .names import CLUSTER_ENV_PREFIX, DEFAULT_DOCKER_HOST, DEFAULT_MASTER_PORT, SSH_ENV_PREFIX
 from .provider_facts import cpus_argument, cpus_read_back, stable_cpus_near
+from .selectors import DEFAULT_SELECTOR, Selector
 from .terminal import is_hidden
 from .units import MAX_BYTES, format_size, parse_size, size_json_schema
 
@@ -374,6 +375,12 @@ class SessionPrivileges(_Model):
     no_new_privileges: StrictBool = True
 
 
+class Scheduler(_Model):
+    """How the pool's agents are chosen (core.selectors; docs/scheduling.md)."""
+
+    selector: Selector = DEFAULT_SELECTOR
+
+
 class Pool(_Model):
     kind: Literal["AgentPool"]
     name: NonEmpty
@@ -395,6 +402,7 @@ class Pool(_Model):
     # What each session's containers may take and do (logs; capabilities).
     limits: SessionLimits = SessionLimits()
     privileges: SessionPrivileges = SessionPrivileges()
+    scheduler: Scheduler = Scheduler()
 
     def agent(self, name: str) -> Agent:
         return next(a for a in self.agents if a.name == name)

@@ -44,14 +44,15 @@ def probed_free(args: argparse.Namespace, loaded: Loaded) -> tuple[list[Free], l
     exclude = [s.name for s in session_copies(loaded.session)]
     reports = probe_pool(loaded.pool, exclude_session=exclude)
     free_of(loaded.pool, reports)  # every agent answered, or PreflightError naming them
+    now, reservations = 0.0, []
     try:
         with Ledger.open(loaded.pool) as ledger:  # what `up`s under way reserved counts too
-            reservations = ledger.live("reservation")
+            now = ledger.now()
+            reservations = ledger.live("reservation", now)
     except Exception as exc:  # a plan is advice: say what it could not count, and go on
         print(printable(f"sessionctl plan: warning: reservations not counted: {exc}"),
               file=sys.stderr)
-        reservations = []
-    free = live_free(reports, reservations, exclude)
+    free = live_free(reports, reservations, dict.fromkeys(exclude, ""), now)
     print(f"probed pool {printable(loaded.pool.name)} ({printable(loaded.pool_file)}), "
           "free now:", file=sys.stderr)
     for f in free:

@@ -21,10 +21,12 @@ from ..agents.pool_ledger import (
     Holder,
     Ledger,
 )
+from ..core import scheduling
 from ..core.decisions import Decided, KeptPlacement, decide, read_placement
 from ..core.names import PLACEMENT_KEY, config_key
 from ..core.placement import Free
 from ..core.plan import ClusterPlan
+from ..core.scheduling import AgentHold, ContainerHold, Reservation
 from ..core.spec import Pool, Session
 from . import service_ports
 from .errors import CommandError, Exit
@@ -62,46 +64,32 @@ def recorded_placements(configs: Mapping[str, Mapping[str, str]]
     return found
 
 
-def _holdings(report_held: Sequence, reservations: Sequence[Entry], agent: str,
-              exclude: Collection[str]) -> tuple[int, int, set[int]]:
-    """What others hold on ``agent``: per session the larger of its containers and its
-    reservation (an ``up`` under way has both), GPU ids of either."""
-    sessions: dict[str, list[int | set[int]]] = {}
-    for h in report_held:
-        if h.session in exclude:
-            continue
-        cur = sessions.setdefault(h.session, [0, 0, set(), 0, 0])
-        cur[0] += h.millicpu
-        cur[1] += h.mem
-        cur[2] |= set(h.gpus)
-    for r in reservations:
-        if r.session in exclude:
-            continue
-        held = r.holds.get(agent)
-        if not isinstance(held, dict):
-            continue
-        cur = sessions.setdefault(r.session, [0, 0, set(), 0, 0])
-        cur[3] += int(held.get("cpu", 0))
-        cur[4] += int(held.get("mem", 0))
-        cur[2] |= {int(g) for g in held.get("gpus", [])}
-    cpu = sum(max(c[0], c[3]) for c in sessions.values())
-    mem = sum(max(c[1], c[4]) for c in sessions.values())
-    gpus: set[int] = set().union(*(c[2] for c in sessions.values())) if sessions else set()
-    return cpu, mem, gpus
-
-
 def live_free(reports: Sequence[AgentReport], reservations: Sequence[Entry],
-              exclude: Collection[str]) -> list[Free]:
-    """Declared (less GPUs the machine lacks) − what other sessions' containers and live
-    reservations hold, per agent in pool order."""
-    free = []
-    for report in reports:
-        total = report.total or report.free  # a report without a declared total: its free
-        assert total is not None
-        cpu, mem, gpus = _holdings(report.held, reservations, report.name, exclude)
-        free.append(Free(total.name, max(0, total.millicpu - cpu), max(0, total.mem - mem),
-                         tuple(g for g in total.gpus if g not in gpus)))
-    return free
+              mine: Mapping[str, str], now: float) -> list[Free]:
+    """What each agent can still give (core.scheduling.live_free, the one computation of it):
+    declared (less GPUs the machine lacks) − what containers and others' live reservations
+    hold, the sessions being placed left out (``mine``: session name -> its stack id; a
+    container of one of them from before stack ids carries none)."""
+    declared = [r.total or r.free for r in reports]
+    assert all(d is not None for d in declared)
+    containers = [ContainerHold(h.session, h.owner.stack_id, r.name, h.millicpu, h.mem,
+                                tuple(h.gpus))
+                  for r in reports for h in r.held
+                  if not (not h.owner.stack_id and h.session in mine)]
+    held = [reservation_of(e) for e in reservations]
+    return scheduling.live_free(declared, containers, held,  # type: ignore[arg-type]
+                                {s for s in mine.values() if s}
+                                | {f"session:{n}" for n in mine}, now)
+
+
+def reservation_of(entry: Entry) -> Reservation:
+    """A ledger entry as core.scheduling counts it (its stack, or its session name when it
+    names no stack: ``session:NAME``)."""
+    return Reservation(entry.session, (entry.stack_id or f"session:{entry.session}",),
+                       entry.holder.describe() if entry.holder else "", entry.created,
+                       entry.until, tuple(AgentHold(agent, h["cpu"], h["mem"],
+                                                    tuple(h["gpus"]))
+                                          for agent, h in entry.holds.items()))
 
 
 def holds_of(plan: ClusterPlan, ports: Mapping[str, int] | None = None
@@ -147,12 +135,16 @@ def probe(pool: Pool) -> list[AgentReport]:
 
 
 def place_live(pool: Pool, copies: Sequence[Session], kept: Mapping[str, KeptPlacement | None],
-               ledger: Ledger, exclude: Collection[str]) -> Placed:
+               ledger: Ledger, mine: Mapping[str, str]) -> Placed:
     """The decision on what the engines show now (call under the pool's lock for ``up``):
-    where the sessions go, then the host ports of their services."""
+    where the sessions go, then the host ports of their services. ``mine``: the sessions
+    being placed and their stack ids, whose own holdings are left out."""
     reports = probe(pool)
-    reservations = ledger.live("reservation")
-    decided = decide(copies, pool, live_free(reports, reservations, exclude), kept)
+    now = ledger.now()
+    reservations = ledger.live("reservation", now)
+    decided = decide(copies, pool, live_free(reports, reservations, mine, now), kept,
+                     ledger.last_agent() if pool.scheduler.selector == "roundrobin" else None)
+    exclude = set(mine)
     ports: Mapping[str, Mapping[str, int]] = {}
     if not any(p.pending for p in decided.plans) and any(p.services for p in decided.plans):
         ports = service_ports.choose(decided.plans, pool,
@@ -168,7 +160,7 @@ def pending_error(decided: Decided) -> CommandError | None:
 
 
 def attempt(pool: Pool, copies: Sequence[Session], kept: Mapping[str, KeptPlacement | None],
-            ledger: Ledger, names: Sequence[str], ahead: Sequence[Entry]
+            ledger: Ledger, mine: Mapping[str, str], ahead: Sequence[Entry]
             ) -> tuple[Placed | None, CommandError | None]:
     """One try under the lock: the placement, or why it is pending (others queued ahead,
     no fit, no free service port)."""
@@ -178,7 +170,7 @@ def attempt(pool: Pool, copies: Sequence[Session], kept: Mapping[str, KeptPlacem
             f"{ahead[0].session}); `sessionctl up FILE --wait` joins the queue; nothing was "
             "created", Exit.PENDING)
     try:
-        result = place_live(pool, copies, kept, ledger, names)
+        result = place_live(pool, copies, kept, ledger, mine)
     except CommandError as exc:
         if exc.code != Exit.PENDING:
             raise
@@ -203,11 +195,12 @@ def placed(ledger: Ledger, copies: Sequence[Session],
     held; PreflightError (exit 4) when an agent cannot be probed."""
     pool = ledger.pool
     names = [c.name for c in copies]
+    mine = {n: stack_ids.get(n, "") for n in names}
     holder = Holder(", ".join(names))
     with contextlib.ExitStack() as held:
         if not reserve:  # preview: where it would go now, nothing held
             under_lock()
-            yield place_live(pool, copies, kept, ledger, names)
+            yield place_live(pool, copies, kept, ledger, mine)
             return
         queued = None
         if wait is not None:
@@ -223,11 +216,15 @@ def placed(ledger: Ledger, copies: Sequence[Session],
                 queue = [e for e in ledger.live("queue") if e.session not in names]
                 ahead = [e for e in queue if queued is None or e.arrival < queued.arrival
                          or (e.arrival == queued.arrival and e.name < queued.current)]
-                result, error = attempt(pool, copies, kept, ledger, names, ahead)
+                result, error = attempt(pool, copies, kept, ledger, mine, ahead)
                 if error is None and not ledger.still_locked(taken):
                     continue  # the decision outlived the lock's lease: decide again
                 if error is None:
                     assert result is not None
+                    placed_anew = [p for p in result.decided.plans
+                                   if result.decided.notes.get(p.name) != "kept"]
+                    if placed_anew and pool.scheduler.selector == "roundrobin":
+                        ledger.set_last_agent(placed_anew[-1].containers[0].agent or "")
                     for plan in result.decided.plans:
                         held.enter_context(contextlib.closing(ledger.renewed(
                             "reservation", plan.name, stack_ids.get(plan.name, ""), holder,
