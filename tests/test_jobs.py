@@ -141,8 +141,12 @@ def test_a_batch_session_without_a_command_is_refused(tmp_path, capsys):
 
 
 def write_definition(tmp_path, name: str, image_tag: str, script: str, **over) -> str:
-    doc = factories.session(name, image=image_tag, size=2, cpu=0.5, mem="512m", type="batch",
-                            command=["sh", "-c", script])
+    """A batch definition on a pool of this engine that declares room for it beside what the
+    module's other sessions hold while it runs (`up` places on live capacity: issue 31)."""
+    pool = factories.write(tmp_path / "jobs-pool.yaml", factories.pool(
+        "jobs", factories.agent("local", cpu=64, mem="256g")))
+    doc = factories.session(name, pool=str(pool), image=image_tag, size=2, cpu=0.5,
+                            mem="512m", type="batch", command=["sh", "-c", script])
     return str(factories.write(tmp_path / f"{name}.yaml", {**doc, **over}))
 
 
@@ -158,10 +162,11 @@ def test_run_ups_waits_and_destroys_leaving_nothing(
     path = write_definition(tmp_path, name, image, script)
     assert cli.main(["run", path, "--timeout", "120", "--json"]) == code
     out, err = capsys.readouterr()
-    assert emulated_automation.calls[:8] == [  # the stack is new: no other definition's
+    assert emulated_automation.calls[:9] == [  # the stack is new: no other definition's
         "list_stacks",
         f"set_config {name}", f"remove_config {name}", f"remove_config {name}",
         f"set_config {name}", f"set_config {name}",  # its new stack-id and made-by
+        f"set_config {name}",  # where it was placed on live capacity (core.decisions)
         f"export_stack {name}", f"up {name}"]
     assert f"destroy {name}" in emulated_automation.calls
     assert words in err and "main1 | training" in err  # --json: main1's log on stderr

@@ -64,7 +64,7 @@ def test_a_second_session_that_the_agent_cannot_hold_is_pending_until_the_first_
     assert cli.main(["up", a, "--yes", "--json"]) == 0
     out, err = capfd.readouterr()
     assert "keeps its placement" not in out  # --json: stdout is the document alone
-    assert json.loads(out)["changes"] == {"same": 4}, out
+    assert set(json.loads(out)["changes"]) == {"same"}, out
 
     # once the first is gone, the second fits
     assert cli.main(["destroy", a, "--yes"]) == 0

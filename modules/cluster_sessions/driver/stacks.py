@@ -443,14 +443,10 @@ def run_stacks(args: argparse.Namespace, verb: str, sel: Any, stacks: dict[str, 
         if ledger is not None:
             def refuse_held() -> None:
                 """Under the pool's lock, before anything is swept or created: no other
-                stack holds a chosen session name on the pool."""
-                try:
-                    stack_identity.refuse_held_names(definition, sel.loaded.pool,
-                                                     [(p, who[p.name]) for _, p in sel.chosen])
-                except CommandError as exc:
-                    report_all("invalid" if exc.code == Exit.INVALID else "failed",
-                               backend=prepared.settings.backend_url, error=str(exc))
-                    raise
+                stack holds a chosen session name on the pool (exit 2, reported by
+                :func:`with_live_placement`)."""
+                stack_identity.refuse_held_names(definition, sel.loaded.pool,
+                                                 [(p, who[p.name]) for _, p in sel.chosen])
 
             sel, targets = with_live_placement(
                 args, verb, sel, targets, recorded, held, report_all,
@@ -486,9 +482,10 @@ def with_live_placement(args: argparse.Namespace, verb: str, sel: Any, targets: 
     except CommandError as exc:
         if exc.code == Exit.PENDING:
             report_all("pending", backend=backend, reason=str(exc).removeprefix("pending: "))
-        else:
-            report_all("failed", backend=backend, error=str(exc))
-        raise CommandError(f"{args.file}: {exc}", exc.code) from None
+            raise CommandError(f"{args.file}: {exc}", exc.code) from None
+        report_all("invalid" if exc.code == Exit.INVALID else "failed", backend=backend,
+                   error=str(exc))
+        raise
     except PoolBusy as exc:
         report_all("busy", backend=backend, error=str(exc))
         raise
