@@ -321,6 +321,23 @@ def test_a_preview_never_creates_updates_or_deletes():
         docker_provider.REPLACE
 
 
+def test_a_previews_update_leaves_unknown_what_the_inputs_do_not_give():
+    """A provider without provider previews hands back its new inputs as the state of a
+    previewed update: ``a.made`` (an output the inputs leave unset) is unknown to what reads
+    it, not the value the last ``up`` gave (the stand-in kept the old outputs)."""
+    engine = Engine()
+    up(engine, {"a": {"v": 1}, "b": {"v": 1, "from_a": True}})
+    scratch = Engine(state=dict(engine.state), old_inputs=dict(engine.old_inputs),
+                     known=dict(engine.known), dry_run=True)
+    run_program(scratch, "recorded", {}, program=program({"a": {"v": 2},
+                                                          "b": {"v": 1, "from_a": True}}))
+    a = next(u for u in scratch.state if u.endswith("::a"))
+    b = next(u for u in scratch.state if u.endswith("::b"))
+    assert scratch.actions[a][0] == docker_provider.UPDATE
+    assert isinstance(scratch.old_inputs[b]["src"], pulumi.output.Unknown), \
+        scratch.old_inputs[b]
+
+
 # --- item 11 on the lab: pool up, pool destroy, the swarm is gone -------------------------------
 
 

@@ -245,7 +245,13 @@ class Engine:
                 action = provider.UPDATE
                 self.dynamic_calls.append(f"update {reg.name}")
                 if self.dry_run:
-                    outs = dict(olds)
+                    # a preview's update by a provider without provider previews (dynamic
+                    # providers declare none) hands back the new inputs as the state
+                    # (sdk/go/common/resource/plugin/provider_plugin.go, Update: "If the
+                    # provider does not support previews, return the inputs as the state"):
+                    # every output the inputs do not give is unknown, as after a preview's
+                    # create (the stand-in kept the old outputs: kinder than Pulumi)
+                    outs = {k: (rpc.UNKNOWN if v is None else v) for k, v in news.items()}
                 else:
                     self._step()
                     result = _provider_of(news).update(id_, dict(olds), dict(news))
