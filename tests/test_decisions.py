@@ -174,3 +174,23 @@ def test_a_roundrobin_pool_places_after_the_agent_its_last_decision_chose():
     assert [c.agent for c in decide([s], pool, free, {}, after="a3").plans[0].containers] \
         == ["a1"]
     assert [c.agent for c in decide([s], pool, free, {}).plans[0].containers] == ["a1"]
+
+
+def test_a_gpu_session_placed_again_gets_none_of_the_gpus_its_old_containers_hold():
+    """Pulumi replaces containers one at a time: a new container given GPU 1 while the old
+    sub1 still runs on it would share it. A re-placed session's old GPUs stay taken (its cpu
+    and memory do not: each old container goes before its replacement)."""
+    pool = pool_of(factories.agent("a1", cpu=8, mem="16g", gpus=[0, 1, 2, 3]))
+    old = session_of(size=2, cpu=1, mem="1g", gpu=1)
+    new = session_of(size=2, cpu=2, mem="1g", gpu=1)
+    kept = kept_for(old, pool, Slot("a1", (0,)), Slot("a1", (1,)))
+    own = {new.name: {"a1": {0, 1}}}
+    decided = decide([new], pool, pool_capacity(pool), {new.name: kept}, own_gpus=own)
+    assert [c.gpus for c in decided.plans[0].containers] == [(2,), (3,)]
+    # kept (its shape unchanged): it keeps its very GPUs
+    decided = decide([old], pool, pool_capacity(pool), {old.name: kept}, own_gpus=own)
+    assert [c.gpus for c in decided.plans[0].containers] == [(0,), (1,)]
+    # no GPUs besides its own: pending, not sharing
+    small = pool_of(factories.agent("a1", cpu=8, mem="16g", gpus=[0, 1]))
+    decided = decide([new], small, pool_capacity(small), {new.name: kept}, own_gpus=own)
+    assert decided.plans[0].pending and "short of gpu" in decided.plans[0].reason

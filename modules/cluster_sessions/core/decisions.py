@@ -22,7 +22,7 @@ import hashlib
 import json
 import re
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from .names import MADE_BY_KEY, PLACEMENT_KEY, PROJECT, SERVICE_PORTS_KEY, STACK_ID_KEY
@@ -225,12 +225,19 @@ class Decided:
 
 
 def decide(copies: Sequence[Session], pool: Pool, free: Sequence[Free],
-           kept: Mapping[str, KeptPlacement | None], after: str | None = None) -> Decided:
+           kept: Mapping[str, KeptPlacement | None], after: str | None = None,
+           own_gpus: Mapping[str, Mapping[str, Collection[int]]] | None = None) -> Decided:
     """Place ``copies`` on ``free`` (live free capacity, their own holdings left out): each
     keeps its kept placement where its shape is unchanged and what it names is still free
     (a running session always is: it holds it), else is placed anew beside the kept ones by
     the pool's selector (``after``: the agent the pool's last decision chose, for
-    roundrobin)."""
+    roundrobin).
+
+    ``own_gpus`` (session -> agent -> GPU ids its containers hold now): a session placed
+    anew gets none of the GPU ids its own old containers hold. Pulumi replaces containers one
+    at a time, so an old container may still run when a new one starts: given the old one's
+    GPU, two containers would share it (the invariant: no GPU id held twice, at any moment).
+    Its cpu and memory are free to it: each old container goes before its replacement."""
     keep: dict[str, Placement] = {}
     notes: dict[str, str] = {}
     left = list(free)
@@ -246,4 +253,12 @@ def decide(copies: Sequence[Session], pool: Pool, free: Sequence[Free],
                 continue
             reason = "what it held was taken by others while it was not running"
         notes[copy.name] = reason or "it has not been placed yet"
+    busy: dict[str, set[int]] = {}
+    for name, by_agent in (own_gpus or {}).items():
+        if name not in keep:
+            for agent, ids in by_agent.items():
+                busy.setdefault(agent, set()).update(ids)
+    if busy:
+        free = [Free(f.name, f.millicpu, f.mem,
+                     tuple(g for g in f.gpus if g not in busy.get(f.name, ()))) for f in free]
     return Decided(place_sessions(copies, pool, free, keep, after), notes)

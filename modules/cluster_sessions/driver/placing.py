@@ -142,8 +142,14 @@ def place_live(pool: Pool, copies: Sequence[Session], kept: Mapping[str, KeptPla
     reports = probe(pool)
     now = ledger.now()
     reservations = ledger.live("reservation", now)
+    own_gpus: dict[str, dict[str, set[int]]] = {}
+    for r in reports:
+        for h in r.held:
+            if h.session in mine and h.gpus:
+                own_gpus.setdefault(h.session, {}).setdefault(r.name, set()).update(h.gpus)
     decided = decide(copies, pool, live_free(reports, reservations, mine, now), kept,
-                     ledger.last_agent() if pool.scheduler.selector == "roundrobin" else None)
+                     ledger.last_agent() if pool.scheduler.selector == "roundrobin" else None,
+                     own_gpus)
     exclude = set(mine)
     ports: Mapping[str, Mapping[str, int]] = {}
     if not any(p.pending for p in decided.plans) and any(p.services for p in decided.plans):
