@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,6 +23,11 @@ STACKS = PROJECT / "stacks"
 # Subprocesses (``python -m cluster_sessions...``, dynamic providers) import this checkout too.
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(PROJECT / "modules"), *filter(None, [os.environ.get("PYTHONPATH")])])
+# The stand-in keeps each stack's config where the CLI would, in the project's stacks/ (the
+# shipped example stacks live there): every ``python -m cluster_sessions.emulation.sessionctl``
+# a test starts keeps it in a directory of the run's instead, so none is left in the checkout.
+os.environ.setdefault("CLUSTER_SESSIONS_EMULATION_CONFIG_DIR",
+                      tempfile.mkdtemp(prefix="cs-stack-config-"))
 
 
 # Hypothesis's per-example deadline (200 ms) measures the machine's load, not the code: on a

@@ -157,6 +157,17 @@ def test_every_example_session_has_a_stack_file_named_after_it():
             assert int(config.get("cluster-sessions:index", "1")) == i, plan.name
 
 
+def test_every_stack_file_in_the_checkout_is_one_of_a_shipped_session():
+    """A stack file a run left in stacks/ (the stand-in keeps config where the CLI does)
+    would be committed, shipped and tested as an example: none may name anything but a
+    shipped definition, relative to stacks/."""
+    for path in sorted(STACKS.glob("Pulumi.*.yaml")):
+        config = stack_file_config(path.name.removeprefix("Pulumi.").removesuffix(".yaml"))
+        definition = config.get("cluster-sessions:definition", "")
+        assert not Path(definition).is_absolute() and (STACKS / definition).is_file(), \
+            f"{path.name} names {definition!r}, not a shipped definition: a run's leftover?"
+
+
 def test_stack_files_only_use_config_keys_the_project_declares():
     project = yaml.safe_load((STACKS.parent / "Pulumi.yaml").read_text())
     declared = project["config"]
