@@ -42,6 +42,15 @@ FIXTURE_POOLS = (PROJECT / "tests" / "fixtures" / "pools",
 os.environ["CLUSTER_SESSIONS_POOLS"] = os.pathsep.join(map(str, FIXTURE_POOLS))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def operator_pools_in_the_run(tmp_path_factory):
+    """Module-scoped fixtures (a lab's pool, a module's sessions) write their pools under the
+    run's temporary directory before any test's own fixture runs: it is the operator's for the
+    whole run (each test adds its ``tmp_path`` below)."""
+    os.environ["CLUSTER_SESSIONS_POOLS"] = os.pathsep.join(map(str, [
+        tmp_path_factory.getbasetemp(), *FIXTURE_POOLS]))
+
+
 @pytest.fixture(autouse=True)
 def operator_pools_in_tmp_path(monkeypatch, tmp_path, tmp_path_factory):
     """The suite is the operator of its own pools: those a test writes under its ``tmp_path``

@@ -471,49 +471,56 @@ def test_multi_node_session_that_fits_one_agent_lands_there_on_a_bridge(lab, pac
 def test_an_agent_whose_dockerd_stops_is_named_and_destroy_finishes_once_it_is_back(
         lab, emulated_automation, tmp_path, capsys):
     """count: 4 single-container batch sessions (cpu 1 each: two on agent1, one on agent2, one
-    on agent3) through the real engine verbs; then agent3's dockerd is stopped."""
+    on agent3, as the pool's selector places them) through the real engine verbs; then
+    agent3's dockerd is stopped, and the session there is the one that cannot be reached."""
     name = f"mnc-{uuid.uuid4().hex[:6]}"
     path = str(lab.write_session(tmp_path, name, 1, count=4, type="batch",
                                  command=["sh", "-c", "echo started; sleep 600"],
                                  cluster={"mode": "single-node", "size": 1}))
     assert cli.main(["up", path, "--yes"]) == 0, capsys.readouterr().err
-    placed = {}
-    for i, agent in enumerate(("agent1", "agent1", "agent2", "agent3"), start=1):
+    where = {}
+    for i in range(1, 5):
         label = f"{LABEL_PREFIX}.session={name}-{i}"
-        placed[i] = [c.name for c in lab.client(agent).containers.list(
-            all=True, filters={"label": label})]
-    assert placed[4] == [f"{name}-4-main1"] and all(placed.values()), placed
+        where[i] = [(agent, c.name) for agent in ("agent1", "agent2", "agent3")
+                    for c in lab.client(agent).containers.list(all=True,
+                                                               filters={"label": label})]
+    assert sorted(a for held in where.values() for a, _ in held) == [
+        "agent1", "agent1", "agent2", "agent3"], where  # no agent over its cpu
+    k = next(i for i, held in where.items() if held[0][0] == "agent3")
+    others = [i for i in (1, 2, 3, 4) if i != k]
+    assert where[k] == [("agent3", f"{name}-{k}-main1")]
     capsys.readouterr()
     engines.stop_dockerd(lab.info.state_dir, "agent3")
     try:
         assert cli.main(["status", path]) == Exit.ENGINE
         err = capsys.readouterr().err
         agent3 = lab.pool.agent("agent3")
-        assert (f"{name}-4: agent agent3 did not answer: docker not answering at "
+        assert (f"{name}-{k}: agent agent3 did not answer: docker not answering at "
                 f"ssh://{agent3.ssh.user}@{agent3.ssh.host}:22 {agent3.docker_host}") in err
-        assert f"{name}-1: " not in err  # the others are as planned
-        assert cli.main(["wait", path, "--index", "4", "--timeout", "5"]) == Exit.ENGINE
+        assert not [i for i in others if f"{name}-{i}: " in err]  # the others answer
+        assert cli.main(["wait", path, "--index", str(k), "--timeout", "5"]) == Exit.ENGINE
         assert "agent agent3 did not answer" in capsys.readouterr().err
         assert cli.main(["ls", "--json"]) == 0
         listed = {r["name"]: r for r in json.loads(capsys.readouterr().out)["sessions"]}
         assert [listed[f"{name}-{i}"]["state"] for i in (1, 2, 3, 4)] == [
-            "running", "running", "running", "unreachable"]
-        assert listed[f"{name}-4"]["agents"] == ["agent3"]
+            "unreachable" if i == k else "running" for i in (1, 2, 3, 4)]
+        assert listed[f"{name}-{k}"]["agents"] == ["agent3"]
 
         assert cli.main(["destroy", path, "--yes"]) == Exit.ENGINE
         err = capsys.readouterr().err
-        assert f"destroy of stack {name}-4 did not finish; it removed what it could." in err
-        assert f"deleting {name}-4-main1: " in err
+        assert f"destroy of stack {name}-{k} did not finish; it removed what it could." in err
+        assert f"deleting {name}-{k}-main1: " in err
         assert "agent agent3: docker not answering" in err
-        assert f"destroy done for: {name}-1, {name}-2, {name}-3" in err
-        for i, agent in ((1, "agent1"), (2, "agent1"), (3, "agent2")):
+        assert f"destroy done for: {', '.join(f'{name}-{i}' for i in others)}" in err
+        for i in others:
             label = f"{LABEL_PREFIX}.session={name}-{i}"
+            agent = where[i][0][0]
             assert lab.client(agent).containers.list(all=True, filters={"label": label}) == []
     finally:
         engines.start_dockerd(lab.info.state_dir, "agent3")
     # back: the stack kept what it could not delete, and the next destroy finishes the job
-    assert cli.main(["destroy", path, "--yes", "--index", "4"]) == 0
-    assert cleanup.find_leftovers(lab.pool, f"{name}-4") == ([], [])
+    assert cli.main(["destroy", path, "--yes", "--index", str(k)]) == 0
+    assert cleanup.find_leftovers(lab.pool, f"{name}-{k}") == ([], [])
 
 
 # --- taking it down ---------------------------------------------------------------------------

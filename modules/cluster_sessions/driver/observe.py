@@ -196,6 +196,11 @@ def survey(plan: ClusterPlan, loaded: Loaded, agents: Sequence[str],
             found = found_from_attrs(name, container.attrs)
             result.found.append(found)
             result.containers.setdefault(found.host or found.name, []).append(container)
+    # Every agent is asked (the definition alone does not say where `up` placed the session):
+    # one that did not answer matters only when a host of the session was not found elsewhere.
+    seen = {f.host for f in result.found}
+    if all(c.host in seen for c in plan.containers):
+        result.unreachable.clear()
     if mine is None and len(stacks_seen) > 1:
         print(f"sessionctl: note: containers of {len(stacks_seen)} stacks carry session name "
               f"{plan.name}; without the pulumi CLI this stack cannot be read, so all are "
