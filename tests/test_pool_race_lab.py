@@ -141,9 +141,13 @@ def test_sixteen_sessions_raced_by_four_clients_never_overcommit_an_agent(lab, t
     sampler.start()
     results: dict[str, tuple[int, str]] = {}
 
+    made_while_pending: dict[str, list] = {}
+
     def race(state: Path, names: list[str], paths: list[str]) -> None:
         for name, path in zip(names, paths, strict=True):
             results[name] = run(state, "up", path, "--yes")
+            if results[name][0] == 3:  # pending: nothing of it on any agent
+                made_while_pending[name] = objects(lab, name)
 
     threads = [threading.Thread(target=race, args=r) for r in racers]
     started = time.monotonic()
@@ -171,6 +175,7 @@ def test_sixteen_sessions_raced_by_four_clients_never_overcommit_an_agent(lab, t
     assert ran and pending, codes  # the pool holds some, not all: the race is real
     for name in pending:
         assert "pending" in results[name][1], results[name][1]
+    assert made_while_pending == {name: [] for name in pending}
     assert sampler.samples >= 4
     assert sampler.over == [], sampler.over
     declared = parse_size(MEM)
