@@ -233,8 +233,9 @@ class Ledger:
             client = open_client(agent, timeout)
         except Exception as exc:  # the SDK's many ways of saying "no engine"
             raise LedgerUnreachable(
-                f"pool {pool.name}: agent {agent.name}, where the pool's placements are "
-                f"decided one at a time, does not answer: {exc}; nothing was created") from None
+                f"pool {pool.name}: agent {agent.name}: does not answer ({exc}), and it is "
+                "where the pool's placements are decided one at a time; nothing was created"
+                ) from None
         try:
             yield cls(pool, client)
         finally:

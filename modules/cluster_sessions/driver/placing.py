@@ -130,7 +130,8 @@ class Placed:
 def probe(pool: Pool) -> list[AgentReport]:
     reports = probe_pool(pool)
     if not all(r.ok for r in reports):
-        raise PreflightError(pool, reports, " to read what the pool holds")
+        raise PreflightError(pool, reports, " to read what the pool holds; nothing was "
+                             "created")
     return reports
 
 
