@@ -88,8 +88,10 @@ def test_a_checkpoint_is_where_and_what_the_diy_backend_writes(tmp_path):
     assert second.stack_outputs("made-here") == {}
 
 
-def test_without_a_config_dir_the_config_is_the_projects_stack_file(tmp_path):
-    """As the CLI keeps it: ``<project>/<stackConfigDir>/Pulumi.<stack>.yaml``."""
+def test_without_a_config_dir_the_config_is_the_projects_stack_file(tmp_path, monkeypatch):
+    """As the CLI keeps it: ``<project>/<stackConfigDir>/Pulumi.<stack>.yaml`` (the suite
+    names a directory of its own in $CLUSTER_SESSIONS_EMULATION_CONFIG_DIR: not here)."""
+    monkeypatch.delenv(CONFIG_DIR_ENV)
     project = tmp_path / "project"
     (project / "stacks").mkdir(parents=True)
     (project / "Pulumi.yaml").write_text((PROJECT / "Pulumi.yaml").read_text())

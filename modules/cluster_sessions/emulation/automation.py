@@ -67,6 +67,8 @@ LOCKED = ("error: the stack is currently locked by {n} lock(s). Either wait for 
 # makes it StackNotFoundError (automation/errors.py ``not_found_regex``)
 NOT_FOUND = "error: no stack named '{stack}' found"
 STACK_TYPE = "pulumi:pulumi:Stack"
+# where the stand-in keeps the stacks' config instead of the project's stacks/ (tests)
+CONFIG_DIR_ENV = "CLUSTER_SESSIONS_EMULATION_CONFIG_DIR"
 # how the engine marks a secret; "plaintext" is its decrypted form (the CLI's checkpoint holds
 # "ciphertext": the stand-in does not encrypt)
 SECRET_SIG, SECRET_VALUE = rpc._special_sig_key, rpc._special_secret_sig
@@ -209,7 +211,10 @@ class Backend:
         self.stacks: dict[str, StackState] = {}
         self.calls: list[str] = []
         self.directory = directory
-        self.config_dir = config_dir
+        # every stand-in of one run keeps the stacks' config in one place: the one given, else
+        # $CLUSTER_SESSIONS_EMULATION_CONFIG_DIR (tests), else the project's, as the CLI does
+        env = os.environ.get(CONFIG_DIR_ENV)
+        self.config_dir = config_dir or (Path(env) if env else None)
         self.project: Path | None = None
 
     # --- the file backend: checkpoints, config files and locks ------------------------------

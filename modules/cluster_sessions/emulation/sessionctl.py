@@ -18,9 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..driver import cli, stacks
-from .automation import Backend
-
-CONFIG_DIR_ENV = "CLUSTER_SESSIONS_EMULATION_CONFIG_DIR"
+from .automation import CONFIG_DIR_ENV, Backend  # noqa: F401 (the tests' name for it)
 
 
 def install(backend: Backend, setattr_: Callable[[Any, str, Any], None] = setattr) -> None:
@@ -32,8 +30,8 @@ def install(backend: Backend, setattr_: Callable[[Any, str, Any], None] = setatt
 
 def main(argv: list[str]) -> None:
     url = os.environ["PULUMI_BACKEND_URL"]
-    config_dir = os.environ.get(CONFIG_DIR_ENV)
-    install(Backend(Path(url.removeprefix("file://")), Path(config_dir) if config_dir else None))
+    # the stacks' config: $CLUSTER_SESSIONS_EMULATION_CONFIG_DIR, else the project's (the CLI's)
+    install(Backend(Path(url.removeprefix("file://"))))
     code = cli.main(argv)
     sys.stdout.flush()
     sys.stderr.flush()
