@@ -180,7 +180,7 @@ class DockerBuilder:
             state = api.inspect_container(cid)["State"]
             assert state["Running"], f"{inputs['name']} exited at once: {state}"
         published = api.inspect_container(cid)["NetworkSettings"]["Ports"] or {}
-        return {"ports": [
+        return {"id": cid, "ports": [
             {**p, "external": int(published[f"{int(p['internal'])}/{p.get('protocol', 'tcp')}"]
                                   [0]["HostPort"])}
             for p in ports

@@ -139,6 +139,9 @@ class Engine:
     cascaded: dict[str, str] = field(default_factory=dict)  # urn -> the replaced urn
     registrations: list[Registration] = field(default_factory=list)
     dynamic_calls: list[str] = field(default_factory=list)
+    # (step, name, inputs) of dynamic providers that act on docker objects, not run under
+    # mocks (:meth:`Engine._mocked`)
+    mocked_effects: list[tuple[str, str, dict]] = field(default_factory=list)
     # urn -> (create | same | update | replace, the arguments that differ): what the provider
     # would do with the last run's registration, against the state the run before left
     actions: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
@@ -189,9 +192,23 @@ class Engine:
         self.dynamic_calls.append(f"create {reg.name}")
         if self.dry_run:  # a preview shows the inputs; the outputs are not known yet
             return "", {k: (rpc.UNKNOWN if v is None else v) for k, v in news.items()}
+        if self._mocked(reg, "create", news):
+            return f"{reg.name}-id", dict(news)
         self._step()
         result = _provider_of(news).create(dict(news))
         return result.id, {**(result.outs or {}), PROVIDER_KEY: news[PROVIDER_KEY]}
+
+    def _mocked(self, reg: Registration, step: str, news: dict) -> bool:
+        """Without a builder no docker object is made (the mocks' ``<name>-id`` stand in for
+        the engine's IDs), so a dynamic provider that acts on what the docker provider made
+        (``ACTS_ON_DOCKER_OBJECTS``: pulumi_layer/limits.py) has nothing to act on: its step
+        is recorded in ``mocked_effects`` instead of run. Every other provider runs."""
+        if self.on_create is not None or not getattr(
+                _provider_of(news), "ACTS_ON_DOCKER_OBJECTS", False):
+            return False
+        self.mocked_effects.append(
+            (step, reg.name, {k: v for k, v in news.items() if k != PROVIDER_KEY}))
+        return True
 
     def _dynamic(self, reg: Registration, inputs: dict) -> tuple[str, dict]:
         """pulumi's step generator for a dynamic resource (``step_generator.go``):
@@ -252,6 +269,8 @@ class Engine:
                     # every output the inputs do not give is unknown, as after a preview's
                     # create (the stand-in kept the old outputs: kinder than Pulumi)
                     outs = {k: (rpc.UNKNOWN if v is None else v) for k, v in news.items()}
+                elif self._mocked(reg, "update", news):
+                    outs = dict(news)
                 else:
                     self._step()
                     result = _provider_of(news).update(id_, dict(olds), dict(news))
@@ -429,16 +448,22 @@ class Engine:
         elif action[0] == provider.UPDATE:
             outs = provider.after_update(reg.type, old[1], news, action[1])
         self._remember(reg, inputs)
+        made: dict = {}
         if self.on_create and reg.custom:
             if action[0] == provider.CREATE:
-                outs.update(self.on_create(reg, news) or {})
+                made = dict(self.on_create(reg, news) or {})
             elif action[0] == provider.REPLACE:
                 if self.on_delete and not deleted:
                     self.on_delete(reg.urn)
-                outs.update(self.on_create(reg, news) or {})
+                made = dict(self.on_create(reg, news) or {})
             elif action[0] == provider.UPDATE and self.on_update:
                 self.on_update(reg, news, action[1])
-        return (old[0] if old else f"{reg.name}-id"), outs
+        # The resource's ID is the engine object's, as the provider sets it (rcf.go
+        # ``d.SetId(retContainer.ID)``, rnf.go ``d.SetId(retNetwork.ID)``): what the program
+        # gets as ``.id`` and passes on. Without a builder (mocks) a name stands in.
+        made_id = made.pop("id", None)
+        outs.update(made)
+        return (made_id or (old[0] if old else f"{reg.name}-id")), outs
 
     def _remember(self, reg: Registration, inputs: dict) -> None:
         self.old_inputs[reg.urn] = inputs
