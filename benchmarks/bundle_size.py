@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -78,6 +79,9 @@ def main() -> None:
           "state bytes / container | program s |")
     print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="bundle-size-") as tmp:
+        # the benchmark's pool is in its own directory: the operator's, for this run
+        os.environ["CLUSTER_SESSIONS_POOLS"] = os.pathsep.join(
+            filter(None, [tmp, os.environ.get("CLUSTER_SESSIONS_POOLS")]))
         for size in args.sizes:
             m = measure(size, Path(tmp))
             print(f"| {size:,} | {m['bundle_median']:,.0f} | {m['bundle_max']:,.0f} | "
