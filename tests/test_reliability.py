@@ -210,7 +210,8 @@ def test_a_restarted_dockerd_brings_its_containers_back_and_the_mesh_whole(
     os.chown(data, 9001, 9001)  # the session user's (the default uid), closed to others
     path = str(lab.session(tmp_path, name, 2, mode="multi-node", cpu=2,
                            mounts=[{"source": str(data), "target": "/home/work/data"}]))
-    assert ctl(capsys, "up", path, "--yes")[0] == 0
+    code, _, err = ctl(capsys, "up", path, "--yes")
+    assert code == 0, err
     before = lab.containers(name)
     on_agent2 = lab.client("agent2").containers.list(
         all=True, filters={"label": f"{LABEL_PREFIX}.session={name}"})
@@ -258,7 +259,8 @@ def test_a_killed_sub_is_reported_and_up_restores_only_it(lab, automation, tmp_p
     name = f"rel-kill-{uuid.uuid4().hex[:4]}"
     automation.names.append(name)
     path = str(lab.session(tmp_path, name, 3, cpu=0.5))
-    assert ctl(capsys, "up", path, "--yes")[0] == 0
+    code, _, err = ctl(capsys, "up", path, "--yes")
+    assert code == 0, err
     before = lab.containers(name)
     wait_until_ready(before)
     started = {h: c.attrs["State"]["StartedAt"] for h, c in before.items()}
@@ -293,7 +295,8 @@ def test_a_batch_session_whose_sub_dies_is_lost_within_the_bound(
     automation.names.append(name)
     path = str(lab.session(tmp_path, name, 2, cpu=0.5, type="batch",
                            command=["sh", "-c", "sleep 600"]))
-    assert ctl(capsys, "up", path, "--yes")[0] == 0
+    code, _, err = ctl(capsys, "up", path, "--yes")
+    assert code == 0, err
     wait_until_ready(lab.containers(name))
     t0 = time.monotonic()
     lab.containers(name)["sub1"].kill()
