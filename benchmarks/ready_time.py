@@ -67,6 +67,7 @@ for _path in (PROJECT / "modules", PROJECT):
 import yaml  # noqa: E402
 from quiet import busy_fraction, machine_cpu, settle  # noqa: E402
 
+from cluster_sessions.agents.engine import set_pids_limit  # noqa: E402
 from cluster_sessions.emulation.docker_builder import run_in, sweep_session  # noqa: E402
 
 CONTAINER = "docker:index/container:Container"
@@ -245,8 +246,6 @@ def write_definition(directory: Path, name: str, size: int, image: str, cpu: flo
             "kind": "AgentPool", "name": "bench-local",
             "agents": [{"name": "local", "docker_host": "unix:///var/run/docker.sock",
                         "capacity": {"cpu": 256, "mem": "1024g", "gpus": []}}],
-            # as stacks/pools/local.yaml: train-demo mounts /tmp
-            "mount_sources": ["/tmp"],
         }, sort_keys=False))
     definition = yaml.safe_load((PROJECT / "stacks/sessions/train-demo.yaml").read_text())
     definition.update(name=name, image=image, pool=str(pool))
@@ -341,6 +340,20 @@ class SessionResult:
     trace: dict[str, float] | None = None
 
 
+def limit_when_made(client, builder, made: list) -> float:
+    """The pids limit on every container once all are made, as ``ContainerLimits`` sets it;
+    returns when it was set everywhere (the engine's last step)."""
+    from cluster_sessions.core.spec import SessionLimits
+    from cluster_sessions.pulumi_layer.limits import PARALLEL
+
+    for future in made:
+        future.result()
+    ids = [cid for kind, _, cid in builder.made.values() if kind == "container"]
+    with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL, len(ids)))) as pool:
+        list(pool.map(lambda cid: set_pids_limit(client, cid, SessionLimits().pids_limit), ids))
+    return time.time()
+
+
 def timed_builder(calls: list[Call], local: threading.local,
                   on_start: Callable[[str, str], None]):
     """The emulation's ``DockerBuilder`` (what the provider does, by hand), its Docker API
@@ -414,6 +427,9 @@ def session_run(client, directory: Path, image: str, size: int, tag: str, cpu: f
 
         pool = ThreadPoolExecutor(max_workers=size)
         futures = [pool.submit(one, declared) for declared in containers]
+        # what up's ContainerLimits does once the agent's containers exist: the pool's pids
+        # limit, for which every set-up waits (pulumi_layer/limits.py)
+        futures.append(pool.submit(limit_when_made, client, builder, futures[:]))
         pool.shutdown(wait=False)
         deadline = time.monotonic() + RUN_TIMEOUT
         for host, watch in watches.items():
@@ -709,6 +725,9 @@ def main(argv: list[str] | None = None) -> int:
         return result
     try:
         with tempfile.TemporaryDirectory(prefix="ready-time-") as tmp:
+            # the benchmark's pool is in its own directory: the operator's, for this run
+            os.environ["CLUSTER_SESSIONS_POOLS"] = os.pathsep.join(
+                filter(None, [tmp, os.environ.get("CLUSTER_SESSIONS_POOLS")]))
             directory = Path(tmp)
             for _ in range(args.warmup):
                 floor(sizes[0])

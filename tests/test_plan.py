@@ -343,7 +343,8 @@ def rich_plan():
                              "swarm": {"manager": "a2"},
                              "network": {"mtu": 1450, "encrypted": True},
                              "mount_sources": ["/data"], "storage": {"nfs": "/srv/vf/"},
-                             "limits": {"log_max_size": "5m", "log_max_files": 2},
+                             "limits": {"log_max_size": "5m", "log_max_files": 2,
+                                        "pids_limit": 500},
                              "privileges": {"capabilities": ["SETUID", "KILL"],
                                             "no_new_privileges": False}})
     plan = build_plan(definition, p)
@@ -405,7 +406,7 @@ def test_plan_json_is_contract_2_word_for_word():
             service("tb", 6006, "tcp", True, 40050, "h1", 40050, "tcp://h1:40050"),
             service("web", 80, "https", True, None, "h1", 40003, "https://h1:40003/"),
         ],
-        "limits": {"log_max_size": "5m", "log_max_files": 2},
+        "limits": {"log_max_size": "5m", "log_max_files": 2, "pids_limit": 500},
         "privileges": {"capabilities": ["SETUID", "KILL"], "no_new_privileges": False},
         "containers": [container("main1", "main", 1, 0, "a1", 0),
                        container("sub1", "sub", 1, 1, "a1", 1),

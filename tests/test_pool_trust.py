@@ -225,6 +225,10 @@ def diff_json(capsys, *argv: str) -> tuple[int, dict]:
      "pool agent agent1"),
     ({"mount_sources": ["/srv"]}, "pool mount_sources"),
     ({"volumes": ["datasets"]}, "pool volumes"),
+    ({"limits": {"pids_limit": 100}}, "pool limits"),
+    ({"limits": {"log_max_files": 9}}, "pool limits"),
+    ({"privileges": {"no_new_privileges": False}}, "pool privileges"),
+    ({"privileges": {"capabilities": ["SETUID", "SETGID"]}}, "pool privileges"),
 ])
 def test_a_change_of_pool_is_a_row_of_the_review(places, capsys, change, row):
     """Containers the same, the pool not: ``diff`` said "no changes" (issue 32)."""
@@ -244,6 +248,23 @@ def test_a_change_of_pool_is_a_row_of_the_review(places, capsys, change, row):
     assert review["changed"] is True
     code, review = diff_json(capsys, str(old), str(old))
     assert (code, review["pool"]) == (0, [])
+
+
+def test_a_pool_s_new_pids_limit_updates_every_container_in_place(places, capsys):
+    """The limit is set on the containers through the engine (pulumi_layer/limits.py): no
+    container is replaced for it, and the review says why each one changes."""
+    ops, author = places
+    factories.write(ops / "team.yaml", factories.pool("team"))
+    factories.write(ops / "tight.yaml", factories.pool("tight", limits={"pids_limit": 256}))
+    old = factories.write(author / "old.yaml", factories.session("pooled", "team", size=2))
+    new = factories.write(author / "new.yaml", factories.session("pooled", "tight", size=2))
+    code, review = diff_json(capsys, str(old), str(new))
+    assert code == 1, review
+    assert [(c["host"], c["action"], c["why"]) for c in review["containers"]] == [
+        ("main1", "update", ["pids limit"]), ("sub1", "update", ["pids limit"])]
+    rows = {c["what"]: (c["old"], c["new"]) for c in review["pool"]}
+    assert rows["pool limits"] == ("log 4 x 16m, 8192 tasks per container",
+                                   "log 4 x 16m, 256 tasks per container")
 
 
 def test_the_markdown_review_shows_the_pool_rows(places, capsys):

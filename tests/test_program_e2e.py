@@ -87,6 +87,7 @@ def test_the_engine_runs_exactly_what_the_program_declared(live, docker_client):
         # capabilities, no privilege gained by exec; root in the container has no other one
         assert attrs["HostConfig"]["LogConfig"] == {
             "Type": "json-file", "Config": {"max-file": "4", "max-size": str(16 * MIB)}}
+        assert attrs["HostConfig"]["PidsLimit"] == 8192  # the pool's (ContainerLimits)
         assert attrs["HostConfig"]["CapDrop"] == ["ALL"]
         assert attrs["HostConfig"]["CapAdd"] == ["CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL",
                                                  "SETGID", "SETUID", "SYS_CHROOT"]

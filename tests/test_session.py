@@ -60,6 +60,7 @@ CONTAINER = "docker:index/container:Container"
 NETWORK = "docker:index/network:Network"
 PROVIDER = "pulumi:providers:docker"
 KEYS = "pulumi-python:dynamic/cluster-sessions:SessionKeys"
+LIMITS = "pulumi-python:dynamic/cluster-sessions:ContainerLimits"
 STACK = "pulumi:pulumi:Stack"
 
 EXAMPLES = example_stacks()
@@ -193,8 +194,11 @@ def test_one_component_holds_providers_network_keys_and_one_container_per_host(r
     # (registrations come from a thread pool, so their order is not the program's order)
     assert sorted(r.name for r in engine.of_type(CONTAINER)) == sorted(
         c.container_name for c in plan.containers)
+    # the pids limit: one per agent that holds containers (pulumi_layer/limits.py)
+    assert sorted(r.name for r in engine.of_type(LIMITS)) == sorted(
+        f"{plan.name}-limits-{a}" for a in plan.agents)
     others = {r.type for r in engine.registrations} - {TYPE_TOKEN, PROVIDER, NETWORK, KEYS,
-                                                         CONTAINER, STACK}
+                                                         CONTAINER, STACK, LIMITS}
     assert not others, f"unexpected resource types {others}"
 
 
@@ -536,12 +540,17 @@ def test_the_bundle_digest_follows_the_public_files_and_never_the_private_keys(r
         assert (key.private_openssh.strip() in digest) is False
 
 
+def keys_calls(engine: Engine) -> list[str]:
+    """The key store's dynamic provider calls (the pids limits make calls of their own)."""
+    return [c for c in engine.dynamic_calls if c.endswith("-keys") or "-keys " in c]
+
+
 def test_keys_are_one_resource_with_secret_private_outputs(run: Run):
     keys = run.keys
     assert keys.plain_inputs["hosts"] == list(run.plan.hosts)
     assert set(keys.additional_secret_outputs) >= {"user_private", "host_private"}
     assert is_secret(keys.inputs["__provider"])
-    assert run.engine.dynamic_calls == [f"create {run.plan.name}-keys"]
+    assert keys_calls(run.engine) == [f"create {run.plan.name}-keys"]
 
 
 def test_stack_outputs_describe_hosts_agents_network_and_main1(run: Run):
@@ -591,7 +600,11 @@ def test_a_second_run_registers_exactly_the_same_inputs(stack):
         same = after[urn] == inputs  # compared whole; the message names only the resource
         assert same, f"{urn}: inputs differ between two runs (perpetual diff)"
     name = first.plan.name
-    assert engine.dynamic_calls == [f"create {name}-keys", f"diff {name}-keys changes=False"]
+    assert keys_calls(engine) == [f"create {name}-keys", f"diff {name}-keys changes=False"]
+    # the pids limits: made once, then nothing to change (the same containers)
+    assert sorted(c for c in engine.dynamic_calls if "-limits-" in c) == sorted(
+        [f"create {name}-limits-{a}" for a in first.plan.agents]
+        + [f"diff {name}-limits-{a} changes=False" for a in first.plan.agents])
 
 
 def test_a_session_that_grows_keeps_its_keys_and_adds_host_keys(tmp_path):
@@ -607,8 +620,8 @@ def test_a_session_that_grows_keeps_its_keys_and_adds_host_keys(tmp_path):
     grown.write_text(grown.read_text().replace("size: 3", "size: 4"))
     run_program(engine, "train-demo", config)
     big = keystore.from_state(engine.state[keys_urn][1])
-    assert engine.dynamic_calls[-2:] == ["diff train-demo-keys changes=True",
-                                         "update train-demo-keys"]
+    assert keys_calls(engine)[-2:] == ["diff train-demo-keys changes=True",
+                                       "update train-demo-keys"]
     assert big.user == small.user
     assert list(big.hosts) == ["main1", "sub1", "sub2", "sub3"]
     assert all(big.hosts[h] == small.hosts[h] for h in small.hosts)

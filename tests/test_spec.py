@@ -557,16 +557,18 @@ def test_every_integer_of_the_schema_is_held_to_int64_and_arrays_count_items():
 def test_a_pool_bounds_every_session_s_logs_and_keeps_only_the_set_up_s_capabilities_by_default():
     p = pool(agent())
     assert (p.limits.log_max_size, p.limits.log_max_files) == (16 * 1024**2, 4)
+    assert p.limits.pids_limit == 8192
     assert p.privileges.capabilities == ("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID",
                                          "SETUID", "SYS_CHROOT")
     assert p.privileges.no_new_privileges is True
 
 
 def test_a_pool_widens_capabilities_and_log_bounds_with_its_own_fields():
-    p = pool(agent(), limits={"log_max_size": "100m", "log_max_files": 10},
+    p = pool(agent(), limits={"log_max_size": "100m", "log_max_files": 10, "pids_limit": 64},
              privileges={"capabilities": ["SETUID", "SETGID", "AUDIT_WRITE"],
                          "no_new_privileges": False})
     assert (p.limits.log_max_size, p.limits.log_max_files) == (100 * 1024**2, 10)
+    assert p.limits.pids_limit == 64
     assert p.privileges.capabilities == ("SETUID", "SETGID", "AUDIT_WRITE")
     assert pool_problems(p) == []
 
@@ -587,6 +589,12 @@ def test_privilege_rules_word_for_word():
     ({"limits": {"log_max_files": 0}}, "limits.log_max_files"),
     ({"limits": {"log_max_files": "3"}}, "limits.log_max_files"),
     ({"limits": {"pids": 5}}, "limits.pids"),
+    ({"limits": {"pids_limit": 63}}, "limits.pids_limit"),  # the set-up, sshd, a login
+    ({"limits": {"pids_limit": 4_194_305}}, "limits.pids_limit"),
+    ({"limits": {"pids_limit": "8192"}}, "limits.pids_limit"),
+    ({"limits": {"pids_limit": True}}, "limits.pids_limit"),
+    ({"limits": {"pids_limit": 100.0}}, "limits.pids_limit"),
+    ({"limits": {"pids_limit": -1}}, "limits.pids_limit"),  # Docker's "unlimited"
     ({"privileges": {"no_new_privileges": "no"}}, "privileges.no_new_privileges"),
     ({"privileges": {"capabilities": "ALL"}}, "privileges.capabilities"),
 ])

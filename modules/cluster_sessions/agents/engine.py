@@ -296,6 +296,26 @@ def gone_already(stderr: str) -> bool:
     return "No such" in stderr or "not found" in stderr
 
 
+# --- limits the docker provider cannot set (pulumi_layer/limits.py) ------------------------------
+
+
+def set_pids_limit(client: Any, container_id: str, limit: int) -> int:
+    """Bound a created container's tasks (``HostConfig.PidsLimit``, the pids cgroup) through the
+    engine's ContainerUpdate, which the engine keeps across restarts; returns what the engine
+    then reports. Refuses an engine that did not apply it (a kernel without the pids cgroup
+    answers with a warning), rather than leave the container unbounded."""
+    from ..core.errors import EngineFailure
+
+    url = client.api._url("/containers/{0}/update", container_id)
+    answer = client.api._result(client.api._post_json(url, data={"PidsLimit": limit}), True)
+    held = (client.api.inspect_container(container_id).get("HostConfig") or {}).get("PidsLimit")
+    if held != limit:
+        warnings = "; ".join(str(w) for w in (answer or {}).get("Warnings") or ())
+        raise EngineFailure(f"container {container_id[:12]} has pids limit {held!r}, not "
+                            f"{limit}{': ' + warnings if warnings else ''}")
+    return held
+
+
 # --- the pool's ledger: never-started marker containers (agents/pool_ledger.py) -------------
 
 

@@ -472,7 +472,8 @@ def plan_to_dict(plan: ClusterPlan) -> dict:
         "ssh_port": SSH_PORT,
         "services": [s.to_dict() for s in plan.services],
         "limits": {"log_max_size": format_size(plan.limits.log_max_size),
-                   "log_max_files": plan.limits.log_max_files},
+                   "log_max_files": plan.limits.log_max_files,
+                   "pids_limit": plan.limits.pids_limit},
         "privileges": {"capabilities": list(plan.privileges.capabilities),
                        "no_new_privileges": plan.privileges.no_new_privileges},
         "containers": [

@@ -368,6 +368,8 @@ def _container_change(old: ClusterPlan, new: ClusterPlan, o: ContainerPlan, n: C
             after.labels).get(ENDPOINT_LABEL):
         why.append(f"moves {o.agent} -> {n.agent}" if o.agent != n.agent
                    else f"{n.agent}'s docker_host")
+    if old.limits.pids_limit != new.limits.pids_limit:  # set in place: pulumi_layer/limits.py
+        why.append("pids limit")
     if changed and not why:  # an argument without a reviewer's word: say which
         why += changed
     replaced = network_replaced or any(CONTAINER_FORCE_NEW.get(a, True) for a in changed)

@@ -355,13 +355,20 @@ LogSize = Annotated[int, BeforeValidator(_log_size), PlainSerializer(format_size
                                    mode="validation")]
 
 
+MIN_PIDS_LIMIT = 64  # the set-up, sshd and a login: a container with fewer cannot start
+MAX_PIDS_LIMIT = 4_194_304  # the kernel's largest pid_max (PID_MAX_LIMIT on 64-bit)
+
+
 class SessionLimits(_Model):
     """What one session may take of an agent beyond cpu and memory: its containers' logs
     (Docker's json-file driver keeps ``log_max_files`` files of ``log_max_size`` each, the
-    oldest dropped) so that no session fills an agent's disk by writing."""
+    oldest dropped) so that no session fills an agent's disk by writing, and its processes
+    (``pids_limit`` tasks per container, threads included: the pids cgroup) so that no
+    session fills the agent's process table by forking."""
 
     log_max_size: LogSize = 16 * MIB
     log_max_files: Annotated[int, Field(strict=True, ge=1, le=100)] = 4
+    pids_limit: Annotated[int, Field(strict=True, ge=MIN_PIDS_LIMIT, le=MAX_PIDS_LIMIT)] = 8192
 
 
 class SessionPrivileges(_Model):

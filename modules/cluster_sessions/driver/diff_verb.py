@@ -28,6 +28,7 @@ from ..core.plan import ClusterPlan, build_plans
 from ..core.review import diff_plans, left_running, review_to_dict, to_markdown
 from ..core.spec import Pool
 from ..core.terminal import dumps
+from ..core.units import format_size
 from .errors import CommandError, Exit
 from .session_args import load_definition, nonempty, verb_parser
 
@@ -35,8 +36,9 @@ ABSENT = ("/dev/null", "-")
 
 
 def pool_rows(pool: Pool, plan: ClusterPlan) -> dict[str, str]:
-    """What the pool decides for one session, a row each: which pool, and for each agent the
-    session uses where its engine is and with which identity it is reached."""
+    """What the pool decides for one session, a row each: which pool, for each agent the
+    session uses where its engine is and with which identity it is reached, what may be
+    mounted, and what each container may take and do."""
     rows = {"pool": pool.name}
     for name in plan.agents:
         r = reach_of(pool.agent(name))
@@ -46,6 +48,11 @@ def pool_rows(pool: Pool, plan: ClusterPlan) -> dict[str, str]:
         rows[f"pool agent {name}"] = "; ".join([r.endpoint, *filter(None, how)])
     rows["pool mount_sources"] = ", ".join(pool.mount_sources) or "(none)"
     rows["pool volumes"] = ", ".join(pool.volumes) or "(none)"
+    limits, privileges = pool.limits, pool.privileges
+    rows["pool limits"] = (f"log {limits.log_max_files} x {format_size(limits.log_max_size)}, "
+                           f"{limits.pids_limit} tasks per container")
+    rows["pool privileges"] = " ".join(privileges.capabilities) + (
+        ", no-new-privileges" if privileges.no_new_privileges else ", may gain privileges")
     return rows
 
 

@@ -22,6 +22,9 @@ arguments themselves are :mod:`cluster_sessions.core.container_args`'s:
 
   One upload, not one per file: the provider copies each upload into the container with its
   own request, 50-270 ms apiece before the container starts (docs/benchmarks.md).
+- per agent, the pool's pids limit on its containers once they exist
+  (:class:`~cluster_sessions.pulumi_layer.limits.ContainerLimits`: the provider has no
+  argument for it); each container's set-up waits for it before anything runs as the user.
 
 A pending plan raises :class:`SessionPending` before anything is registered.
 """
@@ -46,6 +49,7 @@ from ..core.render import BUNDLE_DIR, RenderedFile, pack, public_digest, render_
 from ..core.spec import SSH_PORT, Agent, Pool, agent_address
 from .folders import DataFolder
 from .keystore import SessionKeyStore
+from .limits import ContainerLimits
 
 TYPE_TOKEN = "cluster-sessions:index:Session"
 
@@ -179,6 +183,7 @@ class Session(pulumi.ComponentResource):
         self.containers: dict[str, docker.Container] = {
             c.host: self._build_container(c, material) for c in plan.containers
         }
+        self.limits = self._build_limits(name)
 
         self.hosts = pulumi.Output.from_input(list(plan.hosts))
         self.agents = pulumi.Output.from_input(self._agents_info())
@@ -257,6 +262,20 @@ class Session(pulumi.ComponentResource):
                            m.folder or "", user.uid, user.gid,
                            opts=pulumi.ResourceOptions(parent=self))
                 for m in plan.folders]
+        return out
+
+    def _build_limits(self, name: str) -> dict[str, ContainerLimits]:
+        """The pool's pids limit on each agent's containers, set once they exist (the provider
+        has no argument for it: pulumi_layer/limits.py); their set-up waits for it."""
+        out = {}
+        for agent in self.plan.agents:
+            mine = [c for c in self.plan.containers if c.agent == agent]
+            out[agent] = ContainerLimits(
+                f"{name}-limits-{agent}", self.pool.agent(agent),
+                {c.host: self.containers[c.host].id for c in mine},
+                self.plan.limits.pids_limit,
+                opts=pulumi.ResourceOptions(
+                    parent=self, depends_on=[self.containers[c.host] for c in mine]))
         return out
 
     def _build_bundle(self, c: ContainerPlan, material: pulumi.Output[keys.SessionKeys]
