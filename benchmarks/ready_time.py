@@ -247,6 +247,12 @@ def write_definition(directory: Path, name: str, size: int, image: str, cpu: flo
             "agents": [{"name": "local", "docker_host": "unix:///var/run/docker.sock",
                         "capacity": {"cpu": 256, "mem": "1024g", "gpus": []}}],
         }, sort_keys=False))
+    # the benchmark is the operator here: its pool's directory is one the program may read
+    # (issue 32: pools only from the operator's directories)
+    from cluster_sessions.core.loader import POOLS_ENV
+    known = [d for d in os.environ.get(POOLS_ENV, "").split(os.pathsep) if d]
+    if str(directory) not in known:
+        os.environ[POOLS_ENV] = os.pathsep.join([str(directory), *known])
     definition = yaml.safe_load((PROJECT / "stacks/sessions/train-demo.yaml").read_text())
     definition.update(name=name, image=image, pool=str(pool))
     definition["cluster"] = {"mode": "single-node", "size": size}

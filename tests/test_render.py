@@ -56,7 +56,7 @@ POOL = Pool.model_validate({"kind": "AgentPool", "name": "p", "agents": [
 REQUIRED = {"entrypoint.sh", "cluster-env.sh", "static-env.sh", "user-env.sh", "exec-env.sh",
             "save-env.sh", "as-user.sh", "wait-peers.bash", "hostfile", "hostfile.hydra",
             "cluster-hosts.sh",
-            "setup.sh", "wait-peers.sh", "command.sh", "ssh-session.sh",
+            "setup.sh", "wait-peers.sh", "ready-gate.sh", "command.sh", "ssh-session.sh",
             "profile.sh", "sshd_config", "ssh/config", "ssh/known_hosts", "ssh/authorized_keys",
             "ssh/id_cluster", "ssh/id_cluster.pub", "ssh/ssh_host_ed25519_key",
             "ssh/ssh_host_ed25519_key.pub", "ssh/ssh_host_ed25519_key-cert.pub", "ssh/user_ca.pub"}
@@ -199,7 +199,7 @@ def test_entrypoint_carries_user_peers_and_readiness_timeout_from_the_definition
     files = by_path(bundles["sub2"])
     script = files["setup.sh"].content
     # the peers are derived at start from BACKENDAI_CLUSTER_HOSTS: no host is named here
-    assert '/bin/sh "$bundle/wait-peers.sh" $peers || exit\n' in script
+    assert '/bin/sh "$bundle/wait-peers.sh" "$ssh_dir" $peers || exit\n' in script
     assert '/bin/sh "$bundle/cluster-hosts.sh" "$bundle" "$hosts"' in script
     assert "all 3 peers answer" in script
     for name in ("entrypoint.sh", "setup.sh"):

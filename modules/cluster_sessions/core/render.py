@@ -80,6 +80,7 @@ LAYOUT: tuple[tuple[str, str, int], ...] = (
     ("as-user.sh", "as-user.sh.j2", PUBLIC_MODE),
     ("wait-peers.sh", "wait-peers.sh.j2", PUBLIC_MODE),
     ("wait-peers.bash", "wait-peers.bash.j2", PUBLIC_MODE),
+    ("ready-gate.sh", "ready-gate.sh.j2", PUBLIC_MODE),
     ("command.sh", "command.sh.j2", PUBLIC_MODE),
     ("ssh-session.sh", "ssh-session.sh.j2", EXEC_MODE),
     ("profile.sh", "profile.sh.j2", PUBLIC_MODE),

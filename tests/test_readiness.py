@@ -1,0 +1,183 @@
+"""Readiness in O(N) (issue 35) on a real Docker Engine, under bash, dash and busybox sh.
+
+main1 probes each sub's sshd once; each sub logs in to main1 once and waits at main1's gate
+(``ready-gate.sh``) for the "go" main1 gives when every sub answered. The sshd start-ups are
+counted as the TCP connections each container accepted (``PassiveOpens`` of its own network
+namespace, ``/proc/net/snmp``): until the session is ready only sshd listens in a container, and
+sshd forks for every connection it accepts. The pairwise wait before it cost N·(N−1).
+
+Sessions are started from the rendered files as ``test_runtime`` starts them (bundle mounted
+read-only, so main1's run directory outlives a restart: a stale "go" is really there).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from .test_runtime import (  # noqa: F401 # image, session_factory: fixtures
+    READY,
+    Running,
+    image,
+    remove,
+    session_def,
+    session_factory,
+    start,
+    unique,
+    wait_ready,
+)
+
+pytestmark = pytest.mark.docker
+
+# what is taken out of the test image just before the entrypoint runs (as root)
+SHELLS = {
+    "bash": None,
+    # /bin/sh is dash; no bash, no nc: main1 probes with ssh-keyscan
+    "dash": "rm -f /bin/bash /usr/bin/bash",
+    # /bin/sh is busybox's, and so is nc
+    "busybox": ("rm -f /bin/bash /usr/bin/bash && ln -sf /bin/busybox /bin/sh"
+                " && ln -sf /bin/busybox /usr/local/bin/nc"),
+}
+
+
+def passive_opens(running: Running, host: str) -> int:
+    """The TCP connections the container has accepted since its network namespace was made."""
+    out = running.ok(host, "cat /proc/net/snmp", user="root")
+    header, values = (line.split() for line in out.splitlines() if line.startswith("Tcp:"))
+    return int(values[header.index("PassiveOpens")])
+
+
+def opens(running: Running) -> dict[str, int]:
+    return {host: passive_opens(running, host) for host in running.hosts}
+
+
+def ready_count(running: Running, host: str) -> int:
+    return len(READY.findall(running.logs(host)))
+
+
+def wait_for(running: Running, host: str, count: int, timeout: float = 60) -> None:
+    wait_ready(Running(running.plan, running.keys, running.bundles,
+                       {host: running.containers[host]}), timeout=timeout, count=count)
+
+
+def last_ready_at(running: Running, host: str) -> str:
+    lines = [line for line in running.containers[host].logs(timestamps=True).splitlines()
+             if READY.search(line)]
+    return lines[-1].split(b" ", 1)[0].decode()
+
+
+@pytest.fixture(scope="module", params=list(SHELLS))
+def quad(request, session_factory):  # noqa: F811
+    """A session of four containers under each shell, with the connections each had accepted
+    when every one was ready."""
+    running = session_factory(session_def(unique(f"ready-{request.param}"), 4),
+                              before=SHELLS[request.param])
+    running.timings["opens_at_ready"] = opens(running)
+    running.timings["shell"] = request.param
+    return running
+
+
+def test_a_session_of_four_is_ready_after_at_most_two_sshd_start_ups_per_container(quad):
+    counted = quad.timings["opens_at_ready"]
+    print(f"\n{quad.timings['shell']}: sshd start-ups until ready, N = 4: {counted}")
+    assert sum(counted.values()) <= 2 * 4, counted
+    # the shape: one login per sub on main1, main1's one probe on each sub
+    assert counted["main1"] == 3 and all(counted[h] == 1 for h in ("sub1", "sub2", "sub3")), (
+        counted)
+
+
+def test_a_session_of_eight_is_ready_after_at_most_two_sshd_start_ups_per_container(
+        session_factory):  # noqa: F811
+    running = session_factory(session_def(unique("ready-8"), 8))
+    counted = opens(running)
+    print(f"\nsshd start-ups until ready, N = 8: {counted} (pairwise: 56 at least)")
+    assert sum(counted.values()) <= 2 * 8, counted
+    for host in running.hosts[1:]:  # and ssh works at once, from every container to any
+        assert running.ok(host, f"ssh -o BatchMode=yes {running.hosts[-1]} hostname && "
+                                f"ssh -o BatchMode=yes main1 hostname").split() == [
+            running.hosts[-1], "main1"]
+
+
+def test_a_sub_restarted_alone_is_let_through_main1_s_open_gate_at_once(quad):
+    before = opens(quad)
+    quad.containers["sub2"].restart(timeout=2)
+    restarted = time.monotonic()
+    wait_for(quad, "sub2", count=2)
+    took = time.monotonic() - restarted
+    after = opens(quad)
+    # one login on main1; nobody else probed; the sub's new network namespace: nothing yet
+    assert after["main1"] - before["main1"] == 1, (before, after)
+    assert after["sub1"] == before["sub1"] and after["sub3"] == before["sub3"], (before, after)
+    assert took < 10, took
+    assert ready_count(quad, "main1") == 1
+    assert quad.ok("sub2", "ssh -o BatchMode=yes sub3 hostname && "
+                           "ssh -o BatchMode=yes main1 hostname").split() == ["sub3", "main1"]
+
+
+def test_main1_restarted_alone_probes_each_sub_once_and_the_subs_keep_running(quad):
+    before = opens(quad)
+    ready_before = {h: ready_count(quad, h) for h in quad.hosts}
+    quad.containers["main1"].restart(timeout=2)
+    wait_for(quad, "main1", count=ready_before["main1"] + 1)
+    after = opens(quad)
+    for host in ("sub1", "sub2", "sub3"):
+        assert after[host] - before[host] == 1, (before, after)
+        assert ready_count(quad, host) == ready_before[host]  # its command never stopped
+    assert quad.ok("main1", "for p in sub1 sub2 sub3; do ssh -o BatchMode=yes $p hostname; "
+                            "done").split() == ["sub1", "sub2", "sub3"]
+
+
+def test_a_sub_restarted_while_main1_is_down_waits_for_main1_s_next_go(quad):
+    """main1's run directory still holds the "go" of its earlier run; the sub must not take it."""
+    main1, sub2 = quad.containers["main1"], quad.containers["sub2"]
+    ready_before = {h: ready_count(quad, h) for h in ("main1", "sub2")}
+    code, _, _ = quad.run("main1", "test -e /run/cluster-session/ready-go", user="root")
+    assert code == 0
+    main1.stop(timeout=2)
+    try:
+        sub2.restart(timeout=2)
+        time.sleep(3)
+        assert ready_count(quad, "sub2") == ready_before["sub2"], "sub2 took a stale go"
+        sub2.reload()
+        assert sub2.status == "running"
+    finally:
+        main1.start()
+    wait_for(quad, "main1", count=ready_before["main1"] + 1)
+    wait_for(quad, "sub2", count=ready_before["sub2"] + 1)
+    assert last_ready_at(quad, "main1") <= last_ready_at(quad, "sub2")
+    assert quad.ok("sub2", "ssh -o BatchMode=yes sub1 hostname").strip() == "sub1"
+
+
+@pytest.mark.parametrize("shell", list(SHELLS))
+def test_a_lost_sub_is_named_by_main1_and_by_the_subs_after_the_timeout(
+        docker_client, image, tmp_path, shell):  # noqa: F811
+    session = session_def(unique(f"lost-{shell}"), 3, readiness={"timeout": 3})
+    running = start(docker_client, image, session, tmp_path, only=["main1", "sub1"],
+                    wait=False, before=SHELLS[shell])
+    try:
+        for host in ("main1", "sub1"):
+            result = running.containers[host].wait(timeout=60)
+            logs = running.logs(host).decode(errors="replace")
+            assert result["StatusCode"] == 75, f"{host}:\n{logs}"
+            assert re.search(r"peers not ready after 3s .*sub2 \(does not resolve\)", logs), (
+                f"{host}:\n{logs}")
+        assert "as main1 sees them" in running.logs("sub1").decode(errors="replace")
+    finally:
+        remove(docker_client, running)
+
+
+@pytest.mark.parametrize("shell", list(SHELLS))
+def test_a_sub_whose_main1_never_comes_names_main1_after_the_timeout(
+        docker_client, image, tmp_path, shell):  # noqa: F811
+    session = session_def(unique(f"nomain-{shell}"), 2, readiness={"timeout": 2})
+    running = start(docker_client, image, session, tmp_path, only=["sub1"], wait=False,
+                    before=SHELLS[shell])
+    try:
+        result = running.containers["sub1"].wait(timeout=60)
+        logs = running.logs("sub1").decode(errors="replace")
+        assert result["StatusCode"] == 75, logs
+        assert "peers not ready after 2s (readiness.timeout): main1 (does not resolve)" in logs
+    finally:
+        remove(docker_client, running)
