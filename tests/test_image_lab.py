@@ -200,3 +200,95 @@ def test_pool_pull_puts_the_image_on_every_agent_and_says_its_digest(lab, reg, t
             assert client.images.get(f"{reg.address}/cs/prepull@{digest}")
         finally:
             client.close()
+
+
+def big_image(client: docker.DockerClient, base: str, ref: str, reg, mb: int) -> str:
+    """``base`` with one more layer of ``mb`` MB of random bytes, pushed as ``ref`` and removed
+    from this engine again; its digest."""
+    import io
+    import tarfile
+
+    made = client.api.create_container(base, command=["true"])
+    try:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo("blob")
+            info.size = mb * 2**20
+            tar.addfile(info, io.BytesIO(os.urandom(info.size)))
+        client.api.put_archive(made["Id"], "/", buf.getvalue())
+        committed = client.api.commit(made["Id"])["Id"]
+    finally:
+        client.api.remove_container(made["Id"], force=True)
+    digest = push(client, committed, ref, reg)
+    client.api.remove_image(committed, force=True)
+    return digest
+
+
+def test_a_pull_killed_mid_way_is_finished_by_the_next_up_drawn_on_a_terminal(
+        lab, reg, tmp_path):
+    import pty
+    import select
+    import signal
+    import time
+
+    ref = f"{reg.address}/cs/big:v1"
+    a1 = local(lab, "agent1")
+    try:
+        digest = big_image(a1, lab.image, ref, reg, 400)
+    finally:
+        a1.close()
+    pool = pool_with_auth(lab, tmp_path, reg.docker_config(tmp_path / "docker-config.json"))
+    name = f"kill-{uuid.uuid4().hex[:6]}"
+    path = definition(tmp_path, name, pool, ref)
+    state = tmp_path / "backend"
+    state.mkdir()
+    env = {**os.environ, "PULUMI_BACKEND_URL": f"file://{state}",
+           "PULUMI_CONFIG_PASSPHRASE": "test", "HOME": str(state)}
+    argv = [sys.executable, "-m", "cluster_sessions.emulation.sessionctl", "up", str(path),
+            "--yes"]
+    try:
+        proc = subprocess.Popen(argv, cwd=PROJECT, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+        seen = []
+        assert proc.stderr is not None
+        for line in proc.stderr:  # a line per agent per 10 % (no terminal)
+            seen.append(line)
+            if ": " in line and "pulling" in line and "%" in line:
+                percent = int(line.split(": ", 2)[2].split("%")[0])
+                if 10 <= percent < 90:
+                    proc.send_signal(signal.SIGINT)
+                    break
+        assert proc.wait(60) != 0, seen
+        assert session_containers(lab, name) == {}, seen  # nothing created
+        # the next up, on a pseudo-terminal: one line per agent, redrawn in place
+        leader, follower = pty.openpty()
+        again = subprocess.Popen(argv, cwd=PROJECT, env=env, stdout=follower,
+                                 stderr=follower)
+        os.close(follower)
+        out = b""
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([leader], [], [], 1)
+            if ready:
+                try:
+                    chunk = os.read(leader, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            elif again.poll() is not None:
+                break
+        os.close(leader)
+        assert again.wait(60) == 0, out.decode(errors="replace")[-3000:]
+        text = out.decode(errors="replace")
+        (tmp_path / "terminal.txt").write_text(text)
+        assert "\x1b[2F" in text, f"not redrawn: {tmp_path / 'terminal.txt'}"
+        assert "agent2:" in text and "agent1 pulled, agent2 pulled" in text, text[-3000:]
+        made = session_containers(lab, name)
+        assert {c["Config"]["Image"] for c in made.values()} == {
+            f"{reg.address}/cs/big@{digest}"}
+        assert len({c["Image"] for c in made.values()}) == 1 and len(made) == 2
+    finally:
+        run(state, "destroy", str(path), "--yes")
+        cleanup.sweep(lab.pool, name, wait=10)

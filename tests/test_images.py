@@ -275,3 +275,18 @@ def test_plan_json_shows_the_image_the_stack_keeps_beside_the_project(tmp_path, 
         yaml.safe_dump({"config": {"cluster-sessions:image": kept.to_config()}}))
     assert cli.main(["plan", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["image_pinned"] == f"reg:5000/a@{DIGEST}"
+
+
+def test_the_redraw_passes_the_terminal_guard_and_a_hostile_text_does_not():
+    from cluster_sessions.core.terminal import TerminalGuard
+
+    raw = io.StringIO()
+    report = PullReport("sessionctl up", "a:1", ["a1"], "tty", TerminalGuard(raw))
+    p = PullProgress("a1")
+    p.status = "failed"
+    p.error = "denied\x1b[31m\x07"  # the engine's words, shown, never obeyed
+    report.update(p)
+    report.update(p)
+    text = raw.getvalue()
+    assert "\x1b[1F\x1b[2K" in text  # the cursor moves reach the terminal
+    assert "\x07" not in text and "\x1b[31m" not in text

@@ -23,7 +23,7 @@ from ..core.errors import ClusterSessionsError
 from ..core.images import PullProgress, tenths_crossed
 from ..core.names import IMAGE_KEY, STACKS_DIR, config_key
 from ..core.spec import Pool
-from ..core.terminal import printable
+from ..core.terminal import TerminalGuard, printable
 from .errors import CommandError, Exit
 
 
@@ -49,6 +49,9 @@ class PullReport:
                  out: TextIO | None = None):
         self.prefix, self.image, self.mode = prefix, image, mode
         self.out = out or sys.stderr
+        # the redraw's own cursor moves go past the guard that keeps control characters off
+        # the terminal (core.terminal); every text in them is made printable here
+        self.raw = self.out.stream if isinstance(self.out, TerminalGuard) else self.out
         self.agents = list(agents)
         self.latest: dict[str, PullProgress] = {}
         self.shown: dict[str, int] = {}
@@ -94,7 +97,8 @@ class PullReport:
         lines = [f"{self.prefix}: {printable(self.latest[a].line())}" if a in self.latest
                  else f"{self.prefix}: {a}: waiting" for a in self.agents]
         up = f"\x1b[{self.drawn}F" if self.drawn else ""
-        self._write(up + "".join(f"\x1b[2K{line}\n" for line in lines))
+        self.raw.write(up + "".join(f"\x1b[2K{line}\n" for line in lines))
+        self.raw.flush()
         self.drawn = len(lines)
 
     def finish(self) -> None:
