@@ -42,6 +42,7 @@ MODULE_TESTS = {
         "decisions": ["test_decisions.py", "test_session.py"],
         "errors": ["test_errors.py"],
         "flowchart": ["test_flowchart.py", "test_review.py"],
+        "images": ["test_images.py", "test_decisions.py"],
         "folders": ["test_folders.py", "test_loader.py"],
         "keys": ["test_keystore.py", "test_session_ca.py", "test_access.py", "test_render.py"],
         "loader": ["test_loader.py", "test_schema_agreement.py", "test_one_definition.py"],
@@ -69,6 +70,7 @@ MODULE_TESTS = {
         "facts": ["test_agents_facts.py", "test_pool_verbs.py"],
         "folders": ["test_agents_folders.py"],  # the engine's side: no offline test reaches it
         "gathering": ["test_agents_facts.py"],
+        "images": ["test_images.py"],
         "polling": ["test_polling.py"],
         "pool_ledger": ["test_pool_ledger.py", "test_service_ports.py"],
         "reach": ["test_reach.py", "test_access.py"],

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up a fresh Debian 12 machine for cluster-sessions (run as root):
-#   1. Debian packages: the Docker engine, debootstrap, OpenSSH, busybox/dash and shellcheck
-#      (tests, --dev), iproute2, rsync (the README's copies into a session), python3-venv
+#   1. Debian packages: the Docker engine, debootstrap, OpenSSH, busybox/dash, shellcheck and
+#      docker-registry with htpasswd (tests, --dev), iproute2, rsync (the README's copies into a session), python3-venv
 #      (the project's own virtual environment: Debian's Python has no pip and refuses
 #      system-wide installs, PEP 668)
 #   2. Python packages in .venv/: requirements.txt (requirements-dev.txt with --dev) and the
@@ -62,6 +62,8 @@ if [ "$engine" -eq 1 ]; then
 fi
 if [ "$dev" -eq 1 ]; then
     packages+=(shellcheck)  # the tests check every rendered shell file with it
+    # the image tests' real registry (distribution, basic auth): tests/registry_support.py
+    packages+=(docker-registry apache2-utils)
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -162,11 +162,12 @@ def test_run_ups_waits_and_destroys_leaving_nothing(
     path = write_definition(tmp_path, name, image, script)
     assert cli.main(["run", path, "--timeout", "120", "--json"]) == code
     out, err = capsys.readouterr()
-    assert emulated_automation.calls[:9] == [  # the stack is new: no other definition's
+    assert emulated_automation.calls[:10] == [  # the stack is new: no other definition's
         "list_stacks",
         f"set_config {name}", f"remove_config {name}", f"remove_config {name}",
         f"set_config {name}", f"set_config {name}",  # its new stack-id and made-by
         f"set_config {name}",  # where it was placed on live capacity (core.decisions)
+        f"set_config {name}",  # the image it runs, resolved once (core.decisions)
         f"export_stack {name}", f"up {name}"]
     assert f"destroy {name}" in emulated_automation.calls
     assert words in err and "main1 | training" in err  # --json: main1's log on stderr

@@ -122,9 +122,12 @@ def test_image_carries_no_host_keys_and_sshd_serves_with_its_own(docker_client, 
     assert "[127.0.0.1]:2200 ssh-ed25519 " in output, output
 
 
-def test_an_interrupted_parallel_import_stops_at_once_and_says_which_engine(monkeypatch):
-    """Ctrl-C while the image is imported into the lab's engines: `lab up` stops within a
-    moment, not when the slowest import ends; each engine's lines say which engine."""
+def test_the_image_is_imported_once_and_loaded_into_the_other_engines_and_ctrl_c_stops_at_once(
+        monkeypatch):
+    """One import (two imports of one tarball are two image IDs: ``docker import`` stamps the
+    time), then the saved image loaded into the other engines in parallel, so every lab agent
+    holds one image ID (issue 33). Ctrl-C while they load: `lab up` stops within a moment, not
+    when the slowest load ends; each engine's lines say which engine."""
     import contextlib
     import signal
     import threading
@@ -133,14 +136,28 @@ def test_an_interrupted_parallel_import_stops_at_once_and_says_which_engine(monk
     release = threading.Event()
     said: list[str] = []
 
-    def slow_import(client, tarball, tag, progress):
+    class Engine:
+        def __init__(self, name: str):
+            self.name, self.api = name, self
+
+        def __repr__(self) -> str:
+            return self.name
+
+        def get_image(self, tag):
+            said.append(f"save from {self.name}")
+            return [b"image tar"]
+
+        def load_image(self, data):
+            said.append(f"load into {self.name}: {data.read()!r}")
+            release.wait(10)
+
+    def quick_import(client, tarball, tag, progress):
         progress(f"docker import into {client}")
-        release.wait(10)
 
     monkeypatch.setattr(image, "_has_image", lambda client, tag: False)
     monkeypatch.setattr(image, "locked", lambda *a, **k: contextlib.nullcontext())
     monkeypatch.setattr(image, "ensure_tarball", lambda *a, **k: "rootfs.tar")
-    monkeypatch.setattr(image, "_import", slow_import)
+    monkeypatch.setattr(image, "_import", quick_import)
 
     def interrupt(*_):
         raise KeyboardInterrupt
@@ -150,11 +167,14 @@ def test_an_interrupted_parallel_import_stops_at_once_and_says_which_engine(monk
     started = time.monotonic()
     try:
         with pytest.raises(KeyboardInterrupt):
-            image.ensure_images(["a", "b"], progress=said.append)
+            image.ensure_images([Engine("a"), Engine("b"), Engine("c")],
+                                progress=lambda line: said.append(line)
+                                if "saved" not in line else None)
         elapsed = time.monotonic() - started
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
         release.set()
     assert elapsed < 3, elapsed
-    assert sorted(said) == ["engine 1/2: docker import into a", "engine 2/2: docker import into b"]
+    assert said[:2] == ["engine 1: docker import into a", "save from a"]
+    assert sorted(said[2:]) == ["load into b: b'image tar'", "load into c: b'image tar'"]

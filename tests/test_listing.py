@@ -251,7 +251,9 @@ def test_ls_lists_each_session_with_what_its_engine_says(
         "stack": f"{name}-i", "name": f"{name}-i", "type": "interactive", "mode": "single-node",
         "size": 2, "agents": ["local"], "state": "running", "detail": "", "exit_code": None,
         "phase": "running", "finished": None, "duration_s": None, "faults": [],
-        "recorded": False, "services": []}
+        "recorded": False, "services": [],
+        # what its containers run: the test image, built here (no registry), by its ID
+        "image": docker_client.images.get(image).id}
     job = rows[f"{name}-b"]
     assert (job["phase"], job["state"], job["exit_code"]) == ("finished", "finished", 7)
     main1 = docker_client.containers.get(f"{name}-b-main1").attrs["State"]

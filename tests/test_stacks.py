@@ -405,7 +405,7 @@ def test_the_missing_cli_message_names_exactly_the_verbs_that_print_it(
         "nocli", pool=str(pool), type="batch", command=["true"]))
     values = {"file": str(session), "files": str(session), "pool": str(pool),
               "session": "nocli", "old": str(session),
-              "new": str(session), "service": "web", "host": "main1"}
+              "new": str(session), "service": "web", "host": "main1", "image": "img"}
     printed, named = set(), None
     for words, parser in leaf_verbs(cli.build_parser()):
         if words[0] in ("lab", "schema"):

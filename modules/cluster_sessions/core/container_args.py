@@ -137,7 +137,7 @@ def container_args(plan: ClusterPlan, c: ContainerPlan, endpoint: str = "") -> C
                        for svc in plan.services)
     return ContainerArgs(
         name=c.container_name,
-        image=session.image,
+        image=plan.image,
         hostname=c.host,
         network=plan.network.name,
         aliases=(c.host,),

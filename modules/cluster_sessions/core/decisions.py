@@ -14,6 +14,10 @@ mechanism: the keys, their values' form, and when a kept value no longer holds.
   session is placed again only when that shape changes (size, resources, mode, pool) or an
   agent or GPU it holds left the pool: never because someone else came or left.
 - ``service-ports``: main1's host ports (core.services chooses them).
+- ``image``: the definition's image resolved once to what every container runs (issue 33): a
+  registry's content digest (containers are created from ``repo@sha256:…``), or for an image
+  only the agents hold, its image ID; kept while the definition names the same reference,
+  resolved again by ``up --refresh-image``.
 """
 
 from __future__ import annotations
@@ -25,12 +29,20 @@ import secrets
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from .names import MADE_BY_KEY, PLACEMENT_KEY, PROJECT, SERVICE_PORTS_KEY, STACK_ID_KEY
+from .images import pinned_reference, valid_digest
+from .names import (
+    IMAGE_KEY,
+    MADE_BY_KEY,
+    PLACEMENT_KEY,
+    PROJECT,
+    SERVICE_PORTS_KEY,
+    STACK_ID_KEY,
+)
 from .placement import Free, Placement, Slot, holds, take
 from .plan import ClusterPlan, place_sessions, request_of
 from .spec import Pool, Session
 
-KEPT_KEYS = (STACK_ID_KEY, MADE_BY_KEY, PLACEMENT_KEY, SERVICE_PORTS_KEY)
+KEPT_KEYS = (STACK_ID_KEY, MADE_BY_KEY, PLACEMENT_KEY, SERVICE_PORTS_KEY, IMAGE_KEY)
 
 _STACK_ID = re.compile(r"^[0-9a-f]{16}$")
 
@@ -208,6 +220,52 @@ def replace_reason(kept: KeptPlacement | None, session: Session, pool: Pool) -> 
 def read_placement(value: str | None) -> KeptPlacement | None:
     """The kept placement in a config value; None when absent. ValueError when malformed."""
     return KeptPlacement.from_config(value) if value else None
+
+
+@dataclass(frozen=True)
+class KeptImage:
+    """The definition's image reference ``ref`` resolved to ``digest``: a registry's manifest
+    digest, or (``local``) the image ID of an image only the agents hold."""
+
+    ref: str
+    digest: str
+    local: bool = False
+
+    @property
+    def pinned(self) -> str:
+        """What the containers are created from: ``repo@sha256:…``, or the image ID."""
+        return self.digest if self.local else pinned_reference(self.ref, self.digest)
+
+    def to_config(self) -> str:
+        return json.dumps({"ref": self.ref, "digest": self.digest, "local": self.local},
+                          separators=(",", ":"))
+
+    @classmethod
+    def from_config(cls, text: str) -> KeptImage:
+        """Raises ValueError for anything but what :meth:`to_config` writes."""
+        doc = json.loads(text)
+        if (not isinstance(doc, dict) or set(doc) != {"ref", "digest", "local"}
+                or not isinstance(doc["ref"], str) or not doc["ref"]
+                or any(c.isspace() for c in doc["ref"])
+                or not valid_digest(doc["digest"]) or type(doc["local"]) is not bool):
+            raise ValueError("not a kept image")
+        return cls(doc["ref"], doc["digest"], doc["local"])
+
+
+def read_image(value: str | None) -> KeptImage | None:
+    """The kept image in a config value; None when absent. ValueError when malformed."""
+    return KeptImage.from_config(value) if value else None
+
+
+def image_reason(kept: KeptImage | None, image: str, refresh: bool = False) -> str | None:
+    """Why the definition's ``image`` must be resolved (again), or None when ``kept`` holds."""
+    if refresh:
+        return "--refresh-image"
+    if kept is None:
+        return "it has not been resolved yet"
+    if kept.ref != image:
+        return f"the definition's image changed ({kept.ref} -> {image})"
+    return None
 
 
 def kept_values(config: Mapping[str, str | None]) -> dict[str, str]:

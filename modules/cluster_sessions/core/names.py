@@ -71,6 +71,9 @@ STACK_ID_KEY = "stack-id"
 # who made the stack (user@host), written with a new stack-id: a holder named in a refusal
 MADE_BY_KEY = "made-by"
 PLACEMENT_KEY = "placement"
+# the image every container runs, resolved once to a content digest (a registry's) or an image
+# ID (one only the agents hold), JSON {"ref", "digest", "local"}: core/decisions.py
+IMAGE_KEY = "image"
 
 
 # The project's folder of stack configs and the files they name, beside Pulumi.yaml; the

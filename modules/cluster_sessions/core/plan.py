@@ -170,6 +170,10 @@ class ClusterPlan:
     made_by: str = ""
     limits: SessionLimits = SessionLimits()  # the pool's, for every container
     privileges: SessionPrivileges = SessionPrivileges()  # the pool's, for every container
+    # what every container is created from when the image was resolved at ``up`` (the stack's
+    # kept ``image``, core/decisions.py): ``repo@sha256:…`` or an image ID; "" in an offline
+    # plan, whose containers name the definition's reference as it is
+    pinned_image: str = ""
 
     @property
     def name(self) -> str:
@@ -178,6 +182,11 @@ class ClusterPlan:
     @property
     def mode(self) -> str:
         return self.session.cluster.mode
+
+    @property
+    def image(self) -> str:
+        """What every container is created from: the pinned image, else the definition's."""
+        return self.pinned_image or self.session.image
 
     @property
     def resources(self) -> Resources:
@@ -222,6 +231,11 @@ def with_identity(plan: ClusterPlan, stack_id: str, stack: str, made_by: str = "
     """``plan`` as stack ``stack`` (id ``stack_id``, made by ``made_by``) makes it: every label
     of its containers and network says so."""
     return replace(plan, stack_id=stack_id, stack=stack, made_by=made_by)
+
+
+def with_image(plan: ClusterPlan, pinned: str) -> ClusterPlan:
+    """``plan`` with every container created from ``pinned`` (core.decisions.KeptImage)."""
+    return replace(plan, pinned_image=pinned)
 
 
 def identity_labels(plan: ClusterPlan) -> dict[str, str]:
@@ -461,6 +475,7 @@ def plan_to_dict(plan: ClusterPlan) -> dict:
         "status": plan.status,
         **({"reason": plan.reason} if plan.reason else {}),
         "image": plan.session.image,
+        **({"image_pinned": plan.pinned_image} if plan.pinned_image else {}),
         "network": {
             "driver": plan.network.driver,
             "name": plan.network.name,

@@ -290,6 +290,15 @@ class AgentTLS(_Model):
     cert_path: NonEmpty
 
 
+class RegistryAuth(_Model):
+    """Where the pool's registry credentials are: a docker config file (``auths``,
+    ``credHelpers``, ``credsStore``, as ``docker login`` writes it), relative to the pool file's
+    folder or absolute; without it, the operator's own (``$DOCKER_CONFIG``, ``~/.docker``).
+    The credentials go to the engine with each pull, never into a stack's state."""
+
+    config_file: NonEmpty
+
+
 class PortRange(_Model):
     """Host ports ``first``..``last`` (inclusive) an agent publishes services on (Backend.AI's
     agent ``port-range``, 30000-31000 by default)."""
@@ -410,6 +419,8 @@ class Pool(_Model):
     limits: SessionLimits = SessionLimits()
     privileges: SessionPrivileges = SessionPrivileges()
     scheduler: Scheduler = Scheduler()
+    # The registry credentials the agents pull sessions' images with (agents/images.py).
+    registry_auth: RegistryAuth | None = None
 
     def agent(self, name: str) -> Agent:
         return next(a for a in self.agents if a.name == name)

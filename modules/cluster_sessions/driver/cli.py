@@ -93,7 +93,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
             pending, problems = unready
             plans = [dataclasses.replace(p, status="pending", reason=pending) for p in plans]
     if args.json:
-        docs = [plan_to_dict(p) for p in plans]
+        from ..core.plan import with_image
+        from .image_step import recorded_image
+        from .stack_settings import find_project, project_starts
+
+        project = find_project(project_starts(Path(args.file)))
+        docs = [plan_to_dict(with_image(p, recorded_image(project, p))) for p in plans]
         whole = {"count": len(sel.plans), "sessions": docs}
         print(dumps(whole if sel.all_of_count else docs[0], indent=2))
     elif args.markdown:

@@ -97,6 +97,9 @@ class Listed:
     # per service of main1: name, agent, bind, host_port (as main1's engine publishes it when
     # it answered, else as the stack recorded it) and url
     services: tuple[dict[str, Any], ...] = ()
+    # what its containers are created from: the pinned image (``repo@sha256:…`` or an image
+    # ID, issue 33) as the stack's outputs say; "" when not known
+    image: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "phase", PHASE_OF[self.state])
@@ -265,7 +268,8 @@ def listed(stack: str, outputs: Mapping[str, Any], project: Path, connect: Conne
                   started=seen.started, finished=seen.finished,
                   duration_s=duration_s(seen.started, seen.finished), faults=seen.faults,
                   services=listed_services(value("services") or {}, found,
-                                           hosts[0] if hosts else ""))
+                                           hosts[0] if hosts else ""),
+                  image=str(session.get("image") or ""))
 
 
 def shown_path(path: Path) -> Path:
@@ -491,7 +495,8 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true",
                    help="print {backend, sessions: [...], usage: [...]} as JSON instead of a "
                    "table; each session has state and phase, exit_code, started, finished, "
-                   "duration_s, faults, recorded")
+                   "duration_s, faults, recorded, image (what its containers run: repo@sha256:… "
+                   "or an image ID)")
     p.add_argument("--state", type=parse_states, metavar="PHASE[,PHASE]",
                    help=f"only sessions in these phases: {', '.join(PHASES)} (any case)")
     p.set_defaults(func=cmd_ls)

@@ -18,6 +18,10 @@ session on every agent, then verify none is left (``--dry-run`` only lists them,
 stack id it carries). It is the operator's tool, so by default it removes the name's objects
 whichever stack holds them; ``--stack-id ID`` limits it to one stack's (``none``: those made
 before stack ids), as a refused ``up`` suggests.
+
+``pool pull POOL IMAGE``: the image resolved once (a registry's digest, or the image ID every
+agent holds) and pulled onto every agent that lacks it, all at once, with the progress ``up``
+shows; then the digest and image ID per agent (issue 33, :mod:`.image_step`).
 """
 
 from __future__ import annotations
@@ -290,6 +294,33 @@ def cmd_pool_sweep(args: argparse.Namespace) -> int:
     return Exit.OK if report.clean else Exit.ENGINE
 
 
+def cmd_pool_pull(args: argparse.Namespace) -> int:
+    from ..agents.images import resolve
+    from .image_step import credentials, pull
+
+    pool, path = load_pool(args.pool)
+    agents = args.agent or [a.name for a in pool.agents]
+    unknown = [a for a in agents if a not in {x.name for x in pool.agents}]
+    if unknown:
+        raise CommandError(f"{path}: agents: no agent {', '.join(unknown)} in pool {pool.name}",
+                           Exit.INVALID)
+    auth = credentials(pool, path, args.image)
+    kept, how = resolve(pool, agents, args.image, auth)
+    done = pull(pool, agents, kept, None if kept.local else auth, "sessionctl pool pull",
+                args.json)
+    if args.json:
+        json.dump({"pool": pool.name, "image": args.image, "digest": kept.digest,
+                   "pinned": kept.pinned, "local": kept.local, "resolved": how,
+                   "agents": [{"agent": d.agent, "how": d.how, "image_id": d.image_id}
+                              for d in done]}, sys.stdout, indent=2)
+        print()
+        return Exit.OK
+    print(printable(f"{args.image} -> {kept.pinned} ({how})"))
+    print("\n".join(table(("AGENT", "PULL", "IMAGE ID"),
+                          ((d.agent, d.how, d.image_id[:19]) for d in done))))
+    return Exit.OK
+
+
 def pool_stack_name(pool: Pool) -> str:
     from .stacks import stack_name_for
 
@@ -419,3 +450,21 @@ def register(subparsers) -> None:
                    "stack's objects of that session name")
     p.add_argument("--dry-run", action="store_true", help="only list what would be removed")
     p.set_defaults(func=cmd_pool_sweep)
+
+    p = verbs.add_parser("pull", help="pre-pull an image onto every agent, in parallel",
+                         description="Resolve IMAGE once (its registry's content digest, asked "
+                         "through the first agent's engine; or the image ID every agent holds "
+                         "for an image built there) and pull it onto every agent that lacks "
+                         "it, all at once, with progress on stderr. Credentials: the pool's "
+                         "registry_auth.config_file, else your docker config. Exit 0; 4 when "
+                         "the registry refuses the credentials; 1 when a pull fails (each "
+                         "agent named with the cause); 2 for an invalid pool file.",
+                         formatter_class=fmt)
+    p.add_argument("pool", metavar="POOL")
+    p.add_argument("image", metavar="IMAGE", help="an image reference, e.g. reg.example/t:2.3")
+    p.add_argument("--agent", action="append", metavar="NAME",
+                   help="only this agent (repeatable); default: every agent of the pool")
+    p.add_argument("--json", action="store_true",
+                   help="progress as JSON lines on stderr; on stdout {pool, image, digest, "
+                   "pinned, local, agents: [{agent, how, image_id}]}")
+    p.set_defaults(func=cmd_pool_pull)

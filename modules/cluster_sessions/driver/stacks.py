@@ -59,16 +59,18 @@ from ..agents.folders import bind_refusals, folder_refusals, volume_refusals
 from ..agents.pool_ledger import Ledger, PoolBusy
 from ..agents.reach import LOCAL, reach_of
 from ..core.decisions import StackIdentity, kept_placement
+from ..core.errors import ClusterSessionsError
 from ..core.loader import Loaded
 from ..core.names import (
     DEFAULT_DOCKER_HOSTS,
     DOCKER_CLIENT_ENV,
+    IMAGE_KEY,
     PLACEMENT_KEY,
     SERVICE_PORTS_KEY,
     STACKS_DIR,
     config_key,
 )
-from ..core.plan import ClusterPlan
+from ..core.plan import ClusterPlan, with_image
 from ..core.spec import Agent, Pool
 from . import service_ports, stack_identity
 from .errors import CommandError, Exit
@@ -458,6 +460,8 @@ def run_stacks(args: argparse.Namespace, verb: str, sel: Any, stacks: dict[str, 
             for agents in dict.fromkeys(p.agents for _, p in sel.chosen):
                 preflight(sel.loaded.pool, agents, exclude_session=mine)
             refuse_unusable_folders(definition, sel)
+            sel, targets = with_pinned_image(args, verb, sel, targets, recorded, report_all,
+                                             prepared.settings.backend_url)
         return run_targets(args, verb, sel, targets, prepared, docs, emit_docs)
 
 
@@ -505,6 +509,38 @@ def with_live_placement(args: argparse.Namespace, verb: str, sel: Any, targets: 
     targets = [(by_name[plan.name], dataclasses.replace(target, config={
         **target.config, **kept_config(by_name[plan.name], pool, result.ports.get(plan.name))}))
         if plan.name in by_name else (plan, target) for plan, target in targets]
+    return sel, targets
+
+
+def with_pinned_image(args: argparse.Namespace, verb: str, sel: Any, targets: list,
+                      recorded: Mapping[str, Mapping[str, str] | None],
+                      report_all: Callable[..., None], backend: str) -> tuple[Any, list]:
+    """Each session's image resolved once (or kept) and, for ``up``, pulled onto every agent
+    of its plan that lacks it, before anything is created (driver.image_step); the pinned
+    image goes into each stack's config (core.decisions ``image``), where the program reads
+    it. A pull that fails stops here: exit 4 for credentials, 1 for an engine failure."""
+    from . import image_step
+
+    chosen = [plan for plan, _ in targets]
+    stack_of = {plan.name: target.stack for plan, target in targets}
+    try:
+        images = image_step.decide_images(
+            verb, sel.loaded.pool, sel.loaded.pool_file, chosen,
+            {p.name: recorded.get(stack_of[p.name]) for p in chosen},
+            getattr(args, "refresh_image", False), args.json)
+        if verb == "up":
+            image_step.pull_for(verb, sel.loaded.pool, sel.loaded.pool_file, chosen, images,
+                                args.json)
+    except ClusterSessionsError as exc:
+        error = image_step.as_command_error(exc)
+        report_all("invalid" if error.code == Exit.INVALID else "failed", backend=backend,
+                   error=str(error))
+        raise error from None
+    by_name = {p.name: with_image(p, images[p.name][0].pinned) for p in chosen}
+    sel = dataclasses.replace(sel, plans=tuple(by_name.get(p.name, p) for p in sel.plans))
+    targets = [(by_name[plan.name], dataclasses.replace(target, config={
+        **target.config, config_key(IMAGE_KEY): images[plan.name][0].to_config()}))
+        for plan, target in targets]
     return sel, targets
 
 
@@ -787,6 +823,10 @@ def register(subparsers) -> None:
                            "queue) instead of exiting 3; DURATION (90s, 10m, 2h) bounds the "
                            "wait, then exit 3 with the reason")
         if verb in ("preview", "up"):
+            p.add_argument("--refresh-image", action="store_true",
+                           help="resolve the definition's image to its registry's current "
+                           "digest again instead of keeping the one the stack recorded (the "
+                           "containers are replaced when it changed)")
             p.add_argument("--diff", action="store_true",
                            help="show a detailed property diff in the live output")
         p.set_defaults(func=cmd_stack)

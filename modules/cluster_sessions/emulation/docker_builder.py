@@ -25,6 +25,26 @@ from . import connhelper, provider
 from .engine import Registration
 
 
+def find_image(api, image: str) -> None:
+    """What the provider's container create does first (kreuzwerker
+    resource_docker_image_funcs.go ``findImage`` 343-377, called from
+    resource_docker_container_funcs.go 49-53): an image the engine holds under that name is
+    used as it is, whatever the registry now has; a missing one is pulled, silently, with the
+    provider's credentials (we give it none: ``sessionctl up`` pulls first, with the
+    operator's), and the create fails when the pull does."""
+    import docker.errors
+
+    try:
+        api.inspect_image(image)
+        return
+    except docker.errors.ImageNotFound:
+        pass
+    for event in api.pull(image, stream=True, decode=True):
+        if event.get("error"):
+            raise provider.ProviderRefused(f"Unable to create container with image {image}: "
+                                           f"unable to pull image {image}: {event['error']}")
+
+
 class SessionNotReady(AssertionError):
     """A declared session did not come up (an AssertionError: a test that waits on it fails)."""
 
@@ -152,6 +172,7 @@ class DockerBuilder:
             cap_drop=list((inputs.get("capabilities") or {}).get("drops") or []) or None,
             security_opt=list(inputs.get("securityOpts") or []) or None,
         )
+        find_image(api, inputs["image"])
         (network,) = inputs["networksAdvanced"]
         networking = api.create_networking_config({
             network["name"]: api.create_endpoint_config(aliases=network["aliases"])})

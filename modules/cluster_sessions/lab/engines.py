@@ -74,8 +74,11 @@ def spawn_containerd(lay: Layout, k: int) -> int:
 def spawn_dockerd(lay: Layout, k: int) -> int:
     d = lay.agent_dir(k)
     dcfg = d / "daemon.json"
-    # without its own key file every engine would share /etc/docker/key.json, hence its ID
-    write_private(dcfg, json.dumps({"deprecated-key-path": str(d / "key.json")}) + "\n")
+    # without its own key file every engine would share /etc/docker/key.json, hence its ID;
+    # a registry on the lab's own subnet (the tests' docker-registry, on the bridge's address)
+    # is spoken to over plain HTTP, as engines do with one on loopback
+    write_private(dcfg, json.dumps({"deprecated-key-path": str(d / "key.json"),
+                                    "insecure-registries": [str(lay.subnet)]}) + "\n")
     # the directory sshd's namespace binds, open to the docker group's members
     lay.engine_dir(k).mkdir(parents=True, exist_ok=True)
     lay.engine_dir(k).chmod(0o755)

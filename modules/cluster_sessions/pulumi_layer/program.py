@@ -17,6 +17,12 @@ Stack configuration (``stacks/Pulumi.<stack>.yaml``):
     stack ``sessionctl`` never made, or one made before stack ids) the id is derived from the
     stack's name, the same on every run, and no ``made-by`` label is set. A value that is not
     one ``sessionctl`` writes fails the update, nothing created.
+``cluster-sessions:image``
+    The definition's image resolved once by ``sessionctl up`` (core/decisions.py, issue 33):
+    every container is created from ``repo@sha256:…`` (or the image ID of an image only the
+    agents hold), the same content on every agent. Without it (a bare ``pulumi up``) the
+    containers name the definition's reference and each agent runs what it holds under it,
+    said as a warning; a kept one for another reference fails the update, nothing changed.
 ``cluster-sessions:index`` (with ``count: K``)
     Which of the K sessions ``<name>-1`` .. ``<name>-K`` this stack runs; without it, the one
     the stack is named after. All K are planned together, so each lands where the joint plan
@@ -35,12 +41,19 @@ from pathlib import Path
 
 import pulumi
 
-from ..core.decisions import read_placement, replace_reason, stack_identity
+from ..core.decisions import (
+    image_reason,
+    read_image,
+    read_placement,
+    replace_reason,
+    stack_identity,
+)
 from ..core.errors import InvalidInput
 from ..core.loader import POOLS_ENV, Loaded, load_session, operator_pool_dirs
 from ..core.names import (
     CONFIG_NAMESPACE,
     DEFINITION_KEY,
+    IMAGE_KEY,
     INDEX_KEY,
     MADE_BY_KEY,
     PLACEMENT_KEY,
@@ -56,6 +69,7 @@ from ..core.plan import (
     check_usable,
     plan_placed,
     with_identity,
+    with_image,
     with_service_ports,
 )
 from ..core.problems import DefinitionError
@@ -186,6 +200,28 @@ def kept_placement(plan: ClusterPlan, loaded: Loaded, recorded: str | None) -> C
     return plan_placed(plan.session, loaded.pool, kept.placement)
 
 
+def pinned_image(plan: ClusterPlan, recorded: str | None) -> ClusterPlan:
+    """``plan`` with every container on the image ``sessionctl up`` resolved (the stack's kept
+    ``image``); without one, the definition's reference as it is, said as a warning."""
+    if not recorded:
+        pulumi.log.warn(f"session {plan.name}: image {plan.session.image} is not pinned to a "
+                        "digest: each agent runs what it holds under that name; `sessionctl "
+                        "up` resolves it once and pulls it onto every agent first")
+        return plan
+    try:
+        kept = read_image(recorded)
+    except (ValueError, TypeError):
+        raise InvalidDefinition(f"stack config {CONFIG_NAMESPACE}:{IMAGE_KEY} is not an image "
+                                "sessionctl wrote; remove it and run `sessionctl up`") from None
+    assert kept is not None
+    reason = image_reason(kept, plan.session.image)
+    if reason is not None:
+        raise InvalidDefinition(f"session {plan.name}: the image must be resolved again "
+                                f"({reason}); nothing was changed: `sessionctl up` resolves "
+                                "it and pulls it onto the agents")
+    return with_image(plan, kept.pinned)
+
+
 def identity(plan: ClusterPlan, stack: str, config: pulumi.Config) -> ClusterPlan:
     """``plan`` labelled with this stack's identity: the kept one, else derived from the
     stack's name (core.decisions.stack_identity)."""
@@ -212,6 +248,7 @@ def run(project_dir: Path) -> Session:
                              f"{plan.reason}")
     plan = service_ports(plan, config.get(SERVICE_PORTS_KEY))
     plan = identity(plan, stack, config)
+    plan = pinned_image(plan, config.get(IMAGE_KEY))
     if stack != plan.name:
         pulumi.log.warn(f"stack {stack!r} runs session {plan.name!r}; sessionctl names the "
                         "stack after the session, so it will not find this one")
@@ -224,6 +261,7 @@ def run(project_dir: Path) -> Session:
         "definition": shown(loaded.session_file, project_dir),
         "pool": shown(loaded.pool_file, project_dir),
         "stack_id": plan.stack_id,
+        "image": plan.image,
     })
     pulumi.export("hosts", session.hosts)
     pulumi.export("agents", session.agents)

@@ -258,7 +258,7 @@ class Session(pulumi.ComponentResource):
         for agent in plan.agents:
             out[agent] = [
                 DataFolder(f"{name}-folder-{agent}/{m.storage}/{m.folder}",
-                           self.pool.agent(agent), plan.session.image, m.root or "",
+                           self.pool.agent(agent), plan.image, m.root or "",
                            m.folder or "", user.uid, user.gid,
                            opts=pulumi.ResourceOptions(parent=self))
                 for m in plan.folders]
