@@ -312,3 +312,22 @@ def test_pool_usage_names_an_agent_it_could_not_ask_and_exits_1(tmp_path, capsys
 def test_pool_usage_of_a_missing_pool_is_invalid_input(tmp_path, capsys):
     assert cli.main(["pool", "usage", str(tmp_path / "nope.yaml")]) == Exit.INVALID
     assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.docker
+def test_pool_check_says_which_agents_lack_an_image(docker_client, capsys):
+    """Issue 33: `pool check --image` names the agents without it (not a fault: up pulls it)."""
+    from cluster_sessions.lab.image import ensure_image
+
+    image = ensure_image(docker_client)
+    local = str(STACKS / "pools" / "local.yaml")
+    assert cli.main(["pool", "check", local, "--image", image, "--json"]) == Exit.OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["image"] == {"reference": image,
+                            "held": {"local": docker_client.images.get(image).id}}
+    assert f"image {image}: on every agent" in doc["notes"]
+    missing = "cluster-sessions/no-such-image:never"
+    assert cli.main(["pool", "check", local, "--image", missing]) == Exit.OK
+    out = capsys.readouterr().out
+    assert (f"image {missing}: missing on local: `up` pulls it there first, or `sessionctl "
+            f"pool pull {local} {missing}` now") in out

@@ -118,7 +118,8 @@ def inspect_held(client: Any, agent: str, ref: str) -> Held:
         return Held(agent)
 
 
-def _each(pool: Pool, agents: Sequence[str], work: Callable[[Any, str], Any]) -> dict[str, Any]:
+def each_agent(pool: Pool, agents: Sequence[str],
+               work: Callable[[Any, str], Any]) -> dict[str, Any]:
     """``work(client, agent)`` on every agent at once; each result, or the exception."""
 
     def one(agent: str) -> Any:
@@ -180,7 +181,7 @@ def resolve(pool: Pool, agents: Sequence[str], ref: str,
     repo, _tag, digest = split_reference(ref)
     if digest:
         return KeptImage(ref, digest), "the definition names a digest"
-    results = _each(pool, agents, lambda client, agent: inspect_held(client, agent, ref))
+    results = each_agent(pool, agents, lambda client, agent: inspect_held(client, agent, ref))
     _unanswered(results)
     held = [results[a] for a in agents]
     local_id = same_local(held)

@@ -131,6 +131,17 @@ def report_document(pool: Pool, reports: Sequence[Any], notes: Sequence[str],
     }
 
 
+def image_holdings(pool: Pool, reports: Sequence[Any], ref: str) -> dict[str, str | None]:
+    """Per reachable agent, the ID of the image it holds under ``ref`` (None: it lacks it).
+    Whether an agent has the image is not a fault of the agent: ``up`` pulls it."""
+    from ..agents.images import each_agent, inspect_held
+
+    reachable = [r.name for r in reports if r.reachable]
+    found = each_agent(pool, reachable, lambda client, agent: inspect_held(client, agent, ref))
+    return {agent: (h.image_id or None) if not isinstance(h, Exception) else None
+            for agent, h in found.items()}
+
+
 def cmd_pool_check(args: argparse.Namespace) -> int:
     from ..agents.capacity import probe_pool, swarm_unready
 
@@ -157,9 +168,17 @@ def cmd_pool_check(args: argparse.Namespace) -> int:
             notes += [f"  {p}" for p in swarm_problems]
         elif all(r.engine for r in reports):
             notes.append(f"swarm: {len(pool.agents)} nodes, manager {pool.swarm.manager}")
+    held = image_holdings(pool, reports, args.image) if args.image else None
+    if held is not None:
+        lacking = [a for a, h in held.items() if not h]
+        notes.append(f"image {args.image}: " + (
+            f"missing on {', '.join(lacking)}: `up` pulls it there first, or `sessionctl pool "
+            f"pull {args.pool} {args.image}` now" if lacking else "on every agent"))
     if args.json:
-        json.dump(report_document(pool, reports, notes, swarm_formed=not swarm_problems),
-                  sys.stdout, indent=2)
+        doc = report_document(pool, reports, notes, swarm_formed=not swarm_problems)
+        if held is not None:
+            doc["image"] = {"reference": args.image, "held": held}
+        json.dump(doc, sys.stdout, indent=2)
         print()
     else:
         print(check_table(reports))
@@ -401,6 +420,9 @@ def register(subparsers) -> None:
                          "agent on stderr), 2 for an invalid pool file.", formatter_class=fmt)
     p.add_argument("pool", metavar="POOL")
     p.add_argument("--json", action="store_true", help="print the reports as JSON")
+    p.add_argument("--image", metavar="IMAGE",
+                   help="also say which agents lack IMAGE (e.g. a session's `image`): `up` "
+                   "pulls it there first, `pool pull` does it ahead")
     p.add_argument("--accept-new", action="store_true",
                    help="record the SSH host key of agents seen for the first time in their "
                    "known_hosts file (a changed key is still refused)")
