@@ -6,6 +6,7 @@ themselves."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import subprocess
 import uuid
@@ -139,3 +140,59 @@ def test_the_guard_sees_a_listing_outside_the_room():
               'attrs["Config"]["Labels"]\n')
     assert len(offenders(PACKAGE / "driver" / "fake.py", source)) == 3
     assert offenders(PACKAGE / "lab" / "fake.py", "c.containers.list()") == []
+
+
+@pytest.mark.docker
+def test_a_call_on_a_connection_the_agent_dropped_is_sent_once_more(tmp_path):
+    """The lab's agents close idle pooled connections; a client that sat idle through an `up`
+    (the pool ledger's) got `Connection reset` and the `up` ended in an internal error (seen
+    in CI). A dropped connection is retried once on a new one; the plain client fails."""
+    import socket
+    import threading
+
+    import docker
+    import requests
+
+    path = str(tmp_path / "relay.sock")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen(8)
+    accepted = []
+
+    def pump(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                b.shutdown(socket.SHUT_WR)
+
+    def serve() -> None:  # the first two are dropped once the request arrived (one a client)
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            accepted.append(conn)
+            if len(accepted) <= 2:
+                conn.recv(65536)
+                conn.close()
+                continue
+            engine_side = socket.socket(socket.AF_UNIX)
+            engine_side.connect("/var/run/docker.sock")
+            for a, b in ((conn, engine_side), (engine_side, conn)):
+                threading.Thread(target=pump, args=(a, b), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        plain = docker.DockerClient(base_url=f"unix://{path}", version="1.41")
+        with pytest.raises(requests.exceptions.ConnectionError):
+            plain.api.version()
+        retrying = docker.DockerClient(base_url=f"unix://{path}", version="1.41")
+        engine.retry_a_dropped_connection(retrying)
+        assert retrying.api.version()["ApiVersion"]
+        assert len(accepted) == 3  # plain: 1 dropped; retrying: 1 dropped, 1 relayed
+    finally:
+        server.close()

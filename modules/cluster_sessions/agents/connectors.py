@@ -481,7 +481,11 @@ class SSHConnector(Connector):
         relay = DialStdioRelay(self, f"{_env_prefix(self.env)}exec docker system dial-stdio")
         with self._lock:
             self._relays.append(relay)
-        return docker.DockerClient(base_url=f"unix://{relay.path}", timeout=int(self.timeout))
+        client = docker.DockerClient(base_url=f"unix://{relay.path}", timeout=int(self.timeout))
+        from .engine import retry_a_dropped_connection
+
+        retry_a_dropped_connection(client)  # an idle relayed connection the agent dropped
+        return client
 
     def open_channel(self, command: str) -> Any:
         """A new session channel running ``command`` under /bin/sh on the agent.

@@ -371,7 +371,26 @@ def open_client(agent: Any, timeout: float) -> Any:
         connector.close()
         raise
     client.connector = connector
+    retry_a_dropped_connection(client)
     return client
+
+
+def retry_a_dropped_connection(client: Any) -> None:
+    """A call whose connection the agent dropped (``Connection reset by peer``: an idle pooled
+    connection closed on the agent's side, seen on the lab when a client sat idle through an
+    ``up``, e.g. the pool ledger's) is sent once more on a new connection. Only a dropped
+    connection: a timeout is not retried (a frozen engine must still time out once)."""
+    from urllib3.exceptions import ProtocolError
+    from urllib3.util.retry import Retry
+
+    class _OnceOnDrop(Retry):
+        def _is_read_error(self, err: Exception) -> bool:
+            return isinstance(err, ProtocolError)
+
+    retry = _OnceOnDrop(total=1, connect=1, read=1, status=0, other=0, redirect=False,
+                        allowed_methods=None, raise_on_status=False)
+    for adapter in client.api.adapters.values():
+        adapter.max_retries = retry
 
 
 def close_client(client: Any) -> None:
