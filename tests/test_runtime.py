@@ -458,6 +458,20 @@ def test_an_uploaded_bundle_works_and_its_private_keys_are_locked_up(session_fac
         assert code != 0, f"{path} is readable by the user"
 
 
+def container_cpu_seconds(cid: str) -> float:
+    """CPU seconds the container's cgroup has used (cgroup v1 or v2, as the engine made it)."""
+    for path, parse in (
+            (Path(f"/sys/fs/cgroup/cpuacct/docker/{cid}/cpuacct.usage"),
+             lambda text: int(text) / 1e9),
+            (Path(f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cpu.stat"),
+             lambda text: int(text.split("usage_usec ")[1].split()[0]) / 1e6),
+            (Path(f"/sys/fs/cgroup/docker/{cid}/cpu.stat"),
+             lambda text: int(text.split("usage_usec ")[1].split()[0]) / 1e6)):
+        if path.exists():
+            return parse(path.read_text())
+    pytest.fail(f"no cgroup CPU accounting found for container {cid}")
+
+
 def _processes(container) -> list[tuple[str, str]]:
     """(uid, command) of every process in the container, read by root from /proc."""
     code, out = container.exec_run(["sh", "-c", 'for p in /proc/[0-9]*; do '
@@ -478,6 +492,13 @@ def test_nothing_runs_as_the_user_before_the_pids_limit_holds(docker_client, ses
     uid = str(running.plan.session.user.uid)
     assert not [p for p in seen if p[1] == "sshd" or p[0] == uid], seen
     assert not READY.search(running.logs("main1"))
+    # the wait starts no program per look (a sleep every 10 ms took ~0.1 s of CPU a second
+    # from the engine starting the other containers)
+    before = container_cpu_seconds(container.id)
+    time.sleep(1)
+    used = container_cpu_seconds(container.id) - before
+    print(f"CPU used waiting 1 s: {used:.4f}")
+    assert used < 0.015, used
     docker_client.api._post_json(docker_client.api._url("/containers/{0}/update", container.id),
                                  data={"PidsLimit": 100}).raise_for_status()
     wait_ready(running, 10)
