@@ -1,6 +1,6 @@
 """Time to a ready cluster on the local Docker Engine, against the physical floor.
 
-For each size N (default 2, 4, 8) and each run (default 5), two measurements, interleaved:
+For each size N (default 2, 4, 8) and each run (default 5), three measurements, interleaved:
 
 (a) floor: a fresh bridge network, then N plain containers of the session image
     (``sleep infinity``) created and started in parallel, one thread each (what ``docker run -d``
@@ -10,9 +10,16 @@ For each size N (default 2, 4, 8) and each run (default 5), two measurements, in
     emulation's ``DockerBuilder`` (``cluster_sessions.emulation.docker_builder``, what the end-to-
     end tests use: the provider's create by hand, one ``put_archive`` per declared upload, start),
     the containers in parallel as the Pulumi engine would (its default parallelism is unbounded,
-    and they depend only on the network); the clock runs from the network's creation until every
-    container has logged its entrypoint's ``ready:`` line and one all-pairs
-    ``ssh -o BatchMode=yes PEER true`` round from main1 (as the session user) succeeds.
+    and they depend only on the network), and the pool's pids limit set once every container
+    exists (``ContainerLimits``); the clock runs from the network's creation until every
+    container has logged its entrypoint's ``ready:`` line (the contract's moment: every sshd
+    accepts and every container knows it). (b+) adds one ``ssh -o BatchMode=yes PEER true``
+    round from main1 to every peer (``docker exec``, as the session user), which must succeed
+    at its first try: the check that ``ready:`` told the truth, reported beside (b);
+(c) by hand, as the README's path: ``sessionctl render --out DIR``, each container with its
+    ``DIR/<host>`` mounted read-only, the rendered entrypoint, the pids limit given at create
+    (``docker run --pids-limit``), no tmpfs, no upload; all started at once; until the last
+    ``ready:`` line (``--no-manual`` leaves it out).
 
 The program's own time (keys, render, registration under mocks) is reported beside (b), not in
 it: a real ``pulumi up`` spends it before the engine creates anything, plus the CLI's and the
@@ -46,6 +53,7 @@ import argparse
 import contextlib
 import json
 import os
+import queue
 import re
 import statistics
 import sys
@@ -276,7 +284,11 @@ class FloorResult:
     cpu_plain: float | None = None  # median container's cgroup CPU s (runc init + sleep)
 
 
-def floor_run(client, image: str, size: int, tag: str) -> FloorResult:
+def floor_run(client, image: str, size: int, tag: str, host_config: dict | None = None,
+              upload: bytes | None = None) -> FloorResult:
+    """N plain containers created and started at once; with ``host_config`` (more of the
+    session's settings) and ``upload`` (one ``put_archive`` between create and start, as the
+    provider sends the bundle): the engine's part of each, for ``--parts``."""
     api = client.api
     net_name = f"{tag}-net"
     created: list[str] = []
@@ -291,11 +303,13 @@ def floor_run(client, image: str, size: int, tag: str) -> FloorResult:
             c0 = time.time()
             c = api.create_container(
                 image, command=["sleep", "infinity"], name=f"{tag}-c{i}",
-                host_config=api.create_host_config(),
+                host_config=api.create_host_config(**(host_config or {})),
                 networking_config=api.create_networking_config(
                     {net_name: api.create_endpoint_config()}),
             )
             created.append(c["Id"])
+            if upload is not None:
+                api.put_archive(c["Id"], "/", upload)
             s0 = time.time()
             api.start(c["Id"])
             s1 = time.time()
@@ -314,6 +328,53 @@ def floor_run(client, image: str, size: int, tag: str) -> FloorResult:
                            statistics.median(d[2] for d in done), busy, cpu_plain=plain)
     finally:
         remove(client, created, [network_id] if network_id else [])
+
+
+def engine_parts(client, directory: Path, image: str, size: int, tag: Callable[[], str],
+                 cpu: float, runs: int, wait: Callable[[], float]) -> dict[str, float]:
+    """Item 2 of issue 35: what the engine spends per container on each of the session's
+    settings, as floor runs with one setting more each (median of ``runs``): the container's
+    own tmpfs, the bundle's upload (the session's real pack, one ``put_archive``), an init,
+    the cpu and memory limits, the pool's pids limit at create, the capabilities and security
+    options, then all of them at once. Each next to a plain floor run of the same round."""
+    from cluster_sessions.core.spec import RUN_DIR, RUN_TMPFS, SessionLimits
+    from cluster_sessions.emulation.docker_builder import tar_upload
+
+    _, _, _, containers = declared(directory, image, size, tag(), cpu)
+    inputs = containers[0][1]
+    (upload,) = inputs["uploads"]
+    archive = tar_upload(upload)
+    caps = inputs.get("capabilities") or {}
+    settings = {
+        "tmpfs": {"tmpfs": {RUN_DIR: RUN_TMPFS}},
+        "init": {"init": True},
+        "cpu + memory limits": {"nano_cpus": round(float(inputs["cpus"]) * 1e9),
+                                "mem_limit": int(inputs["memory"]) * 2**20,
+                                "shm_size": int(inputs["shmSize"]) * 2**20},
+        "pids limit at create": {"pids_limit": SessionLimits().pids_limit},
+        "capabilities, security options": {
+            "cap_add": list(caps.get("adds") or []) or None,
+            "cap_drop": list(caps.get("drops") or []) or None,
+            "security_opt": list(inputs.get("securityOpts") or []) or None},
+    }
+    every: dict = {k: v for setting in settings.values() for k, v in setting.items()}
+    cases: list[tuple[str, dict, bytes | None]] = [
+        ("upload (put_archive of the bundle)", {}, archive),
+        *((name, config, None) for name, config in settings.items()),
+        ("all of the session's, with the upload", every, archive),
+    ]
+    out: dict[str, float] = {}
+    plain: list[float] = []
+    for name, config, data in cases:
+        extra = []
+        for _ in range(runs):
+            wait()
+            plain.append(floor_run(client, image, size, tag()).total)
+            wait()
+            extra.append(floor_run(client, image, size, tag(), config, data).total)
+        out[name] = statistics.median(extra)
+    out["plain"] = statistics.median(plain)
+    return out
 
 
 # --- one session run --------------------------------------------------------------------------
@@ -346,16 +407,25 @@ class SessionResult:
     trace: dict[str, float] | None = None
 
 
-def limit_when_made(client, builder, made: list) -> float:
+def limit_when_made(client, started: queue.Queue[str], count: int) -> float:
     """The pids limit on every container once all are made, as ``ContainerLimits`` sets it;
-    returns when it was set everywhere (the engine's last step)."""
+    returns when it was set everywhere (the engine's last step).
+
+    The real provider's create returns once the start call has returned and one read of the
+    container is done (rcf.go ``resourceDockerContainerCreate``: start, then
+    ``resourceDockerContainerRead``); ``ContainerLimits`` depends on every container of the
+    agent. So: the ``count`` start calls, one inspect each, then the updates. (The emulation's
+    builder also waits 0.2 s to see a must-run container still running: not the provider's,
+    and not on this path.)"""
     from cluster_sessions.core.spec import SessionLimits
     from cluster_sessions.pulumi_layer.limits import PARALLEL
 
-    for future in made:
-        future.result()
-    ids = [cid for kind, _, cid in builder.made.values() if kind == "container"]
+    ids = []
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while len(ids) < count:
+        ids.append(started.get(timeout=max(0.1, deadline - time.monotonic())))
     with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL, len(ids)))) as pool:
+        list(pool.map(client.api.inspect_container, ids))  # the provider's read
         list(pool.map(lambda cid: set_pids_limit(client, cid, SessionLimits().pids_limit), ids))
     return time.time()
 
@@ -416,7 +486,13 @@ def session_run(client, directory: Path, image: str, size: int, tag: str, cpu: f
     futures: list = []
     # Each container's log is followed from the moment its start call returns, so readiness is
     # seen when it happens, not when the builder's own must-run check is over.
-    builder = timed_builder(calls, local, on_start=lambda host, cid: watches[host].start(cid))
+    started: queue.Queue[str] = queue.Queue()
+
+    def on_start(host: str, cid: str) -> None:
+        watches[host].start(cid)
+        started.put(cid)
+
+    builder = timed_builder(calls, local, on_start=on_start)
     for provider in providers:
         builder(*provider)
     try:
@@ -435,7 +511,7 @@ def session_run(client, directory: Path, image: str, size: int, tag: str, cpu: f
         futures = [pool.submit(one, declared) for declared in containers]
         # what up's ContainerLimits does once the agent's containers exist: the pool's pids
         # limit, for which every set-up waits (pulumi_layer/limits.py)
-        futures.append(pool.submit(limit_when_made, client, builder, futures[:]))
+        futures.append(pool.submit(limit_when_made, client, started, len(containers)))
         pool.shutdown(wait=False)
         deadline = time.monotonic() + RUN_TIMEOUT
         for host, watch in watches.items():
@@ -559,6 +635,91 @@ def trace_phases(watches: dict[str, LogWatch], started: dict[str, float]) -> dic
     return {name: statistics.median(v) for name, v in per_phase.items() if v}
 
 
+# --- the manual path: rendered files mounted read-only --------------------------------------
+
+@dataclass
+class ManualResult:
+    total: float  # network creation start -> last ready line (Docker timestamp)
+    all_running: float  # t0 -> last container running (StartedAt)
+    wait_after_running: float  # last running -> last ready line
+    settle_busy: float = 0.0
+
+
+def manual_run(client, directory: Path, image: str, size: int, tag: str, cpu: float
+               ) -> ManualResult:
+    """The README's path by hand: ``sessionctl render FILE --out DIR`` (the real verb, in
+    process), then per container what ``docker run`` would do: the bundle ``DIR/<host>``
+    mounted read-only at the bundle directory, the rendered ``entrypoint.sh``, the container's
+    env, name, alias, limits and the pool's pids limit given at create (``--pids-limit``: the
+    set-up does not wait), no tmpfs and no upload; all started at once. Until the last ready
+    line."""
+    from docker.types import Mount
+
+    from cluster_sessions.core.render import BUNDLE_DIR, entrypoint_argv
+    from cluster_sessions.core.spec import SessionLimits
+    from cluster_sessions.driver import cli
+
+    _, _, network, containers = declared(directory, image, size, tag, cpu)
+    out = directory / f"{tag}-bundles"
+    definition = directory / f"{tag}.yaml"
+    with contextlib.redirect_stdout(sys.stderr):
+        code = cli.main(["render", str(definition), "--out", str(out)])
+    if code != 0:
+        raise RuntimeError(f"sessionctl render --out failed with {code}")
+    api = client.api
+    net_name = network[1]["name"]
+    hosts = [c["hostname"] for _, c in containers]
+    watches = {h: LogWatch(api, h) for h in hosts}
+    created: list[str] = []
+    network_id = None
+    try:
+        t0 = time.time()
+        network_id = api.create_network(net_name, driver="bridge")["Id"]
+
+        def one(inputs: dict) -> None:
+            host = inputs["hostname"]
+            c = api.create_container(
+                image, name=inputs["name"], hostname=host, entrypoint=entrypoint_argv(),
+                command=inputs["command"], environment=inputs["envs"],
+                labels={x["label"]: x["value"] for x in inputs["labels"]},
+                host_config=api.create_host_config(
+                    mounts=[Mount(BUNDLE_DIR, str(out / host), type="bind", read_only=True)],
+                    mem_limit=int(inputs["memory"]) * 2**20,
+                    shm_size=int(inputs["shmSize"]) * 2**20,
+                    nano_cpus=round(float(inputs["cpus"]) * 1e9), init=True,
+                    pids_limit=SessionLimits().pids_limit,
+                    cap_add=list((inputs.get("capabilities") or {}).get("adds") or []) or None,
+                    cap_drop=list((inputs.get("capabilities") or {}).get("drops") or [])
+                    or None,
+                    security_opt=list(inputs.get("securityOpts") or []) or None),
+                networking_config=api.create_networking_config({
+                    net_name: api.create_endpoint_config(
+                        aliases=inputs["networksAdvanced"][0]["aliases"])}),
+            )
+            created.append(c["Id"])
+            api.start(c["Id"])
+            watches[host].start(c["Id"])
+
+        with ThreadPoolExecutor(max_workers=size) as pool:
+            list(pool.map(one, [c for _, c in containers]))
+        deadline = time.monotonic() + RUN_TIMEOUT
+        for host, watch in watches.items():
+            while not watch.ready.wait(0.2):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{tag}: {host} not ready\n" + tail(watch))
+            if watch.ready_at is None:
+                raise RuntimeError(f"{tag}: {host} failed: {watch.error or 'log ended'}\n"
+                                   + tail(watch))
+        started = [docker_time(api.inspect_container(cid)["State"]["StartedAt"])
+                   for cid in created]
+        last_ready = max(w.ready_at for w in watches.values())
+        return ManualResult(last_ready - t0, max(started) - t0, last_ready - max(started))
+    finally:
+        for watch in watches.values():
+            watch.close()
+        remove(client, created, [network_id] if network_id else [])
+
+
 # --- programs a container starts before sshd ----------------------------------------------------
 
 STRACE = "/usr/bin/strace"
@@ -600,6 +761,10 @@ def programs_run(client, directory: Path, image: str, size: int, tag: str, cpu: 
             inputs["mounts"] = [*(inputs.get("mounts") or []), *mounts]
         with ThreadPoolExecutor(max_workers=size) as pool:
             list(pool.map(lambda c: builder(*c), containers))
+            # the pool's pids limit, as ContainerLimits sets it: the set-up waits for it
+            from cluster_sessions.core.spec import SessionLimits
+            list(pool.map(lambda cid: set_pids_limit(client, cid, SessionLimits().pids_limit),
+                          [cid for kind, _, cid in builder.made.values() if kind == "container"]))
         main1 = client.containers.get(f"{tag}-main1")
         deadline = time.monotonic() + RUN_TIMEOUT
         while not READY.search(main1.logs().decode(errors="replace")):
@@ -683,6 +848,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="the session's per-container cpu limit (train-demo: 0.5)")
     parser.add_argument("--trace", action="store_true",
                         help="one more session per size under sh -x, for the set-up breakdown")
+    parser.add_argument("--no-manual", action="store_true",
+                        help="leave out (c), the rendered files mounted read-only by hand")
+    parser.add_argument("--parts", action="store_true",
+                        help="also the engine's cost of each of the session's settings (tmpfs, "
+                             "upload, init, limits, ...): floor runs with one setting more each")
     parser.add_argument("--no-programs", action="store_true",
                         help="leave out the extra session per size that counts, with strace, "
                              "the programs main1 starts before sshd")
@@ -729,6 +899,11 @@ def main(argv: list[str] | None = None) -> int:
         result = session_run(client, directory, image, size, tag(), args.cpu, traced=traced)
         result.settle_busy = before
         return result
+    def manual(directory: Path, size: int) -> ManualResult:
+        before = settle(args.settle)
+        result = manual_run(client, directory, image, size, tag(), args.cpu)
+        result.settle_busy = before
+        return result
     try:
         with tempfile.TemporaryDirectory(prefix="ready-time-") as tmp:
             # the benchmark's pool is in its own directory: the operator's, for this run
@@ -741,19 +916,27 @@ def main(argv: list[str] | None = None) -> int:
             for size in sizes:
                 floors: list[FloorResult] = []
                 sessions: list[SessionResult] = []
+                manuals: list[ManualResult] = []
                 for run in range(args.runs):
                     floors.append(floor(size))
                     sessions.append(session(directory, size))
+                    if not args.no_manual:
+                        manuals.append(manual(directory, size))
                     f, b = floors[-1], sessions[-1]
+                    by_hand = f", by hand {manuals[-1].total:.2f} s" if manuals else ""
                     print(f"  N={size} run {run + 1}: floor {f.total:.2f} s, session "
-                          f"{b.total:.2f} s (machine busy before {f.settle_busy:.0%}/"
+                          f"{b.ready_all:.2f} s to ready ({b.total:.2f} s with the ssh round)"
+                          f"{by_hand} (machine busy before {f.settle_busy:.0%}/"
                           f"{b.settle_busy:.0%}, during {f.busy:.0%}/{b.busy:.0%})",
                           file=sys.stderr, flush=True)
                 traced = session(directory, size, traced=True) if args.trace else None
                 programs = (None if args.no_programs else
                             programs_run(client, directory, image, size, tag(), args.cpu))
+                parts = (engine_parts(client, directory, image, size, tag, args.cpu,
+                                      args.runs, lambda: settle(args.settle))
+                         if args.parts else None)
                 results[size] = {"floor": floors, "session": sessions, "traced": traced,
-                                 "programs": programs}
+                                 "programs": programs, "manual": manuals, "parts": parts}
     except KeyboardInterrupt:
         print("interrupted; cleaning up", file=sys.stderr)
         return 130
@@ -767,8 +950,9 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps({
             str(n): {"floor": [f.__dict__ for f in r["floor"]],
                      "session": [s.__dict__ for s in r["session"]],
+                     "manual": [m.__dict__ for m in r["manual"]],
                      "traced": r["traced"].__dict__ if r["traced"] else None,
-                     "programs": r["programs"]}
+                     "programs": r["programs"], "parts": r["parts"]}
             for n, r in results.items()}, indent=1))
     return 0
 
@@ -792,17 +976,32 @@ def report(results: dict[int, dict], runs: int) -> None:
     busy = [x.settle_busy for r in results.values() for x in (*r["floor"], *r["session"])]
     print(f"Machine busy (others) just before the runs: median {med(busy):.0%}, "
           f"max {max(busy):.0%}\n")
+    print("(b) is until the last container's `ready:` line: main1 has seen every sshd accept "
+          "and every container knows it (the contract's moment); (b+) adds the check after it, "
+          "one `docker exec` into main1 running `ssh PEER true` to every peer at once, which "
+          "must succeed at its first try. (c): the rendered files by hand (mounted read-only, "
+          "no tmpfs, pids limit at create), until the last `ready:` line.\n")
     print("| N | floor (a) | session (b) | b/a (medians) | b/a per run | target <= 1.3 | "
-          "readiness wait after last running |")
-    print("|---|---|---|---|---|---|---|")
+          "(b+) with the ssh round | b+/a | by hand (c) | c/a | "
+          "readiness wait after last running (b) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for n, r in results.items():
         a = [f.total for f in r["floor"]]
-        b = [s.total for s in r["session"]]
+        b = [s.ready_all for s in r["session"]]
+        bplus = [s.total for s in r["session"]]
         ratio = statistics.median(b) / statistics.median(a)
         pairs = [s / f for s, f in zip(b, a, strict=True)]
         wait = [s.wait_after_running for s in r["session"]]
+        c = [m.total for m in r["manual"]]
+        by_hand = (f"{fmt(c)} | {statistics.median(c) / statistics.median(a):.2f}" if c
+                   else "n/a | n/a")
         print(f"| {n} | {fmt(a)} | {fmt(b)} | {ratio:.2f} | {fmt(pairs)} | "
-              f"{'met' if ratio <= 1.3 else 'MISSED'} | {fmt(wait)} |")
+              f"{'met' if ratio <= 1.3 else 'MISSED'} | {fmt(bplus)} | "
+              f"{statistics.median(bplus) / statistics.median(a):.2f} | {by_hand} | "
+              f"{fmt(wait)} |")
+    attempts = [s.ssh_attempts for r in results.values() for s in r["session"]]
+    print(f"\nssh rounds that needed more than one try after `ready:`: "
+          f"{sum(1 for x in attempts if x > 1)} of {len(attempts)}")
 
     print("\n## Before sshd listens, per container (target: <= 8 programs, <= 40 ms CPU)\n")
     print("| N | programs main1 starts, sshd included (strace) | cgroup CPU s at sshd "
@@ -870,6 +1069,19 @@ def report(results: dict[int, dict], runs: int) -> None:
     print("|---|" + "---|" * len(cols))
     for label, get in rows:
         print(f"| {label} | " + " | ".join(get(results[n]) for n in cols) + " |")
+
+    parts = {n: r["parts"] for n, r in results.items() if r.get("parts")}
+    if parts:
+        print("\n## The engine's part, per setting: N containers created and started at once "
+              "(s, medians; + is over plain floor runs of the same rounds)\n")
+        print("| setting | " + " | ".join(f"N={n}" for n in parts) + " |")
+        print("|---|" + "---|" * len(parts))
+        names = list(next(iter(parts.values())))
+        for name in [n for n in names if n != "plain"]:
+            print(f"| {name} | " + " | ".join(
+                f"{p[name]:.3f} (+{p[name] - p['plain']:.3f})" for p in parts.values()) + " |")
+        print("| plain floor | " + " | ".join(f"{p['plain']:.3f}" for p in parts.values())
+              + " |")
 
     traced = {n: r["traced"] for n, r in results.items() if r["traced"]}
     if traced:
