@@ -536,9 +536,11 @@ def test_the_readiness_probe_leaves_no_error_in_sshd_s_log(session_factory):
     running = session_factory(session_def(unique("quiet"), 2))
     time.sleep(0.5)  # sshd logs a connection's end after the probe has gone
     assert_no_probe_noise(running)
-    # main1 probes the subs (issue 35); a sub logs in to main1's gate instead
-    assert "readiness probe" in running.logs("sub1").decode(errors="replace")
-    assert "Accepted publickey for work" in running.logs("main1").decode(errors="replace")
+    # main1 probes the subs, then says go at their sshd (issue 35): sshd logs both politely,
+    # and nobody logs in to main1 for readiness
+    sub1 = running.logs("sub1").decode(errors="replace")
+    assert "readiness probe" in sub1 and ":11: cluster-session-go" in sub1, sub1
+    assert "Accepted publickey" not in running.logs("main1").decode(errors="replace")
 
 
 def test_the_job_example_asks_every_host_its_name_and_succeeds(session_factory):
