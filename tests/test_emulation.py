@@ -368,8 +368,8 @@ def _checking(monkeypatch) -> dict[str, int]:
             assert got == want and repr(got) == repr(want)
         return got
 
-    def write(state):
-        got = state_struct(state)
+    def write(state, *source):
+        got = state_struct(state, *source)
         seen["sdk state" if got is None else "fast state"] += 1
         if got is not None:
             assert got == _sync_await(rpc.serialize_properties(state, {}))
@@ -400,6 +400,7 @@ def test_what_the_one_pass_path_leaves_to_the_sdk():
     import pulumi
     from google.protobuf import struct_pb2
     from pulumi.runtime import rpc
+    from pulumi.runtime.sync_await import _sync_await
 
     from cluster_sessions.emulation.engine import (
         SECRET_SIG,
@@ -428,3 +429,11 @@ def test_what_the_one_pass_path_leaves_to_the_sdk():
     assert struct_to_dict(written) == {"a": [1.0, "x"], "m": {"k": None}, "s": secret("v")}
     for left in ({"u": pulumi.output.Unknown()}, {"o": object()}, {"k": {1: "x"}}):
         assert state_struct(left) is None, left
+    # what the state took unchanged is copied from the request, unless reading it changed it
+    # (a secret moved up: "a", "m"; a null left out: "plain")
+    args = deserialized(inputs)
+    state = {**args, "extra": [1, None]}
+    assert state_struct(state, struct, inputs, args) == _sync_await(
+        rpc.serialize_properties(state, {}))
+    assert struct_to_dict(state_struct(state, struct, inputs, args))["plain"] == {
+        "l": [True, None]}

@@ -585,7 +585,7 @@ class _Monitor(MockMonitor):
             custom=request.custom or False,
             transforms=_resolve_callbacks(request.transforms),
         ))
-        obj_proto = state_struct(state)
+        obj_proto = state_struct(state, request.object, inputs, args)
         if obj_proto is None:
             obj_proto = _sync_await(rpc.serialize_properties(state, {}))
         self.resources[urn] = MockMonitor.ResourceRegistration(urn, id_, state)
@@ -676,16 +676,29 @@ def _json(value: Any) -> bool:
     return False
 
 
-def state_struct(state: dict) -> Any:
+def state_struct(state: dict, request: Any = None, inputs: dict | None = None,
+                 args: dict | None = None) -> Any:
     """``rpc.serialize_properties(state, {})`` as the mock monitor answers it, for a state of
     plain JSON values (None otherwise: the SDK's path): each property that is not None,
-    written into the struct as the SDK writes what it serialized."""
-    if type(state) is not dict or not _json(state):
+    written into the struct as the SDK writes what it serialized.
+
+    A property the state took unchanged from what the mocks got (``args``, read from
+    ``request``'s struct as ``inputs``), where reading it changed nothing (no secret moved up,
+    no null left out), is copied from the request's struct: the same value, written the same.
+    """
+    if type(state) is not dict:
         return None
     struct = struct_pb2.Struct()
     for k, v in state.items():
-        if v is not None:
+        if v is None:
+            continue
+        if (args is not None and inputs is not None and k in args and v is args[k]
+                and k in inputs and v == inputs[k]):
+            struct.fields[k].CopyFrom(request.fields[k])
+        elif _json(v):
             struct[k] = v
+        else:
+            return None
     return struct
 
 
