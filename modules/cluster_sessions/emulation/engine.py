@@ -28,6 +28,7 @@ Tests read stack outputs with ``await output.future()`` (via :func:`resolve`), n
 from __future__ import annotations
 
 import base64
+import gc
 import runpy
 import threading
 from collections.abc import Callable
@@ -743,11 +744,18 @@ def run_program(engine: Engine, stack: str, config: dict[str, str],
         else:
             runpy.run_path(str(MAIN), run_name="__main__")
 
-    main()
-    root = get_root_resource()
-    assert root is not None
-    outputs: dict[str, Any] = {}
-    for name, value in root.outputs.items():
-        out = pulumi.Output.from_input(value)
-        outputs[name] = (_sync_await(out.future()), _sync_await(out.is_secret()))
-    return outputs
+    # what the program sets for its process (pulumi_layer/program.py ``collect_less``) holds
+    # for this run only: the next run, the program's or another's, starts from the same
+    # collector
+    thresholds = gc.get_threshold()
+    try:
+        main()
+        root = get_root_resource()
+        assert root is not None
+        outputs: dict[str, Any] = {}
+        for name, value in root.outputs.items():
+            out = pulumi.Output.from_input(value)
+            outputs[name] = (_sync_await(out.future()), _sync_await(out.is_secret()))
+        return outputs
+    finally:
+        gc.set_threshold(*thresholds)
