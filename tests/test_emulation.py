@@ -4,6 +4,7 @@ stack, and ``sessionctl diff`` (review.py) agrees with what an emulated ``up`` w
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -332,3 +333,131 @@ def test_provider_config_is_read_as_the_provider_reads_it():
     assert steered["cert_path"] == "/c" and steered["ssh_opts"] == ["-o", "X=1"]
     with pytest.raises(connhelper.ProviderConfigError, match="context"):
         connhelper.config_of({"host": "ssh://u@h:22"}, {"DOCKER_CONTEXT": "other"})
+
+
+# --- the mock monitor's one-pass reading and writing (issue 35: registration at scale) -------
+
+
+def _checking(monkeypatch) -> dict[str, int]:
+    """Check every registration's one-pass reading and writing against the SDK's own
+    (``json_format.MessageToDict``, ``rpc.deserialize_properties``, ``rpc.serialize_properties``)
+    as the run goes; count what each path took."""
+    from google.protobuf import json_format
+    from pulumi.runtime import rpc
+    from pulumi.runtime.sync_await import _sync_await
+
+    from cluster_sessions.emulation import engine as em
+
+    seen = {"fast inputs": 0, "sdk inputs": 0, "fast state": 0, "sdk state": 0}
+    last = threading.local()  # the struct each registering thread read last
+    struct_to_dict, deserialized, state_struct = (em.struct_to_dict, em.deserialized,
+                                                  em.state_struct)
+
+    def read(struct):
+        got = struct_to_dict(struct)
+        want = json_format.MessageToDict(struct)
+        assert got == want and repr(got) == repr(want)  # the same floats, keys in order
+        last.struct = struct
+        return got
+
+    def derive(inputs):
+        got = deserialized(inputs)
+        seen["sdk inputs" if got is None else "fast inputs"] += 1
+        if got is not None:
+            want = rpc.deserialize_properties(last.struct)
+            assert got == want and repr(got) == repr(want)
+        return got
+
+    def write(state, *source):
+        got = state_struct(state, *source)
+        seen["sdk state" if got is None else "fast state"] += 1
+        if got is not None:
+            assert got == _sync_await(rpc.serialize_properties(state, {}))
+        return got
+
+    monkeypatch.setattr(em, "struct_to_dict", read)
+    monkeypatch.setattr(em, "deserialized", derive)
+    monkeypatch.setattr(em, "state_struct", write)
+    return seen
+
+
+@pytest.mark.parametrize("stack", EXAMPLES + sorted(FIXTURE_STACKS))
+def test_the_mock_monitor_reads_and_answers_each_registration_as_the_sdks_does(monkeypatch,
+                                                                                stack):
+    """An up, a second up and a preview of each stack: every registration's inputs as the
+    engine records them, what the mocks get and the state the program gets back are, where
+    the one-pass path takes them, what the SDK's mock monitor makes of them."""
+    seen = _checking(monkeypatch)
+    engine = Engine()
+    run_program(engine, stack, config_of(stack))
+    run_program(engine, stack, config_of(stack))
+    engine.dry_run = True
+    run_program(engine, stack, config_of(stack))
+    assert seen["fast inputs"] and seen["fast state"], seen
+
+
+def test_what_the_one_pass_path_leaves_to_the_sdk():
+    import pulumi
+    from google.protobuf import struct_pb2
+    from pulumi.runtime import rpc
+    from pulumi.runtime.sync_await import _sync_await
+
+    from cluster_sessions.emulation.engine import (
+        SECRET_SIG,
+        SECRET_VALUE,
+        deserialized,
+        state_struct,
+        struct_to_dict,
+    )
+
+    def secret(value):
+        return {SECRET_SIG: SECRET_VALUE, "value": value}
+
+    struct = struct_pb2.Struct()
+    struct.update({"a": [1, "x", secret("s")], "m": {"k": secret(2), "n": None},
+                   "plain": {"k": None, "l": [True, None]}, "top": None, "t": secret({"u": 1})})
+    inputs = struct_to_dict(struct)
+    assert deserialized(inputs) == rpc.deserialize_properties(struct) == {
+        "a": secret([1.0, "x", "s"]), "m": secret({"k": 2.0}), "plain": {"l": [True, None]},
+        "t": secret({"u": 1.0})}
+    for left in ({"u": rpc.UNKNOWN}, {"l": [rpc.UNKNOWN]},
+                 {"r": {SECRET_SIG: rpc._special_resource_sig, "urn": "u"}},
+                 {SECRET_SIG: SECRET_VALUE, "value": "x"}):
+        assert deserialized(left) is None, left
+    state = {"a": (1, "x"), "n": None, "m": {"k": None}, "s": secret("v")}
+    written = state_struct(state)
+    assert struct_to_dict(written) == {"a": [1.0, "x"], "m": {"k": None}, "s": secret("v")}
+    for left in ({"u": pulumi.output.Unknown()}, {"o": object()}, {"k": {1: "x"}}):
+        assert state_struct(left) is None, left
+    # what the state took unchanged is copied from the request, unless reading it changed it
+    # (a secret moved up: "a", "m"; a null left out: "plain")
+    args = deserialized(inputs)
+    state = {**args, "extra": [1, None]}
+    assert state_struct(state, struct, inputs, args) == _sync_await(
+        rpc.serialize_properties(state, {}))
+    assert struct_to_dict(state_struct(state, struct, inputs, args))["plain"] == {
+        "l": [True, None]}
+
+
+def test_the_program_collects_less_while_it_runs_and_each_run_starts_from_the_same(
+        monkeypatch):
+    """The program raises the collector's threshold for its process (issue 35); the stand-in
+    puts it back after each run, so no run (the benchmarks' bare floor among them) inherits
+    another's."""
+    import gc
+
+    from cluster_sessions.pulumi_layer import program
+
+    during = []
+    session = program.Session
+
+    def recording(*args, **kwargs):
+        during.append(gc.get_threshold())
+        return session(*args, **kwargs)
+
+    monkeypatch.setattr(program, "Session", recording)
+    before = gc.get_threshold()
+    run_program(Engine(), "train-demo", config_of("train-demo"))
+    assert during and during[0][0] == max(before[0], program.GC_THRESHOLD)
+    assert during[0][1:] == before[1:]
+    assert gc.get_threshold() == before

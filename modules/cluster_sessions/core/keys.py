@@ -96,12 +96,15 @@ def with_hosts(keys: SessionKeys, hosts: Iterable[str],
     kept = {h: keys.hosts[h] if h in keys.hosts else new_keypair() for h in hosts}
     ca = keys.ca or new_keypair()
     certs = {}
+    signer = None  # the CA's private key, read once (reading it costs as much as a signature)
     for h in hosts:
         old = keys.host_certs.get(h)
         if old and cert_matches(old, ca.public_openssh, kept[h].public_openssh, wanted[h]):
             certs[h] = old
         else:
-            certs[h] = host_certificate(ca, kept[h].public_openssh, wanted[h], key_id=h)
+            signer = signer or _ca_private(ca)
+            certs[h] = host_certificate(ca, kept[h].public_openssh, wanted[h], key_id=h,
+                                        signer=signer)
     return SessionKeys(keys.user, kept, ca, certs)
 
 
@@ -117,8 +120,9 @@ def _openssh(cert) -> str:
 
 
 def host_certificate(ca: KeyPair, host_public: str, principals: Sequence[str],
-                     key_id: str) -> str:
-    """An OpenSSH host certificate of ``host_public`` for ``principals``, valid forever."""
+                     key_id: str, signer: Ed25519PrivateKey | None = None) -> str:
+    """An OpenSSH host certificate of ``host_public`` for ``principals``, valid forever;
+    ``signer``: ``ca``'s private key, already read (it is read from ``ca`` otherwise)."""
     builder = (serialization.SSHCertificateBuilder()
                .public_key(serialization.load_ssh_public_key(host_public.encode()))
                .type(serialization.SSHCertificateType.HOST)
@@ -127,7 +131,7 @@ def host_certificate(ca: KeyPair, host_public: str, principals: Sequence[str],
                .valid_principals([p.encode() for p in principals])
                .valid_after(0)
                .valid_before(FOREVER))
-    return _openssh(builder.sign(_ca_private(ca)))
+    return _openssh(builder.sign(signer or _ca_private(ca)))
 
 
 def user_certificate(ca: KeyPair, user_public: str, principal: str, key_id: str,

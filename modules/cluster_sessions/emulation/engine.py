@@ -28,6 +28,7 @@ Tests read stack outputs with ``await output.future()`` (via :func:`resolve`), n
 from __future__ import annotations
 
 import base64
+import gc
 import runpy
 import threading
 from collections.abc import Callable
@@ -38,11 +39,12 @@ from typing import Any
 import dill
 import pulumi
 import yaml
-from google.protobuf import json_format
+from google.protobuf import struct_pb2
 from pulumi.runtime import rpc
-from pulumi.runtime.mocks import MockMonitor
+from pulumi.runtime.mocks import MockMonitor, _resolve_callbacks
+from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime.settings import get_root_resource, reset_options
-from pulumi.runtime.sync_await import _sync_await
+from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
 from ..core.names import PROJECT as PROJECT_NAME
 from ..core.names import STACKS_DIR
@@ -520,6 +522,21 @@ class _Mocks(pulumi.runtime.Mocks):
 
 
 class _Monitor(MockMonitor):
+    """The SDK's mock monitor, recording each registration for the :class:`Engine`.
+
+    ``RegisterResource`` answers as ``MockMonitor.RegisterResource`` does, byte for byte, with
+    less work where the properties are plain JSON values (as all of this project's are): the
+    request's properties are read once (:func:`struct_to_dict`), what the mocks get is derived
+    from that (:func:`deserialized`, pulumi's ``rpc.deserialize_properties``) and the state is
+    written straight into the response (:func:`state_struct`, pulumi's
+    ``rpc.serialize_properties``), without an event loop per value. Anything else (an
+    unknown, a resource reference, an asset) takes the SDK's own path.
+    (``tests/test_emulation.py`` checks the two paths give the same answers and state.)
+    """
+
+    # False: every registration through ``MockMonitor.RegisterResource`` (the tests compare)
+    fast = True
+
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         # The SDK registers resources from a thread pool; each call stays on its thread.
@@ -527,13 +544,14 @@ class _Monitor(MockMonitor):
         super().__init__(_Mocks(self))
 
     def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
+        inputs = struct_to_dict(request.object)
         reg = Registration(
             type=request.type,
             name=request.name,
             urn=self.make_urn(request.parent, request.type, request.name),
             parent=request.parent,
             provider=request.provider,
-            inputs=json_format.MessageToDict(request.object),
+            inputs=inputs,
             dependencies=list(request.dependencies),
             additional_secret_outputs=list(request.additionalSecretOutputs),
             delete_before_replace=request.deleteBeforeReplace,
@@ -546,7 +564,143 @@ class _Monitor(MockMonitor):
         with self.engine.lock:
             self.engine.registrations.append(reg)
         self.local.current = reg
-        return super().RegisterResource(request)
+        if not self.fast:
+            return super().RegisterResource(request)
+        return self._register(request, reg.urn, inputs)
+
+    def _register(self, request, urn: str, inputs: dict):
+        """``MockMonitor.RegisterResource`` (pulumi/runtime/mocks.py), on ``inputs`` read once."""
+        if request.type == "pulumi:pulumi:Stack":
+            return resource_pb2.RegisterResourceResponse(urn=urn)
+        # an event loop on this thread, as the SDK's: deserializing resource references needs it
+        _ensure_event_loop()
+        args = deserialized(inputs)
+        if args is None:
+            args = rpc.deserialize_properties(request.object)
+        id_, state = self.mocks.new_resource(pulumi.runtime.MockResourceArgs(
+            typ=request.type,
+            name=request.name,
+            inputs=args,
+            provider=request.provider,
+            resource_id=request.importId,
+            custom=request.custom or False,
+            transforms=_resolve_callbacks(request.transforms),
+        ))
+        obj_proto = state_struct(state, request.object, inputs, args)
+        if obj_proto is None:
+            obj_proto = _sync_await(rpc.serialize_properties(state, {}))
+        self.resources[urn] = MockMonitor.ResourceRegistration(urn, id_, state)
+        return resource_pb2.RegisterResourceResponse(urn=urn, id=id_, object=obj_proto)
+
+
+def _value(value: Any) -> Any:
+    kind = value.WhichOneof("kind")
+    if kind == "string_value":
+        return value.string_value
+    if kind == "struct_value":
+        return {k: _value(v) for k, v in value.struct_value.fields.items()}
+    if kind == "list_value":
+        return [_value(v) for v in value.list_value.values]
+    if kind == "number_value":
+        return value.number_value
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "null_value":
+        return None
+    raise ValueError("Value not set")  # json_format's answer to a Value of no kind
+
+
+def struct_to_dict(struct: Any) -> dict:
+    """``json_format.MessageToDict`` of a ``Struct`` (numbers as floats), in one pass."""
+    return {k: _value(v) for k, v in struct.fields.items()}
+
+
+class _Fallback(Exception):
+    """A value :func:`deserialized` leaves to the SDK."""
+
+
+def _deserialize(value: Any) -> Any:
+    """pulumi's ``rpc.deserialize_property`` of a plain value (from :func:`struct_to_dict`):
+    a secret stays wrapped, and a list or a map holding one becomes a secret of its plain
+    values; a null in a map is left out."""
+    if isinstance(value, str):
+        if value == rpc.UNKNOWN:
+            raise _Fallback  # None, or Unknown() in a preview: the SDK decides
+        return value
+    if isinstance(value, list):
+        items = [_deserialize(v) for v in value]
+        if any(is_secret(v) for v in items):
+            return {SECRET_SIG: SECRET_VALUE, "value": [rpc.unwrap_rpc_secret(v) for v in items]}
+        return items
+    if isinstance(value, dict):
+        if SECRET_SIG in value:
+            if value[SECRET_SIG] != SECRET_VALUE:
+                raise _Fallback  # an asset, archive, resource reference or output value
+            return rpc.wrap_rpc_secret(_deserialize(value.get("value")))
+        props = {}
+        for k, v in value.items():
+            v = _deserialize(v)
+            if v is not None:
+                props[k] = v
+        if any(is_secret(v) for v in props.values()):
+            return {SECRET_SIG: SECRET_VALUE,
+                    "value": {k: rpc.unwrap_rpc_secret(v) for k, v in props.items()}}
+        return props
+    return value
+
+
+def deserialized(inputs: dict) -> dict | None:
+    """``rpc.deserialize_properties`` of the struct ``inputs`` was read from, or None where
+    the SDK has to decide (an unknown, a special value other than a secret)."""
+    if SECRET_SIG in inputs:
+        return None
+    try:
+        out = {}
+        for k, v in inputs.items():
+            v = _deserialize(v)
+            if v is not None:
+                out[k] = v
+        return out
+    except _Fallback:
+        return None
+
+
+def _json(value: Any) -> bool:
+    """A value ``rpc.serialize_property`` hands on as it is: JSON types only (a tuple is
+    written as the list it would become)."""
+    if value is None or isinstance(value, str | bool | int | float):
+        return True
+    if type(value) is dict:
+        return all(isinstance(k, str) and _json(v) for k, v in value.items())
+    if type(value) in (list, tuple):
+        return all(_json(v) for v in value)
+    return False
+
+
+def state_struct(state: dict, request: Any = None, inputs: dict | None = None,
+                 args: dict | None = None) -> Any:
+    """``rpc.serialize_properties(state, {})`` as the mock monitor answers it, for a state of
+    plain JSON values (None otherwise: the SDK's path): each property that is not None,
+    written into the struct as the SDK writes what it serialized.
+
+    A property the state took unchanged from what the mocks got (``args``, read from
+    ``request``'s struct as ``inputs``), where reading it changed nothing (no secret moved up,
+    no null left out), is copied from the request's struct: the same value, written the same.
+    """
+    if type(state) is not dict:
+        return None
+    struct = struct_pb2.Struct()
+    for k, v in state.items():
+        if v is None:
+            continue
+        if (args is not None and inputs is not None and k in args and v is args[k]
+                and k in inputs and v == inputs[k]):
+            struct.fields[k].CopyFrom(request.fields[k])
+        elif _json(v):
+            struct[k] = v
+        else:
+            return None
+    return struct
 
 
 def _provider_of(props: dict) -> Any:
@@ -590,11 +744,18 @@ def run_program(engine: Engine, stack: str, config: dict[str, str],
         else:
             runpy.run_path(str(MAIN), run_name="__main__")
 
-    main()
-    root = get_root_resource()
-    assert root is not None
-    outputs: dict[str, Any] = {}
-    for name, value in root.outputs.items():
-        out = pulumi.Output.from_input(value)
-        outputs[name] = (_sync_await(out.future()), _sync_await(out.is_secret()))
-    return outputs
+    # what the program sets for its process (pulumi_layer/program.py ``collect_less``) holds
+    # for this run only: the next run, the program's or another's, starts from the same
+    # collector
+    thresholds = gc.get_threshold()
+    try:
+        main()
+        root = get_root_resource()
+        assert root is not None
+        outputs: dict[str, Any] = {}
+        for name, value in root.outputs.items():
+            out = pulumi.Output.from_input(value)
+            outputs[name] = (_sync_await(out.future()), _sync_await(out.is_secret()))
+        return outputs
+    finally:
+        gc.set_threshold(*thresholds)

@@ -34,6 +34,7 @@ with the same messages ``sessionctl validate`` and ``sessionctl plan`` print.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from collections.abc import Mapping
@@ -234,8 +235,28 @@ def identity(plan: ClusterPlan, stack: str, config: pulumi.Config) -> ClusterPla
     return with_identity(plan, who.stack_id, stack, who.made_by)
 
 
+# The collector's first threshold while the program runs (CPython's default: 700).
+# Registering a session is thousands of resources, each a few hundred short-lived objects in
+# reference cycles (the SDK's Outputs, futures and tasks, freed only by the collector): at the
+# default the collector runs thousands of times and walks the whole heap, which holds every
+# resource made so far, about fifteen times over a 1,024-container session, half of the
+# program's CPU time. At this threshold it walks it a few times; the peak memory stays the
+# same (docs/benchmarks.md, issue 35).
+GC_THRESHOLD = 50_000
+
+
+def collect_less() -> None:
+    """Raise the collector's first threshold to :data:`GC_THRESHOLD` for this process (the
+    language host runs one program; ``emulation.engine.run_program`` puts it back after
+    each run)."""
+    first, *rest = gc.get_threshold()
+    if 0 < first < GC_THRESHOLD:
+        gc.set_threshold(GC_THRESHOLD, *rest)
+
+
 def run(project_dir: Path) -> Session:
     """Build this stack's Session and export its outputs."""
+    collect_less()
     check_environment(os.environ)
     loaded = load(project_dir)
     stack = pulumi.get_stack()

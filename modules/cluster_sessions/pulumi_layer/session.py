@@ -31,6 +31,7 @@ A pending plan raises :class:`SessionPending` before anything is registered.
 
 from __future__ import annotations
 
+import operator
 import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -179,9 +180,9 @@ class Session(pulumi.ComponentResource):
                                             for c in plan.containers})
         self.docker_network = self._build_network()
         self.folders = self._build_folders(name)
-        material = self.keys.material()
+        bundles, digests = self._build_bundles(self.keys.material())
         self.containers: dict[str, docker.Container] = {
-            c.host: self._build_container(c, material) for c in plan.containers
+            c.host: self._build_container(c, bundles, digests) for c in plan.containers
         }
         self.limits = self._build_limits(name)
 
@@ -278,28 +279,39 @@ class Session(pulumi.ComponentResource):
                     parent=self, depends_on=[self.containers[c.host] for c in mine]))
         return out
 
-    def _build_bundle(self, c: ContainerPlan, material: pulumi.Output[keys.SessionKeys]
-                      ) -> tuple[list[docker.ContainerUploadArgs], pulumi.Output[str]]:
-        """(the one upload of the bundle, a secret; the digest of its public files, not)."""
-        plan = self.plan
-        # ``material`` is a secret, and so is all that is derived from it: the pack is secret
-        # without being marked again (few Outputs per container: each one is SDK work).
-        packed = material.apply(
-            lambda k: bundle_pack(check_rendered(render_container(plan, c, k), k, c.host)))
-        content = packed.apply(_first)
-        # The keys resource is secret as a whole; the digest of the public files is not, so a
-        # preview shows changes to the entrypoint and the public files.
-        digest = pulumi.Output.unsecret(packed.apply(_second))
-        # 0600 from the first byte on: it holds the private keys
-        return [docker.ContainerUploadArgs(file=BUNDLE_PACK, content=content, executable=False,
-                                           permissions=BUNDLE_PACK_PERMISSIONS)], digest
+    def _build_bundles(self, material: pulumi.Output[keys.SessionKeys]
+                       ) -> tuple[pulumi.Output[dict[str, str]], pulumi.Output[dict[str, str]]]:
+        """(each host's pack of its whole bundle, a secret; each host's digest of its public
+        files, not), every container's rendered in one ``apply`` once the keys are known.
 
-    def _build_container(self, c: ContainerPlan,
-                         material: pulumi.Output[keys.SessionKeys]) -> docker.Container:
+        ``material`` is a secret, and so is all that is derived from it: the packs are secret
+        without being marked again. The keys resource is secret as a whole; the digests of the
+        public files are not, so a preview shows changes to the entrypoint and the public
+        files. Few Outputs per container (two: its pack and its digest), as each one is work
+        for the SDK.
+        """
+        plan = self.plan
+
+        def render_all(k: keys.SessionKeys) -> dict[str, tuple[str, str]]:
+            return {c.host: bundle_pack(check_rendered(render_container(plan, c, k), k, c.host))
+                    for c in plan.containers}
+
+        packed = material.apply(render_all)
+        bundles = packed.apply(lambda b: {host: pair[0] for host, pair in b.items()})
+        digests = pulumi.Output.unsecret(
+            packed.apply(lambda b: {host: pair[1] for host, pair in b.items()}))
+        return bundles, digests
+
+    def _build_container(self, c: ContainerPlan, bundles: pulumi.Output[dict[str, str]],
+                         digests: pulumi.Output[dict[str, str]]) -> docker.Container:
         args = container_args(self.plan, c, self._endpoint(c.agent))
-        uploads, digest = self._build_bundle(c, material)
+        # the one upload of the bundle, 0600 from the first byte on: it holds the private keys
+        uploads = [docker.ContainerUploadArgs(
+            file=BUNDLE_PACK, content=bundles.apply(operator.itemgetter(c.host)),
+            executable=False, permissions=BUNDLE_PACK_PERMISSIONS)]
         labels = [docker.ContainerLabelArgs(label=k, value=v) for k, v in args.labels]
-        labels.append(docker.ContainerLabelArgs(label=BUNDLE_DIGEST_LABEL, value=digest))
+        labels.append(docker.ContainerLabelArgs(
+            label=BUNDLE_DIGEST_LABEL, value=digests.apply(operator.itemgetter(c.host))))
 
         return docker.Container(
             args.name,
@@ -402,14 +414,6 @@ class Session(pulumi.ComponentResource):
             return out
 
         return self.containers[main.host].ports.apply(describe)
-
-
-def _first(pair: tuple[str, str]) -> str:
-    return pair[0]
-
-
-def _second(pair: tuple[str, str]) -> str:
-    return pair[1]
 
 
 def _published(port, agent: Agent) -> dict:
