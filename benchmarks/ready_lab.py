@@ -9,17 +9,24 @@ mock engine (as ``sessionctl pool up`` makes it). Then, per size N and per run:
 
 (a) floor: an attachable swarm overlay created on the manager, then N plain containers of the
     session image (``sleep infinity``) on it, spread over the agents as the session is placed,
-    created and started in parallel (one thread each) through the same SSH-reached clients
-    the session's build uses, until every start call has returned (the container runs);
+    created and started in parallel (``--parallel`` at once) through the same SSH-reached
+    clients the session's build uses, until every start call has returned (it runs);
 (b) session: the real ``__main__.py`` under the mock engine for a multi-node definition of N
     containers (cpu ``--cpu``, mem ``--mem`` each) on a pool whose capacities hold
     ceil(N/3) containers per agent, so the plan spreads them over all three; then the
     emulation's ``DockerBuilder`` creates what it declares on each agent (the provider's
-    create by hand: create, uploads, start), the containers in parallel as Pulumi would (its
-    default parallelism is unbounded), and each agent's ``ContainerLimits`` sets the pool's
+    create by hand: create, uploads, start), ``--parallel`` containers at once, as
+    ``pulumi up --parallel P`` would, and each agent's ``ContainerLimits`` sets the pool's
     pids limit once that agent's containers exist (the set-up waits for it). The clock runs
     from the network's creation until every container has logged its entrypoint's ``ready:``
     line (Docker's timestamp of the line).
+
+``--parallel`` is 8, not Pulumi's unbounded default: every concurrent Docker call over an
+``ssh://`` provider is one more SSH connection to the agent (docker/cli's connection helper
+runs one ``ssh`` per HTTP connection), and a stock sshd drops connections beyond
+``MaxStartups`` 10 that are still in their handshake; unbounded, N = 32 already fails (11
+creates at once on one agent: "kex_exchange_identification: Connection closed by remote
+host"). ``--parallel 0`` runs it unbounded.
 
 The connections to the agents are opened (and pinged) before either clock starts, for both.
 The containers are watched through the lab's local engine sockets (log streams, one
@@ -33,7 +40,7 @@ each sub one probe from main1.
 
 Prints one line per run and a table per size: N, containers per agent, floor s, session s,
 session - floor, (session - floor) / (N per agent), sshd start-ups against 2N, and how busy
-the machine was (the machine is shared: a figure taken while it was busy is marked).
+the machine was (the machine is shared: a busy figure says the timings are not the product's alone).
 
     python3 benchmarks/ready_lab.py                    # N = 8, 32, 128; 1 run each
     python3 benchmarks/ready_lab.py --sizes 8 --runs 2
@@ -48,6 +55,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import signal
 import statistics
 import sys
@@ -78,6 +86,9 @@ AGENTS = 3
 CONTAINER = "docker:index/container:Container"
 NETWORK = "docker:index/network:Network"
 PROVIDER = "pulumi:providers:docker"
+# creates at once (module doc): one agent's SSH handshakes stay under sshd's MaxStartups 10
+# (the creates go in host order, agent by agent)
+PARALLEL_DEFAULT = 8
 RUN_TIMEOUT = 600.0  # s per session run (the entrypoint itself gives up after readiness.timeout)
 
 
@@ -288,6 +299,7 @@ class SessionResult:
     sshd_main1: int
     sshd_sub_max: int
     busy: float
+    main1_sshd: dict  # main1's sshd log lines by kind (numbers and addresses left out)
 
 
 def snmp_passive_opens(api, cid: str) -> int:
@@ -295,6 +307,56 @@ def snmp_passive_opens(api, cid: str) -> int:
     out = api.exec_start(exec_id).decode()
     header, values = (line.split() for line in out.splitlines() if line.startswith("Tcp:"))
     return int(values[header.index("PassiveOpens")])
+
+
+def wait_ready(watches: dict, futures: list, deadline: float, tag: str) -> None:
+    """Until every container logged its ``ready:`` line; raises on a failed create, a
+    container's ``error:`` line or the deadline."""
+    for host, watch in watches.items():
+        while not watch.ready.wait(0.2):
+            failed = [f for f in futures if f.done() and f.exception()]
+            if failed:
+                raise failed[0].exception()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{tag}: {host} not ready after {RUN_TIMEOUT:.0f} s\n"
+                                   + tail(watch))
+        if watch.ready_at is None:
+            raise RuntimeError(f"{tag}: {host} failed: {watch.error or 'log ended'}\n"
+                               + tail(watch))
+
+
+def diagnose(local: dict, agent_of_host: dict, watches: dict) -> None:
+    """What main1 and the first hosts not ready were doing (stderr): processes, the CPU their
+    cgroup used and was throttled for, the log's end."""
+    late = [h for h, w in watches.items() if w.ready_at is None and w.cid]
+    for host in dict.fromkeys(["main1", *late[:2]]):
+        watch = watches[host]
+        if not watch.cid:
+            continue
+        api = local[agent_of_host[host]].api
+        out = []
+        for cmd in ("ps -eo pid,ppid,stat,etime,time,args | head -25",
+                    "cat /sys/fs/cgroup/cpu/cpu.stat /sys/fs/cgroup/cpuacct/cpuacct.usage",
+                    "grep -E 'Tcp:' /proc/net/snmp"):
+            with contextlib.suppress(Exception):
+                exec_id = api.exec_create(watch.cid, ["sh", "-c", cmd], user="root")["Id"]
+                out.append(api.exec_start(exec_id).decode(errors="replace"))
+        print(f"--- {host} ({agent_of_host[host]}):\n" + "\n".join(out) + tail(watch, 8),
+              file=sys.stderr)
+
+
+def sshd_lines(api, cid: str) -> dict[str, int]:
+    """main1's own log lines that are not its entrypoint's (sshd's, on stderr), counted by
+    their text with the numbers, addresses and names taken out: what the accepted
+    connections were."""
+    kinds: dict[str, int] = {}
+    for line in api.logs(cid, stdout=True, stderr=True).decode(errors="replace").splitlines():
+        if line.startswith("cluster-session[") or not line.strip():
+            continue
+        kind = re.sub(r"\d+(\.\d+){3}|\bport \d+|\b(main|sub)\d+\b|SHA256:\S+|\d+", "#",
+                      line.strip())
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return dict(sorted(kinds.items(), key=lambda kv: -kv[1]))
 
 
 def session_run(declared: Declared, local: dict, tag: str, parallel: int) -> SessionResult:
@@ -341,17 +403,11 @@ def session_run(declared: Declared, local: dict, tag: str, parallel: int) -> Ses
         creating.shutdown(wait=False)
         everything = [f for made in futures.values() for f in made] + limit_futures
         deadline = time.monotonic() + RUN_TIMEOUT
-        for host, watch in watches.items():
-            while not watch.ready.wait(0.2):
-                failed = [f for f in everything if f.done() and f.exception()]
-                if failed:
-                    raise failed[0].exception()
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{tag}: {host} not ready after {RUN_TIMEOUT:.0f} s\n"
-                                       + tail(watch))
-            if watch.ready_at is None:
-                raise RuntimeError(f"{tag}: {host} failed: {watch.error or 'log ended'}\n"
-                                   + tail(watch))
+        try:
+            wait_ready(watches, everything, deadline, tag)
+        except Exception:
+            diagnose(local, agent_of_host, watches)
+            raise
         busy = busy_fraction(cpu0, machine_cpu())
         ids = {h: w.cid for h, w in watches.items()}
         # the count first, before anything else could connect to a container
@@ -359,6 +415,7 @@ def session_run(declared: Declared, local: dict, tag: str, parallel: int) -> Ses
             opens = dict(zip(hosts, pool.map(
                 lambda h: snmp_passive_opens(local[agent_of_host[h]].api, ids[h]), hosts),
                 strict=True))
+        main1_sshd = sshd_lines(local[agent_of_host["main1"]].api, ids["main1"])
         engine_done = max(f.result() for made in futures.values() for f in made)
         limits_done = max(f.result() for f in limit_futures)
         started = {h: docker_time(local[agent_of_host[h]].api.inspect_container(
@@ -371,7 +428,7 @@ def session_run(declared: Declared, local: dict, tag: str, parallel: int) -> Ses
             all_running=last_running - t0, wait_after_running=last_ready - last_running,
             sshd_starts=sum(opens.values()), sshd_main1=opens["main1"],
             sshd_sub_max=max((v for h, v in opens.items() if h != "main1"), default=0),
-            busy=busy)
+            busy=busy, main1_sshd=main1_sshd)
     finally:
         for watch in watches.values():
             watch.close()
@@ -384,6 +441,12 @@ def session_run(declared: Declared, local: dict, tag: str, parallel: int) -> Ses
             builder.remove_all()
         builder.close()
         sweep(local, declared.manager, tag)
+
+
+def relay_errors(builder) -> list[str]:
+    """What the ``ssh`` processes behind a builder's connections printed when they failed."""
+    return sorted({e for conn in builder.connections.values() if conn.relay
+                   for e in conn.relay.errors})
 
 
 def sweep(local: dict, manager: str, session: str) -> None:
@@ -438,8 +501,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--cpu", type=float, default=0.25, help="per container (default 0.25)")
     ap.add_argument("--mem", type=int, default=64, help="MiB per container (default 64)")
-    ap.add_argument("--parallel", type=int, default=0,
-                    help="creates at once (default: N, Pulumi's unbounded default)")
+    ap.add_argument("--parallel", type=int, default=PARALLEL_DEFAULT,
+                    help=f"creates at once, as `pulumi up --parallel P` (default "
+                    f"{PARALLEL_DEFAULT}; 0: N, Pulumi's unbounded default, which fails from "
+                    "N = 32: see the module's doc)")
     ap.add_argument("--settle", type=float, default=30.0,
                     help="wait up to this many s for a quiet machine before each measurement")
     ap.add_argument("--json", action="store_true")
@@ -489,6 +554,10 @@ def main(argv: list[str] | None = None) -> int:
                         floor = floor_run(clients, declared.manager, placement,
                                           declared.containers[0][1]["image"], options, tag,
                                           parallel)
+                    except Exception:
+                        print(f"floor failed; the ssh connections said: "
+                              f"{relay_errors(floor_builder)}", file=sys.stderr)
+                        raise
                     finally:
                         floor_builder.close()
                         sweep(local, declared.manager, tag)
@@ -514,6 +583,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"floor {floor.busy:.0%} session {session.busy:.0%} (before: "
                         f"{row['settle_busy']:.0%}); load {load_before}; this run took "
                         f"{row['wall_s']:.0f} s")
+                    if session.sshd_starts > 2 * size:
+                        say(f"  main1's sshd log, by kind: {json.dumps(session.main1_sshd)}")
         by_size = []
         for size in sizes:
             mine = [r for r in rows if r["size"] == size]
