@@ -56,6 +56,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import statistics
 import sys
@@ -124,11 +125,13 @@ def write_pool(info: LabInfo, directory: Path, size: int, cpu: float, mem_mib: i
 
 
 def write_definition(directory: Path, pool: Path, name: str, size: int, image: str,
-                     cpu: float, mem_mib: int) -> Path:
+                     cpu: float, mem_mib: int, readiness_timeout: int | None) -> Path:
     doc = {"kind": "ClusterSession", "name": name, "pool": str(pool), "image": image,
            "cluster": {"mode": "multi-node", "size": size},
            "resources": {"cpu": cpu, "mem": f"{mem_mib}m", "shmem": f"{mem_mib // 4}m"},
            "command": ["sleep", "infinity"]}
+    if readiness_timeout:
+        doc["readiness"] = {"timeout": readiness_timeout}
     path = directory / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
@@ -300,6 +303,7 @@ class SessionResult:
     sshd_sub_max: int
     busy: float
     main1_sshd: dict  # main1's sshd log lines by kind (numbers and addresses left out)
+    built: dict  # agent -> t0 -> its last container made
 
 
 def snmp_passive_opens(api, cid: str) -> int:
@@ -359,7 +363,8 @@ def sshd_lines(api, cid: str) -> dict[str, int]:
     return dict(sorted(kinds.items(), key=lambda kv: -kv[1]))
 
 
-def session_run(declared: Declared, local: dict, tag: str, parallel: int) -> SessionResult:
+def session_run(declared: Declared, local: dict, tag: str, parallel: int,
+                limits_mode: str = "agent") -> SessionResult:
     from cluster_sessions.core.spec import SessionLimits
     from cluster_sessions.pulumi_layer.limits import PARALLEL
 
@@ -369,7 +374,8 @@ def session_run(declared: Declared, local: dict, tag: str, parallel: int) -> Ses
                      for _, inputs in declared.containers}
     watches = {h: LogWatch(local[agent_of_host[h]].api, h) for h in hosts}
     futures: dict[str, list] = {}
-    executor = ThreadPoolExecutor(max_workers=parallel + AGENTS)
+    executor = ThreadPoolExecutor(max_workers=AGENTS)  # the limits, waiting for the creates
+    creating = ThreadPoolExecutor(max_workers=parallel)
     try:
         cpu0 = machine_cpu()
         t0 = time.time()
@@ -378,7 +384,11 @@ def session_run(declared: Declared, local: dict, tag: str, parallel: int) -> Ses
 
         def one(reg, inputs: dict) -> float:
             builder(reg, inputs)
-            watches[inputs["hostname"]].start(builder.made[reg.urn][2])
+            cid = builder.made[reg.urn][2]
+            if limits_mode == "container":  # as if the provider set it at create
+                set_pids_limit(clients[declared.agent_of[inputs["name"]]], cid,
+                               SessionLimits().pids_limit)
+            watches[inputs["hostname"]].start(cid)
             return time.time()
 
         def limits(agent: str, made: list) -> float:
@@ -393,14 +403,12 @@ def session_run(declared: Declared, local: dict, tag: str, parallel: int) -> Ses
                                                          SessionLimits().pids_limit), ids))
             return time.time()
 
-        # the pool of `parallel` workers creates; the limits wait in their own threads
-        creating = ThreadPoolExecutor(max_workers=parallel)
+        # `parallel` workers create; the limits wait in their own threads
         for reg, inputs in declared.containers:
             futures.setdefault(declared.agent_of[inputs["name"]], []).append(
                 creating.submit(one, reg, inputs))
         limit_futures = [executor.submit(limits, agent, made)
-                         for agent, made in futures.items()]
-        creating.shutdown(wait=False)
+                         for agent, made in futures.items() if limits_mode == "agent"]
         everything = [f for made in futures.values() for f in made] + limit_futures
         deadline = time.monotonic() + RUN_TIMEOUT
         try:
@@ -417,7 +425,9 @@ def session_run(declared: Declared, local: dict, tag: str, parallel: int) -> Ses
                 strict=True))
         main1_sshd = sshd_lines(local[agent_of_host["main1"]].api, ids["main1"])
         engine_done = max(f.result() for made in futures.values() for f in made)
-        limits_done = max(f.result() for f in limit_futures)
+        limits_done = max((f.result() for f in limit_futures), default=engine_done)
+        built = {agent: round(max(f.result() for f in made) - t0, 1)
+                 for agent, made in futures.items()}
         started = {h: docker_time(local[agent_of_host[h]].api.inspect_container(
             ids[h])["State"]["StartedAt"]) for h in hosts}
         last_ready = max(w.ready_at for w in watches.values())
@@ -428,10 +438,11 @@ def session_run(declared: Declared, local: dict, tag: str, parallel: int) -> Ses
             all_running=last_running - t0, wait_after_running=last_ready - last_running,
             sshd_starts=sum(opens.values()), sshd_main1=opens["main1"],
             sshd_sub_max=max((v for h, v in opens.items() if h != "main1"), default=0),
-            busy=busy, main1_sshd=main1_sshd)
+            busy=busy, main1_sshd=main1_sshd, built=built)
     finally:
         for watch in watches.values():
             watch.close()
+        creating.shutdown(wait=False, cancel_futures=True)  # after a failure: no more
         for made in futures.values():
             for f in made:  # let running creates finish before removing
                 with contextlib.suppress(Exception):
@@ -505,6 +516,13 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"creates at once, as `pulumi up --parallel P` (default "
                     f"{PARALLEL_DEFAULT}; 0: N, Pulumi's unbounded default, which fails from "
                     "N = 32: see the module's doc)")
+    ap.add_argument("--readiness-timeout", type=int, default=None,
+                    help="the definition's readiness.timeout (default: the product's)")
+    ap.add_argument("--limits", choices=("agent", "container"), default="agent",
+                    help="agent: the pids limit as ContainerLimits sets it, on every "
+                    "container of an agent once all of them exist (default); container: on "
+                    "each right after its create, as a provider taking pids_limit would "
+                    "(module doc: the set-up waits 60 s for it)")
     ap.add_argument("--settle", type=float, default=30.0,
                     help="wait up to this many s for a quiet machine before each measurement")
     ap.add_argument("--json", action="store_true")
@@ -542,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
                     t_size = time.monotonic()
                     tag = f"rl{size}-{uuid.uuid4().hex[:6]}"
                     definition = write_definition(work, pool, tag, size, image, args.cpu,
-                                                  args.mem)
+                                                  args.mem, args.readiness_timeout)
                     declared = declare(definition)
                     placement = [declared.agent_of[i["name"]] for _, i in declared.containers]
                     spread = {a: placement.count(a) for a in dict.fromkeys(placement)}
@@ -563,7 +581,7 @@ def main(argv: list[str] | None = None) -> int:
                         sweep(local, declared.manager, tag)
                     session_settle = settle(args.settle)
                     load_before = uptime()
-                    session = session_run(declared, local, tag, parallel)
+                    session = session_run(declared, local, tag, parallel, args.limits)
                     row = {"size": size, "per_agent": max(spread.values()), "run": run + 1,
                            "spread": spread, "floor": floor.total,
                            "session": session.total, "sshd": session.sshd_starts,
@@ -574,7 +592,8 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append(row)
                     say(f"N={size} run {run + 1}: spread {spread}; floor {floor.total:.2f} s "
                         f"(network {floor.network:.2f}); session {session.total:.2f} s "
-                        f"(network {session.network:.2f}, built {session.engine_done:.2f}, "
+                        f"(network {session.network:.2f}, built {session.engine_done:.2f} "
+                        f"{session.built}, "
                         f"pids limits {session.limits_done:.2f}, last running "
                         f"{session.all_running:.2f}, ready {session.wait_after_running:.2f} "
                         f"after it; program {session.program:.2f} s not counted); sshd "
@@ -606,6 +625,7 @@ def main(argv: list[str] | None = None) -> int:
             with contextlib.suppress(Exception):
                 client.close()
         netns.lab_down(work / "lab")
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def uptime() -> str:
