@@ -304,6 +304,9 @@ class SessionResult:
     busy: float
     main1_sshd: dict  # main1's sshd log lines by kind (numbers and addresses left out)
     built: dict  # agent -> t0 -> its last container made
+    restarts: int  # the engines' RestartCount, summed
+    oom_kills: int  # the machine's OOM kills during the run (/proc/vmstat)
+    main1_mem_peak_mib: float | None  # main1's cgroup memory peak
 
 
 def snmp_passive_opens(api, cid: str) -> int:
@@ -339,7 +342,14 @@ def diagnose(local: dict, agent_of_host: dict, watches: dict) -> None:
             continue
         api = local[agent_of_host[host]].api
         out = []
+        with contextlib.suppress(Exception):
+            st = api.inspect_container(watch.cid)["State"]
+            out.append(f"state {st['Status']} exit {st['ExitCode']} oom-killed "
+                       f"{st['OOMKilled']}; restarts "
+                       f"{api.inspect_container(watch.cid)['RestartCount']}")
         for cmd in ("ps -eo pid,ppid,stat,etime,time,args | head -25",
+                    "cat /sys/fs/cgroup/memory/memory.max_usage_in_bytes "
+                    "/sys/fs/cgroup/memory/memory.failcnt",
                     "cat /sys/fs/cgroup/cpu/cpu.stat /sys/fs/cgroup/cpuacct/cpuacct.usage",
                     "grep -E 'Tcp:' /proc/net/snmp"):
             with contextlib.suppress(Exception):
@@ -347,6 +357,21 @@ def diagnose(local: dict, agent_of_host: dict, watches: dict) -> None:
                 out.append(api.exec_start(exec_id).decode(errors="replace"))
         print(f"--- {host} ({agent_of_host[host]}):\n" + "\n".join(out) + tail(watch, 8),
               file=sys.stderr)
+
+
+def oom_kills() -> int:
+    for line in Path("/proc/vmstat").read_text().splitlines():
+        if line.startswith("oom_kill "):
+            return int(line.split()[1])
+    return 0
+
+
+def cgroup_file(api, cid: str, name: str) -> int | None:
+    """A number from the container's own cgroup (v1: /sys/fs/cgroup/NAME)."""
+    with contextlib.suppress(Exception):
+        exec_id = api.exec_create(cid, ["cat", f"/sys/fs/cgroup/{name}"], user="root")["Id"]
+        return int(api.exec_start(exec_id).decode().split()[0])
+    return None
 
 
 def sshd_lines(api, cid: str) -> dict[str, int]:
@@ -377,6 +402,7 @@ def session_run(declared: Declared, local: dict, tag: str, parallel: int,
     executor = ThreadPoolExecutor(max_workers=AGENTS)  # the limits, waiting for the creates
     creating = ThreadPoolExecutor(max_workers=parallel)
     try:
+        oom0 = oom_kills()
         cpu0 = machine_cpu()
         t0 = time.time()
         builder(*declared.network)
@@ -428,8 +454,10 @@ def session_run(declared: Declared, local: dict, tag: str, parallel: int,
         limits_done = max((f.result() for f in limit_futures), default=engine_done)
         built = {agent: round(max(f.result() for f in made) - t0, 1)
                  for agent, made in futures.items()}
-        started = {h: docker_time(local[agent_of_host[h]].api.inspect_container(
-            ids[h])["State"]["StartedAt"]) for h in hosts}
+        states = {h: local[agent_of_host[h]].api.inspect_container(ids[h]) for h in hosts}
+        started = {h: docker_time(states[h]["State"]["StartedAt"]) for h in hosts}
+        main1_peak = cgroup_file(local[agent_of_host["main1"]].api, ids["main1"],
+                                 "memory/memory.max_usage_in_bytes")
         last_ready = max(w.ready_at for w in watches.values())
         last_running = max(started.values())
         return SessionResult(
@@ -438,7 +466,10 @@ def session_run(declared: Declared, local: dict, tag: str, parallel: int,
             all_running=last_running - t0, wait_after_running=last_ready - last_running,
             sshd_starts=sum(opens.values()), sshd_main1=opens["main1"],
             sshd_sub_max=max((v for h, v in opens.items() if h != "main1"), default=0),
-            busy=busy, main1_sshd=main1_sshd, built=built)
+            busy=busy, main1_sshd=main1_sshd, built=built,
+            restarts=sum(st["RestartCount"] for st in states.values()),
+            oom_kills=oom_kills() - oom0,
+            main1_mem_peak_mib=round(main1_peak / 2**20, 1) if main1_peak else None)
     finally:
         for watch in watches.values():
             watch.close()
@@ -596,7 +627,9 @@ def main(argv: list[str] | None = None) -> int:
                         f"{session.built}, "
                         f"pids limits {session.limits_done:.2f}, last running "
                         f"{session.all_running:.2f}, ready {session.wait_after_running:.2f} "
-                        f"after it; program {session.program:.2f} s not counted); sshd "
+                        f"after it; program {session.program:.2f} s not counted); "
+                        f"restarts {session.restarts}, OOM kills {session.oom_kills}, main1's "
+                        f"memory peak {session.main1_mem_peak_mib} MiB; sshd "
                         f"start-ups {session.sshd_starts} (main1 {session.sshd_main1}, a sub "
                         f"at most {session.sshd_sub_max}; 2(N-1) = {2 * (size - 1)}); busy "
                         f"floor {floor.busy:.0%} session {session.busy:.0%} (before: "
