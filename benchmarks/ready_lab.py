@@ -28,6 +28,18 @@ runs one ``ssh`` per HTTP connection), and a stock sshd drops connections beyond
 creates at once on one agent: "kex_exchange_identification: Connection closed by remote
 host"). ``--parallel 0`` runs it unbounded.
 
+``--mem`` is 512 MiB, not less: while the subs wait at main1's gate, main1 holds each one's
+login (sshd's two processes, the session's shells): its cgroup's memory peaked at 18 MiB at
+N = 8 and 74 MiB at N = 32, about 2.3 MiB per waiting sub. With 64 MiB at N = 32 the kernel
+killed sshd's children in main1 (21 OOM kills), the subs logged in again and main1 accepted
+326 connections instead of 31.
+
+``--readiness-timeout 600`` and ``--limits container`` are what N = 128 needs here: the
+entrypoint's readiness timeout (120 s) counts from each container's start, and main1 starts
+first, minutes before the last sub; and the set-up waits 60 s for the pids limit, which
+``ContainerLimits`` sets once all of the agent's containers exist (43 at N = 128, more than
+60 s of creates here).
+
 The connections to the agents are opened (and pinged) before either clock starts, for both.
 The containers are watched through the lab's local engine sockets (log streams, one
 ``docker exec`` each for the count), so the watching adds no SSH traffic to the measurement.
@@ -42,8 +54,8 @@ Prints one line per run and a table per size: N, containers per agent, floor s, 
 session - floor, (session - floor) / (N per agent), sshd start-ups against 2N, and how busy
 the machine was (the machine is shared: a busy figure says the timings are not the product's alone).
 
-    python3 benchmarks/ready_lab.py                    # N = 8, 32, 128; 1 run each
-    python3 benchmarks/ready_lab.py --sizes 8 --runs 2
+    python3 benchmarks/ready_lab.py --sizes 8,32 --runs 2      # the product as it is
+    python3 benchmarks/ready_lab.py --sizes 128 --readiness-timeout 600 --limits container
 
 Everything is removed at the end, also on errors and Ctrl-C (the lab is taken down).
 """
@@ -542,7 +554,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="8,32,128")
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--cpu", type=float, default=0.25, help="per container (default 0.25)")
-    ap.add_argument("--mem", type=int, default=64, help="MiB per container (default 64)")
+    ap.add_argument("--mem", type=int, default=512,
+                    help="MiB per container (default 512: main1 holds every waiting sub's "
+                    "login, about 2.3 MiB each; module doc)")
     ap.add_argument("--parallel", type=int, default=PARALLEL_DEFAULT,
                     help=f"creates at once, as `pulumi up --parallel P` (default "
                     f"{PARALLEL_DEFAULT}; 0: N, Pulumi's unbounded default, which fails from "
