@@ -173,10 +173,68 @@ def without_comment_lines(source: str) -> str:
     return first + newline + _COMMENT_LINE.sub("", rest)
 
 
+_JINJA_TAG = re.compile(r"\{\{.*?\}\}|\{%.*?%\}")
+
+
+def _scan(line: str, quote: str | None) -> tuple[str | None, int | None]:
+    """(the shell quote open at the end of ``line``: ``'``, ``"`` or None, where a comment
+    starts in it or None), given the quote open at its start; Jinja's tags are skipped (their
+    text is not the shell's). Enough of sh's lexer for the templates (none has a here-document)."""
+    i = 0
+    while i < len(line):
+        tag = _JINJA_TAG.match(line, i) if line.startswith(("{{", "{%"), i) else None
+        if tag:
+            i = tag.end()
+            continue
+        c = line[i]
+        if quote is None:
+            if c == "\\":
+                i += 1
+            elif c == "#" and (i == 0 or line[i - 1] in " \t;(|&"):
+                return None, i
+            elif c in "'\"":
+                quote = c
+        elif quote == "'":
+            if c == "'":
+                quote = None
+        elif c == "\\":
+            i += 1
+        elif c == '"':
+            quote = None
+        i += 1
+    return quote, None
+
+
+def compact_shell(source: str) -> str:
+    """A shell template as a container is sent it, after :func:`without_comment_lines`: on
+    the lines that begin outside a quoted string (where sh never sees them) the indentation as
+    tabs, four spaces each, and a comment after a command left out, so that the scripts stay
+    readable and the upload under issue 22's 32 KiB. A line inside a quoted string is kept as
+    it is; a template whose quotes do not close is left whole."""
+    out: list[str] = []
+    quote = None
+    for line in source.split("\n"):
+        if quote is None:
+            body = line.lstrip(" ")
+            indent = len(line) - len(body)
+            line = "\t" * (indent // 4) + " " * (indent % 4) + body
+            quote, comment = _scan(line, None)
+            if comment is not None and line[:comment].strip() \
+                    and not line[comment:].startswith("# shellcheck "):
+                line = line[:comment].rstrip()
+        else:
+            quote, _ = _scan(line, quote)
+        out.append(line)
+    return "\n".join(out) if quote is None else source
+
+
 class _CompactLoader(jinja2.FileSystemLoader):
     def get_source(self, environment, template):  # noqa: ANN001, ANN201 (jinja2's signature)
         source, filename, uptodate = super().get_source(environment, template)
-        return without_comment_lines(source), filename, uptodate
+        source = without_comment_lines(source)
+        if template.endswith((".sh.j2", ".bash.j2")):
+            source = compact_shell(source)
+        return source, filename, uptodate
 
 
 def _environment(compact: bool = False) -> jinja2.Environment:
