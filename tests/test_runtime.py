@@ -509,6 +509,19 @@ def test_nothing_runs_as_the_user_before_the_pids_limit_holds(docker_client, ses
     assert re.search(rb"fork", out, re.IGNORECASE), out
 
 
+def test_without_a_pids_limit_the_set_up_stops_after_the_readiness_timeout(session_factory):
+    """The wait for the limit is bounded by readiness.timeout, not a fixed minute: the limit
+    comes once every container of the agent exists, as long as a large session takes."""
+    running = session_factory(session_def(unique("nopids"), 1, readiness={"timeout": 2}),
+                              pids_limit=False, wait=False)
+    container = running.containers["main1"]
+    result = container.wait(timeout=30)
+    logs = running.logs("main1").decode(errors="replace")
+    assert result["StatusCode"] == 70, logs
+    assert "no pids limit after 2s (readiness.timeout" in logs, logs
+    assert not READY.search(running.logs("main1"))
+
+
 @pytest.mark.parametrize("probe, before", [
     ("busybox nc", "ln -s /bin/busybox /usr/local/bin/nc"),
     ("ssh-keyscan", ":"),
