@@ -32,6 +32,7 @@ from cluster_sessions.core.render import (
     TEMPLATES,
     RenderedFile,
     certificate,
+    compact_shell,
     entrypoint_argv,
     known_hosts,
     pack,
@@ -1005,3 +1006,36 @@ def test_the_shared_files_follow_the_plan_and_the_keys_they_are_rendered_for():
     assert third["ssh/authorized_keys"].content != second["ssh/authorized_keys"].content
     assert third["ssh/authorized_keys"].content.split()[1] == \
         other.user.public_openssh.split()[1]
+
+
+# --- the sent scripts' compaction (compact_shell) -----------------------------------------------
+
+def test_a_sent_script_is_indented_with_tabs_and_loses_comments_after_commands():
+    source = ("f() {  # what f does\n"
+              "    if [ ${#1} -gt 0 ]; then  # a comment\n"
+              "        echo '#not a comment' \"a # b\" $#  # gone\n"
+              "    fi\n"
+              "}\n")
+    assert compact_shell(source) == ("f() {\n"
+                                     "\tif [ ${#1} -gt 0 ]; then\n"
+                                     "\t\techo '#not a comment' \"a # b\" $#\n"
+                                     "\tfi\n"
+                                     "}\n")
+
+
+def test_a_quoted_string_over_several_lines_keeps_its_spaces_and_its_hashes():
+    source = ("    IFS='\n"
+              "     # not a comment'\n"
+              "    x=\"one\n"
+              "        two  # still the string\"  # a comment\n")
+    assert compact_shell(source) == ("\tIFS='\n"
+                                     "     # not a comment'\n"
+                                     "\tx=\"one\n"
+                                     "        two  # still the string\"  # a comment\n")
+
+
+def test_jinja_tags_are_not_read_as_shell_and_unclosed_quotes_leave_a_template_whole():
+    tagged = '    gate={{ ("/bin/sh " ~ x)|shquote }}  # for main1\n'
+    assert compact_shell(tagged) == "\tgate={{ (\"/bin/sh \" ~ x)|shquote }}\n"
+    unclosed = "    echo 'never closed\n    # and so on\n"
+    assert compact_shell(unclosed) == unclosed
