@@ -100,10 +100,11 @@ HOSTFILES: tuple[tuple[str, str, int], ...] = (
 )
 # A sub waits for main1's "go" said at its sshd (wait-peers.sh), and logs in to main1's gate
 # instead when main1 has not probed it GATE_ASK_AFTER s after it started (main1 probes a peer
-# still missing at least every second: so main1 is done already, or not there, or cannot say
-# "go"), or probed it but said no "go" in GATE_PATIENCE s: the fallbacks of the push.
-GATE_ASK_AFTER = 3
-GATE_PATIENCE = 15
+# still missing at least every second, and starts a probe unanswered for 3 s again: so main1
+# is done already, or not there, or cannot say "go"); a probed sub waits for the go until 2 s
+# before its readiness.timeout (at N = 32 on the lab, a sub probed early waited 25 s for the
+# last agent's containers: any shorter patience sends those subs to the gate).
+GATE_ASK_AFTER = 5
 USER_KEY = "ssh/id_cluster"
 HOST_KEY = "ssh/ssh_host_ed25519_key"
 HOST_CERT = HOST_KEY + "-cert.pub"
@@ -480,7 +481,6 @@ def render_container(plan: ClusterPlan, container: ContainerPlan,
         "root_path": ROOT_PATH,
         "readiness_timeout": session.readiness.timeout,
         "ask_after": GATE_ASK_AFTER,
-        "patience": GATE_PATIENCE,
         "default_command": list(DEFAULT_COMMAND),
         "default_master_port": DEFAULT_MASTER_PORT,
         "user_public_key": keys.user.public_openssh,
