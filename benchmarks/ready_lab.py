@@ -16,8 +16,11 @@ mock engine (as ``sessionctl pool up`` makes it). Then, per size N and per run:
     ceil(N/3) containers per agent, so the plan spreads them over all three; then the
     emulation's ``DockerBuilder`` creates what it declares on each agent (the provider's
     create by hand: create, uploads, start), ``--parallel`` containers at once, as
-    ``pulumi up --parallel P`` would, and each agent's ``ContainerLimits`` sets the pool's
-    pids limit once that agent's containers exist (the set-up waits for it). The clock runs
+    ``pulumi up --parallel P`` would, with ``sessionctl up``'s watch beside it (each
+    container's pids limit as soon as its agent reports it created, over SSH:
+    agents/early_limits.py), and each agent's ``ContainerLimits`` sets the pool's pids limit
+    again once that agent's containers exist (``--limits agent``: only that, as a plain
+    ``pulumi up``; the set-up waits for the limit). The clock runs
     from the network's creation until every container has logged its entrypoint's ``ready:``
     line (Docker's timestamp of the line).
 
@@ -34,11 +37,11 @@ N = 8 and 74 MiB at N = 32, about 2.3 MiB per waiting sub. With 64 MiB at N = 32
 killed sshd's children in main1 (21 OOM kills), the subs logged in again and main1 accepted
 326 connections instead of 31.
 
-``--readiness-timeout 600`` and ``--limits container`` are what N = 128 needs here: the
-entrypoint's readiness timeout (120 s) counts from each container's start, and main1 starts
-first, minutes before the last sub; and the set-up waits 60 s for the pids limit, which
-``ContainerLimits`` sets once all of the agent's containers exist (43 at N = 128, more than
-60 s of creates here).
+``--readiness-timeout 600`` is what N = 128 needs here: the entrypoint's readiness timeout
+(120 s) counts from each container's start, and main1 starts first, minutes before the last
+sub; with ``--limits agent`` the set-up also waits for the pids limit, which ``ContainerLimits``
+sets once all of the agent's containers exist (43 at N = 128, more than 60 s of creates
+here).
 
 The connections to the agents are opened (and pinged) before either clock starts, for both.
 The containers are watched through the lab's local engine sockets (log streams, one
@@ -55,7 +58,7 @@ session - floor, (session - floor) / (N per agent), sshd start-ups against 2N, a
 the machine was (the machine is shared: a busy figure says the timings are not the product's alone).
 
     python3 benchmarks/ready_lab.py --sizes 8,32 --runs 2      # the product as it is
-    python3 benchmarks/ready_lab.py --sizes 128 --readiness-timeout 600 --limits container
+    python3 benchmarks/ready_lab.py --sizes 128 --readiness-timeout 600
 
 Everything is removed at the end, also on errors and Ctrl-C (the lab is taken down).
 """
@@ -77,7 +80,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -178,6 +181,9 @@ class Declared:
     containers: list  # (registration, inputs), host order
     agent_of: dict  # container name -> agent
     manager: str
+    agents: list = field(default_factory=list)  # the pool's Agents the plan uses
+    stack_id: str = ""
+    pids_limit: int = 0
 
 
 def declare(definition: Path) -> Declared:
@@ -203,7 +209,8 @@ def declare(definition: Path) -> Declared:
     return Declared(program_s, [(r, r.plain_inputs) for r in engine.of_type(PROVIDER)],
                     network, containers,
                     {c.container_name: c.agent for c in plan.containers},
-                    plan.network.agent)
+                    plan.network.agent, [loaded.pool.agent(a) for a in plan.agents],
+                    plan.stack_id, plan.limits.pids_limit)
 
 
 def warm_builder(declared: Declared):
@@ -401,7 +408,7 @@ def sshd_lines(api, cid: str) -> dict[str, int]:
 
 
 def session_run(declared: Declared, local: dict, tag: str, parallel: int,
-                limits_mode: str = "agent") -> SessionResult:
+                limits_mode: str = "up") -> SessionResult:
     from cluster_sessions.core.spec import SessionLimits
     from cluster_sessions.pulumi_layer.limits import PARALLEL
 
@@ -413,7 +420,13 @@ def session_run(declared: Declared, local: dict, tag: str, parallel: int,
     futures: dict[str, list] = {}
     executor = ThreadPoolExecutor(max_workers=AGENTS)  # the limits, waiting for the creates
     creating = ThreadPoolExecutor(max_workers=parallel)
+    during = contextlib.ExitStack()
     try:
+        if limits_mode == "up":  # `sessionctl up`'s watch of each agent, beside the engine
+            from cluster_sessions.agents.early_limits import early_pids_limits
+
+            during.enter_context(early_pids_limits(declared.agents, declared.stack_id,
+                                                   declared.pids_limit))
         oom0 = oom_kills()
         cpu0 = machine_cpu()
         t0 = time.time()
@@ -446,7 +459,7 @@ def session_run(declared: Declared, local: dict, tag: str, parallel: int,
             futures.setdefault(declared.agent_of[inputs["name"]], []).append(
                 creating.submit(one, reg, inputs))
         limit_futures = [executor.submit(limits, agent, made)
-                         for agent, made in futures.items() if limits_mode == "agent"]
+                         for agent, made in futures.items() if limits_mode != "container"]
         everything = [f for made in futures.values() for f in made] + limit_futures
         deadline = time.monotonic() + RUN_TIMEOUT
         try:
@@ -483,6 +496,7 @@ def session_run(declared: Declared, local: dict, tag: str, parallel: int,
             oom_kills=oom_kills() - oom0,
             main1_mem_peak_mib=round(main1_peak / 2**20, 1) if main1_peak else None)
     finally:
+        during.close()
         for watch in watches.values():
             watch.close()
         creating.shutdown(wait=False, cancel_futures=True)  # after a failure: no more
@@ -563,11 +577,13 @@ def main(argv: list[str] | None = None) -> int:
                     "N = 32: see the module's doc)")
     ap.add_argument("--readiness-timeout", type=int, default=None,
                     help="the definition's readiness.timeout (default: the product's)")
-    ap.add_argument("--limits", choices=("agent", "container"), default="agent",
-                    help="agent: the pids limit as ContainerLimits sets it, on every "
-                    "container of an agent once all of them exist (default); container: on "
-                    "each right after its create, as a provider taking pids_limit would "
-                    "(module doc: the set-up waits 60 s for it)")
+    ap.add_argument("--limits", choices=("up", "agent", "container"), default="up",
+                    help="up: as `sessionctl up` sets the pids limit, each container's as "
+                    "soon as its agent reports it created (agents/early_limits.py, over SSH), "
+                    "and again by ContainerLimits (default); agent: by ContainerLimits only, "
+                    "on every container of an agent once all of them exist (a plain `pulumi "
+                    "up`); container: on each right after its create, as a provider taking "
+                    "pids_limit would")
     ap.add_argument("--settle", type=float, default=30.0,
                     help="wait up to this many s for a quiet machine before each measurement")
     ap.add_argument("--json", action="store_true")

@@ -10,8 +10,10 @@ For each size N (default 2, 4, 8) and each run (default 5), three measurements, 
     emulation's ``DockerBuilder`` (``cluster_sessions.emulation.docker_builder``, what the end-to-
     end tests use: the provider's create by hand, one ``put_archive`` per declared upload, start),
     the containers in parallel as the Pulumi engine would (its default parallelism is unbounded,
-    and they depend only on the network), and the pool's pids limit set once every container
-    exists (``ContainerLimits``); the clock runs from the network's creation until every
+    and they depend only on the network), with ``sessionctl up``'s watch beside it (each
+    container's pids limit once the engine reports it created: agents/early_limits.py) and
+    the pool's pids limit set again once every container exists (``ContainerLimits``, the
+    guarantee); the clock runs from the network's creation until every
     container has logged its entrypoint's ``ready:`` line (the contract's moment: every sshd
     accepts and every container knows it). (b+) adds one ``ssh -o BatchMode=yes PEER true``
     round from main1 to every peer (``docker exec``, as the session user), which must succeed
@@ -430,6 +432,20 @@ def limit_when_made(client, started: queue.Queue[str], count: int) -> float:
     return time.time()
 
 
+def early_limits(containers: Sequence[tuple]) -> contextlib.AbstractContextManager:
+    """``sessionctl up``'s watch of the local engine for the declared containers' stack
+    (agents/early_limits.py): each gets the pool's pids limit once created, before its start."""
+    from cluster_sessions.agents.early_limits import early_pids_limits
+    from cluster_sessions.core.names import STACK_ID_LABEL
+    from cluster_sessions.core.spec import Agent, SessionLimits
+
+    (stack_id,) = {label["value"] for _, inputs in containers for label in inputs["labels"]
+                   if label["label"] == STACK_ID_LABEL}
+    local = Agent.model_validate({"name": "local", "capacity": {"cpu": 1, "mem": "1g",
+                                                                "gpus": []}})
+    return early_pids_limits([local], stack_id, SessionLimits().pids_limit)
+
+
 def timed_builder(calls: list[Call], local: threading.local,
                   on_start: Callable[[str, str], None]):
     """The emulation's ``DockerBuilder`` (what the provider does, by hand), its Docker API
@@ -495,7 +511,11 @@ def session_run(client, directory: Path, image: str, size: int, tag: str, cpu: f
     builder = timed_builder(calls, local, on_start=on_start)
     for provider in providers:
         builder(*provider)
+    during = contextlib.ExitStack()
     try:
+        # what `sessionctl up` runs beside the engine: each container's pids limit as soon as
+        # the engine reports it created (agents/early_limits.py); ContainerLimits stays
+        during.enter_context(early_limits(containers))
         cpu0 = machine_cpu()
         t0 = time.time()
         builder(*network)
@@ -590,6 +610,7 @@ def session_run(client, directory: Path, image: str, size: int, tag: str, cpu: f
             trace=trace_phases(watches, started) if traced else None,
         )
     finally:
+        during.close()
         for watch in watches.values():
             watch.close()
         with contextlib.suppress(Exception):

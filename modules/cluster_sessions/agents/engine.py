@@ -15,11 +15,14 @@ Everyone who needs a session's containers or networks asks here (``status``, ``l
   inspect`` output (the same over a shell and through the API) into dataclasses, the only
   readers of our labels and the engine's ``State``;
 - remove: :func:`remove` through the SDK, :func:`removal_command` over a shell;
-- a named volume's labels (:func:`volume_labels`): whose it is.
+- a named volume's labels (:func:`volume_labels`): whose it is;
+- follow a stack's creations (:func:`follow_creations`, :func:`created_container`): the pids
+  limit while ``up`` runs (:mod:`.early_limits`).
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,6 +43,7 @@ from ..core.names import (
 )
 
 Kind = Literal["container", "network"]
+_FULL_ID = re.compile(r"[0-9a-f]{64}")
 
 
 # --- inspect -> typed facts (pure) ---------------------------------------------------------------
@@ -314,6 +318,36 @@ def set_pids_limit(client: Any, container_id: str, limit: int) -> int:
         raise EngineFailure(f"container {container_id[:12]} has pids limit {held!r}, not "
                             f"{limit}{': ' + warnings if warnings else ''}")
     return held
+
+
+def created_container(event: Mapping[str, Any], stack_id: str) -> str | None:
+    """The id of a container of stack ``stack_id`` that an engine event says was just created,
+    or None for any other event. The engine's own filter (:func:`follow_creations`) asked for
+    these already; this check does not rely on it."""
+    actor = event.get("Actor") or {}
+    attributes = actor.get("Attributes") or {}
+    cid = actor.get("ID")
+    if (event.get("Type") != "container" or event.get("Action") != "create" or not stack_id
+            or attributes.get(STACK_ID_LABEL) != stack_id or not isinstance(cid, str)
+            or not _FULL_ID.fullmatch(cid)):
+        return None
+    return cid
+
+
+def follow_creations(client: Any, stack_id: str) -> tuple[Any, list[str]]:
+    """(the engine's stream of container creations labelled with ``stack_id``, the ids of that
+    stack's containers created earlier and never started). The stream is opened first, so a
+    container is in one or the other (or both); ``close()`` on the stream ends it."""
+    label = [f"{STACK_ID_LABEL}={stack_id}"]
+    stream = client.api.events(decode=True, filters={
+        "type": ["container"], "event": ["create"], "label": label})
+    try:
+        waiting = [c["Id"] for c in client.api.containers(
+            all=True, filters={"label": label, "status": "created"})]
+    except Exception:
+        stream.close()
+        raise
+    return stream, [cid for cid in waiting if _FULL_ID.fullmatch(str(cid))]
 
 
 # --- the pool's ledger: never-started marker containers (agents/pool_ledger.py) -------------

@@ -55,6 +55,7 @@ from typing import Any
 
 from ..agents.capacity import preflight
 from ..agents.cleanup import sweep
+from ..agents.early_limits import early_pids_limits
 from ..agents.folders import bind_refusals, folder_refusals, volume_refusals
 from ..agents.pool_ledger import Ledger, PoolBusy
 from ..agents.reach import LOCAL, reach_of
@@ -356,6 +357,9 @@ class Target:
     after_destroy: Callable[[Callable[..., dict[str, Any]]], None] | None = None
     partly_destroyed: Callable[[str], str] | None = None
     before_up: Callable[[Any], None] | None = None  # given the stack, before ``up``
+    # given the plan as placed and pinned, the context ``up`` itself runs in (a session's:
+    # its pids limits as soon as its containers exist, agents/early_limits.py)
+    while_up: Callable[[ClusterPlan], contextlib.AbstractContextManager] | None = None
 
 
 def cmd_stack(args: argparse.Namespace) -> int:
@@ -564,7 +568,7 @@ def run_targets(args: argparse.Namespace, verb: str, sel: Any, targets: list,
     done: list[str] = []
     for plan, target in targets:
         try:
-            docs.append(run_stack(args, verb, target, prepared))
+            docs.append(run_stack(args, verb, target, prepared, plan))
             done.append(plan.name)
         except StackFailed as exc:
             docs.append(exc.doc)
@@ -704,14 +708,18 @@ def session_target(args: argparse.Namespace, pool: Pool, plan: ClusterPlan, stac
             raise StackFailed(swept.summary(), Exit.ENGINE, summary_document(
                 "up", stack, plan.name, None, "failed", error=swept.summary()))
 
+    def while_up(final: ClusterPlan) -> contextlib.AbstractContextManager:
+        return early_pids_limits([pool.agent(a) for a in final.agents], identity.stack_id,
+                                 final.limits.pids_limit)
+
     return Target(stack, plan.name, config, message, f"sessionctl up {args.file}",
-                  after_destroy, partly_destroyed, before_up)
+                  after_destroy, partly_destroyed, before_up, while_up)
 
 
 def run_stack(args: argparse.Namespace, verb: str, target: Target,
-              prepared: Prepared) -> dict[str, Any]:
+              prepared: Prepared, plan: ClusterPlan | None = None) -> dict[str, Any]:
     """One verb on one stack; returns its ``--json`` summary or raises :class:`StackFailed`
-    with it. The same for session and pool stacks."""
+    with it. The same for session and pool stacks (``plan``: a session's, as placed)."""
     term = Terminal(quiet=args.json,
                     out=sys.stderr if getattr(args, "output_to_stderr", False) else None)
     events = EventLog()
@@ -760,7 +768,10 @@ def run_stack(args: argparse.Namespace, verb: str, target: Target,
             result = stack.preview(**kwargs("preview"))
             changes = change_counts(result.change_summary)
         else:
-            result = getattr(stack, verb)(**kwargs(verb))
+            during = (target.while_up(plan) if verb == "up" and target.while_up is not None
+                      and plan is not None else contextlib.nullcontext())
+            with during:
+                result = getattr(stack, verb)(**kwargs(verb))
             changes = change_counts(result.summary.resource_changes)
             if verb == "up":
                 outputs = result.outputs
