@@ -192,3 +192,45 @@ def test_a_sub_whose_main1_never_comes_names_main1_after_the_timeout(
         assert "peers not ready after 2s (readiness.timeout): main1 (does not resolve)" in logs
     finally:
         remove(docker_client, running)
+
+
+@pytest.mark.parametrize("shell", ["bash", "busybox"])
+def test_a_sub_tells_main1_its_address_as_soon_as_its_sshd_listens(
+        docker_client, image, tmp_path, shell):  # noqa: F811
+    """On a bridge, main1 may ask for a sub's address (ARP) before the sub's network is up;
+    its kernel then holds every probe's packets for the sub until it asks again, a second
+    later (seen here: main1's probes connected ~1 s after the subs' sshd listened, in about
+    half the runs at N = 4). The sub's wait sends main1 one datagram at once, whose ARP
+    request gives main1's kernel the sub's address. Here main1 is a container that sends
+    nothing: it knows sub1's address only if sub1 told it, long before sub1 would ask the gate
+    (after 5 s)."""
+    session = session_def(unique(f"arp-{shell}"), 2)
+    # sub1's entrypoint starts 2 s late, once the silent main1 below is on the network
+    running = start(docker_client, image, session, tmp_path, only=["sub1"], wait=False,
+                    before=" && ".join(filter(None, ["sleep 2", SHELLS[shell]])))
+    silent = docker_client.containers.run(
+        image, ["sleep", "60"], entrypoint=[], detach=True, name=f"{running.plan.name}-m",
+        network=running.plan.network.name)
+    try:
+        docker_client.api.disconnect_container_from_network(silent.id,
+                                                            running.plan.network.name)
+        docker_client.api.connect_container_to_network(silent.id, running.plan.network.name,
+                                                       aliases=["main1"])
+        deadline = time.monotonic() + 30
+        while b"Server listening" not in running.logs("sub1"):
+            assert time.monotonic() < deadline, running.logs("sub1")
+            time.sleep(0.05)
+        listening = time.monotonic()
+        running.containers["sub1"].reload()
+        address = running.containers["sub1"].attrs["NetworkSettings"]["Networks"][
+            running.plan.network.name]["IPAddress"]
+        known = False
+        while not known and time.monotonic() < listening + GATE_ASK_AFTER - 1:
+            _, table = silent.exec_run(["cat", "/proc/net/arp"])
+            known = any(line.split()[:1] == [address] and line.split()[2] == "0x2"
+                        for line in table.decode().splitlines()[1:])
+            time.sleep(0.1)
+        assert known, f"main1 does not know sub1 ({address}):\n{table.decode()}"
+    finally:
+        silent.remove(force=True)
+        remove(docker_client, running)
