@@ -326,6 +326,8 @@ class SessionResult:
     restarts: int  # the engines' RestartCount, summed
     oom_kills: int  # the machine's OOM kills during the run (/proc/vmstat)
     main1_mem_peak_mib: float | None  # main1's cgroup memory peak
+    early_limited: int = 0  # containers whose limit the watch of `sessionctl up` set
+    early_errors: list = field(default_factory=list)  # agents whose watch gave up, and why
 
 
 def snmp_passive_opens(api, cid: str) -> int:
@@ -422,11 +424,14 @@ def session_run(declared: Declared, local: dict, tag: str, parallel: int,
     creating = ThreadPoolExecutor(max_workers=parallel)
     during = contextlib.ExitStack()
     try:
-        if limits_mode == "up":  # `sessionctl up`'s watch of each agent, beside the engine
-            from cluster_sessions.agents.early_limits import early_pids_limits
+        early: list = []
+        if limits_mode == "up":  # `sessionctl up`'s watch of each agent, beside the engine;
+            # following before the clock starts, as it is while the CLI starts up
+            from cluster_sessions.agents.early_limits import early_pids_limits, wait_following
 
-            during.enter_context(early_pids_limits(declared.agents, declared.stack_id,
-                                                   declared.pids_limit))
+            early = during.enter_context(early_pids_limits(
+                declared.agents, declared.stack_id, declared.pids_limit))
+            wait_following(early, 120)
         oom0 = oom_kills()
         cpu0 = machine_cpu()
         t0 = time.time()
@@ -494,7 +499,9 @@ def session_run(declared: Declared, local: dict, tag: str, parallel: int,
             busy=busy, main1_sshd=main1_sshd, built=built,
             restarts=sum(st["RestartCount"] for st in states.values()),
             oom_kills=oom_kills() - oom0,
-            main1_mem_peak_mib=round(main1_peak / 2**20, 1) if main1_peak else None)
+            main1_mem_peak_mib=round(main1_peak / 2**20, 1) if main1_peak else None,
+            early_limited=sum(len(w.limited) for w in early),
+            early_errors=[f"{w.agent.name}: {w.error}" for w in early if w.error])
     finally:
         during.close()
         for watch in watches.values():
@@ -655,7 +662,10 @@ def main(argv: list[str] | None = None) -> int:
                         f"(network {floor.network:.2f}); session {session.total:.2f} s "
                         f"(network {session.network:.2f}, built {session.engine_done:.2f} "
                         f"{session.built}, "
-                        f"pids limits {session.limits_done:.2f}, last running "
+                        f"pids limits {session.limits_done:.2f} (by up's watch first: "
+                        f"{session.early_limited}"
+                        f"{'; ' + ', '.join(session.early_errors) if session.early_errors else ''}"
+                        f"), last running "
                         f"{session.all_running:.2f}, ready {session.wait_after_running:.2f} "
                         f"after it; program {session.program:.2f} s not counted); "
                         f"restarts {session.restarts}, OOM kills {session.oom_kills}, main1's "

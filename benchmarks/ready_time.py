@@ -514,8 +514,11 @@ def session_run(client, directory: Path, image: str, size: int, tag: str, cpu: f
     during = contextlib.ExitStack()
     try:
         # what `sessionctl up` runs beside the engine: each container's pids limit as soon as
-        # the engine reports it created (agents/early_limits.py); ContainerLimits stays
-        during.enter_context(early_limits(containers))
+        # the engine reports it created (agents/early_limits.py); ContainerLimits stays. It
+        # follows the engine before the clock starts, as it does while the CLI starts up.
+        from cluster_sessions.agents.early_limits import wait_following
+
+        wait_following(during.enter_context(early_limits(containers)), 60)
         cpu0 = machine_cpu()
         t0 = time.time()
         builder(*network)

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from cluster_sessions.agents.early_limits import early_pids_limits
+from cluster_sessions.agents.early_limits import early_pids_limits, wait_following
 from cluster_sessions.agents.engine import created_container
 from cluster_sessions.core.names import STACK_ID_LABEL
 from cluster_sessions.core.spec import Agent
@@ -73,7 +73,9 @@ def test_a_container_of_the_stack_is_limited_while_it_is_still_created_and_no_ot
     made = [_create(docker_client, image, stack_id)]
     before = set(threading.enumerate())
     try:
-        with early_pids_limits([LOCAL], stack_id, 4321) as (watch,):
+        with early_pids_limits([LOCAL], stack_id, 4321) as watches:
+            (watch,) = watches
+            wait_following(watches, 10)
             made.append(_create(docker_client, image, stack_id))
             made.append(other := _create(docker_client, image, other_id))
             deadline = time.monotonic() + 10
@@ -137,3 +139,32 @@ def test_up_limits_every_container_before_containerlimits_does(  # noqa: F811
     finally:
         down = sessionctl(state, "destroy", path, "--yes", env=env)
     assert down.returncode == 0, down.stderr
+
+
+@pytest.mark.docker
+def test_one_already_running_without_the_limit_gets_it_and_one_that_has_it_is_left(
+        docker_client, image):  # noqa: F811
+    """A watch that opens late (an agent over SSH under load): the stack's containers already
+    started and waiting for the limit get it as the stream opens; one that has it is not
+    touched again."""
+    stack_id = uuid.uuid4().hex[:16]
+    waiting = docker_client.api.create_container(
+        image, ["sleep", "60"], entrypoint=[], name=unique("early-run"),
+        labels={STACK_ID_LABEL: stack_id})["Id"]
+    limited = docker_client.api.create_container(
+        image, ["sleep", "60"], entrypoint=[], name=unique("early-has"),
+        labels={STACK_ID_LABEL: stack_id},
+        host_config=docker_client.api.create_host_config(pids_limit=4321))["Id"]
+    try:
+        for cid in (waiting, limited):
+            docker_client.api.start(cid)
+        with early_pids_limits([LOCAL], stack_id, 4321) as watches:
+            wait_following(watches, 10)
+            deadline = time.monotonic() + 10
+            while _limit(docker_client, waiting) != 4321 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        assert _limit(docker_client, waiting) == 4321
+        assert watches[0].limited == [waiting]
+    finally:
+        for cid in (waiting, limited):
+            docker_client.api.remove_container(cid, force=True)

@@ -24,6 +24,7 @@ from cluster_sessions.core.render import GATE_ASK_AFTER
 from .test_runtime import (  # noqa: F401 # image, session_factory: fixtures
     READY,
     Running,
+    _docker_time,
     image,
     remove,
     session_def,
@@ -94,6 +95,25 @@ def test_a_session_of_four_is_ready_after_at_most_two_sshd_start_ups_per_contain
         assert counted["main1"] == 3 and all(counted[h] == 1 for h in SUBS), counted
     else:  # main1's probe and its "go" on each sub; no login on main1
         assert counted["main1"] == 0 and all(counted[h] == 2 for h in SUBS), counted
+
+
+def test_a_sub_says_ready_as_soon_as_it_hears_main1_s_go(quad):
+    """The sub's wait pauses a second at a time (bash) or 50 ms (sh), and the reader of its
+    sshd's log wakes it when the go is heard: each sub's ready line within 0.5 s of its sshd's
+    line about main1's go (with the pause alone, three subs would all make it one time in 8).
+    Its pid file is emptied once it is done (no late signal goes to a pid used again)."""
+    for host in SUBS:
+        lines = quad.containers[host].logs(timestamps=True).splitlines()
+        go = [line for line in lines if b":11: cluster-session-go" in line]
+        if quad.timings["shell"] == "dash":  # without bash or nc: no go, the gate instead
+            assert not go, lines
+            continue
+        ready = [line for line in lines if READY.search(line)]
+        assert go and ready, lines
+        heard, said = (_docker_time(x[0].split(b" ", 1)[0].decode()) for x in (go, ready))
+        assert 0 <= (said - heard).total_seconds() < 0.5, (host, heard, said)
+        assert quad.ok(host, "cat /run/cluster-session/ready-waiter 2>/dev/null || :",
+                       user="root").strip() == ""
 
 
 def test_a_session_of_eight_is_ready_after_at_most_two_sshd_start_ups_per_container(

@@ -10,7 +10,9 @@ N = 2 on the local engine; on the lab at N = 128, an agent's limits came 19.5 s 
 container ran). The provider creates a container, uploads its files and then starts it
 (rcf.go ``resourceDockerContainerCreate``), and the engine announces each create on its event
 stream: while ``up`` runs, the driver follows each agent's stream for this stack's containers
-and sets the limit on each as soon as it exists, mostly before its start.
+and sets the limit on each as soon as it exists, mostly before its start. Those made before
+the stream opened (over SSH to a loaded agent that takes seconds) and still without the limit,
+whether created or already started and waiting for it, are found and set as it opens.
 
 ``ContainerLimits`` stays the guarantee, and this only a head start: a plain ``pulumi up`` has
 no watcher, an agent whose stream does not open or breaks is left to it, and a failed update is
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -43,6 +46,7 @@ class AgentWatch:
         self.agent, self.stack_id, self.limit = agent, stack_id, limit
         self.limited: list[str] = []  # container ids whose limit this watch set
         self.error: BaseException | None = None  # why it gave up early, if it did
+        self.following = threading.Event()  # set once its stream is open (or it gave up)
         self._stream: Any = None
         self._stopping = threading.Event()
         self._lock = threading.Lock()
@@ -83,11 +87,14 @@ class AgentWatch:
         except Exception as exc:  # noqa: BLE001 - a head start only: ContainerLimits is the guarantee
             if not self._stopping.is_set():
                 self.error = exc
+        finally:
+            self.following.set()
 
     def _follow(self, client: Any) -> None:
-        stream, waiting = follow_creations(client, self.stack_id)
+        stream, waiting = follow_creations(client, self.stack_id, self.limit)
         with self._lock:
             self._stream = stream
+        self.following.set()
         if self._stopping.is_set():  # stopped while the stream was opening
             stream.close()
             return
@@ -108,6 +115,14 @@ class AgentWatch:
             except Exception:
                 if not self._stopping.is_set():  # closed by stop(): the expected end
                     raise
+
+
+def wait_following(watches: Iterable[AgentWatch], timeout: float) -> None:
+    """Until every watch follows its agent (or gave up), at most ``timeout`` s in all: for a
+    benchmark, whose builder starts at once where ``pulumi up`` takes seconds to begin."""
+    deadline = time.monotonic() + timeout
+    for watch in watches:
+        watch.following.wait(max(0.0, deadline - time.monotonic()))
 
 
 @contextlib.contextmanager

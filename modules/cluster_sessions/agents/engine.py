@@ -334,20 +334,33 @@ def created_container(event: Mapping[str, Any], stack_id: str) -> str | None:
     return cid
 
 
-def follow_creations(client: Any, stack_id: str) -> tuple[Any, list[str]]:
+def follow_creations(client: Any, stack_id: str, limit: int) -> tuple[Any, list[str]]:
     """(the engine's stream of container creations labelled with ``stack_id``, the ids of that
-    stack's containers created earlier and never started). The stream is opened first, so a
-    container is in one or the other (or both); ``close()`` on the stream ends it."""
+    stack's containers made earlier that have not got pids limit ``limit``: created, or
+    started and waiting for it). The stream is opened first, so a container is in one or the
+    other (or both); ``close()`` on the stream ends it."""
+    import docker.errors
+
     label = [f"{STACK_ID_LABEL}={stack_id}"]
     stream = client.api.events(decode=True, filters={
         "type": ["container"], "event": ["create"], "label": label})
     try:
-        waiting = [c["Id"] for c in client.api.containers(
-            all=True, filters={"label": label, "status": "created"})]
+        waiting = []
+        for c in client.api.containers(all=True, filters={"label": label}):
+            cid = str(c["Id"])
+            if c.get("State") not in ("created", "running", "restarting") \
+                    or not _FULL_ID.fullmatch(cid):
+                continue
+            try:
+                held = (client.api.inspect_container(cid).get("HostConfig") or {})
+            except docker.errors.NotFound:  # removed meanwhile
+                continue
+            if held.get("PidsLimit") != limit:
+                waiting.append(cid)
     except Exception:
         stream.close()
         raise
-    return stream, [cid for cid in waiting if _FULL_ID.fullmatch(str(cid))]
+    return stream, waiting
 
 
 # --- the pool's ledger: never-started marker containers (agents/pool_ledger.py) -------------
