@@ -93,7 +93,7 @@ from quiet import busy_fraction, describe, machine_cpu, settle  # noqa: E402
 from ready_time import LogWatch, docker_time, tail  # noqa: E402
 
 from cluster_sessions.agents.engine import set_pids_limit  # noqa: E402
-from cluster_sessions.core.names import LABEL_PREFIX  # noqa: E402
+from cluster_sessions.core.names import LABEL_PREFIX, STACK_ID_LABEL  # noqa: E402
 from cluster_sessions.lab import netns  # noqa: E402
 from cluster_sessions.lab.layout import RUN_BASE, LabInfo, read_json  # noqa: E402
 
@@ -206,11 +206,14 @@ def declare(definition: Path) -> Declared:
     (network,) = [(r, r.plain_inputs) for r in engine.of_type(NETWORK)]
     containers = [(r, r.plain_inputs) for r in engine.of_type(CONTAINER)]
     assert len(containers) == len(plan.containers)
+    # the stack's id as the program labelled its containers (the stack's, not this plan's)
+    (stack_id,) = {label["value"] for _, inputs in containers for label in inputs["labels"]
+                   if label["label"] == STACK_ID_LABEL}
     return Declared(program_s, [(r, r.plain_inputs) for r in engine.of_type(PROVIDER)],
                     network, containers,
                     {c.container_name: c.agent for c in plan.containers},
                     plan.network.agent, [loaded.pool.agent(a) for a in plan.agents],
-                    plan.stack_id, plan.limits.pids_limit)
+                    stack_id, plan.limits.pids_limit)
 
 
 def warm_builder(declared: Declared):
@@ -331,10 +334,17 @@ class SessionResult:
 
 
 def snmp_passive_opens(api, cid: str) -> int:
-    exec_id = api.exec_create(cid, ["cat", "/proc/net/snmp"], user="root")["Id"]
-    out = api.exec_start(exec_id).decode()
-    header, values = (line.split() for line in out.splitlines() if line.startswith("Tcp:"))
-    return int(values[header.index("PassiveOpens")])
+    for _ in range(3):  # an exec that said nothing (seen once at N = 32): again
+        exec_id = api.exec_create(cid, ["cat", "/proc/net/snmp"], user="root")["Id"]
+        out = api.exec_start(exec_id).decode()
+        rows = [line.split() for line in out.splitlines() if line.startswith("Tcp:")]
+        if len(rows) == 2:
+            header, values = rows
+            return int(values[header.index("PassiveOpens")])
+        time.sleep(0.5)
+    state = api.inspect_container(cid)["State"]
+    raise RuntimeError(f"{cid[:12]}: /proc/net/snmp said: {out[:500]!r} (exec "
+                       f"{api.exec_inspect(exec_id).get('ExitCode')}, container {state})")
 
 
 def wait_ready(watches: dict, futures: list, deadline: float, tag: str) -> None:
@@ -410,7 +420,7 @@ def sshd_lines(api, cid: str) -> dict[str, int]:
 
 
 def session_run(declared: Declared, local: dict, tag: str, parallel: int,
-                limits_mode: str = "up") -> SessionResult:
+                limits_mode: str = "up", explain: bool = False) -> SessionResult:
     from cluster_sessions.core.spec import SessionLimits
     from cluster_sessions.pulumi_layer.limits import PARALLEL
 
@@ -490,6 +500,13 @@ def session_run(declared: Declared, local: dict, tag: str, parallel: int,
                                  "memory/memory.max_usage_in_bytes")
         last_ready = max(w.ready_at for w in watches.values())
         last_running = max(started.values())
+        if explain:  # main1's log and the two subs ready last, against the clock
+            last = sorted((h for h in hosts if h != "main1"),
+                          key=lambda h: watches[h].ready_at or 0)[-2:]
+            for h in ["main1", *last]:
+                print(f"  {h} on {agent_of_host[h]}: running at {started[h] - t0:.3f}")
+                for when, message in watches[h].lines:
+                    print(f"    {when - t0:8.3f} {message[:150]}")
         return SessionResult(
             total=last_ready - t0, program=declared.program_s, network=t_net - t0,
             engine_done=engine_done - t0, limits_done=limits_done - t0,
@@ -566,6 +583,9 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from cluster_sessions.driver.cli import quiet_libraries
+
+    quiet_libraries()  # as sessionctl: paramiko's own lines about channels it was refused
     import docker
 
     from cluster_sessions.core.loader import POOLS_ENV
@@ -591,6 +611,9 @@ def main(argv: list[str] | None = None) -> int:
                     "on every container of an agent once all of them exist (a plain `pulumi "
                     "up`); container: on each right after its create, as a provider taking "
                     "pids_limit would")
+    ap.add_argument("--explain", action="store_true",
+                    help="print the log of main1 and of the two subs ready last, against the "
+                    "session's clock")
     ap.add_argument("--settle", type=float, default=30.0,
                     help="wait up to this many s for a quiet machine before each measurement")
     ap.add_argument("--json", action="store_true")
@@ -649,7 +672,8 @@ def main(argv: list[str] | None = None) -> int:
                         sweep(local, declared.manager, tag)
                     session_settle = settle(args.settle)
                     load_before = uptime()
-                    session = session_run(declared, local, tag, parallel, args.limits)
+                    session = session_run(declared, local, tag, parallel, args.limits,
+                                          args.explain)
                     row = {"size": size, "per_agent": max(spread.values()), "run": run + 1,
                            "spread": spread, "floor": floor.total,
                            "session": session.total, "sshd": session.sshd_starts,

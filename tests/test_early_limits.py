@@ -85,7 +85,7 @@ def test_a_container_of_the_stack_is_limited_while_it_is_still_created_and_no_ot
             assert [_limit(docker_client, c) for c in made[:2]] == [4321, 4321], watch.error
             assert {docker_client.api.inspect_container(c)["State"]["Status"]
                     for c in made} == {"created"}
-        assert watch.error is None
+        assert watch.error is None and watch.refused == []
         assert sorted(watch.limited) == sorted(made[:2])
         assert _limit(docker_client, other) in (None, 0)
         assert set(threading.enumerate()) <= before

@@ -42,6 +42,8 @@ def serve_banners(listener: socket.socket, stop: threading.Event) -> list[bytes]
                 conn, _ = listener.accept()
             except TimeoutError:
                 continue
+            except OSError:  # closed by the test
+                return
             with conn:
                 conn.sendall(b"SSH-2.0-test\r\n")
                 conn.settimeout(5)
@@ -117,6 +119,8 @@ def test_a_connected_probe_is_given_its_three_seconds_to_answer(bash, tmp_path):
                 conn, _ = listener.accept()
             except TimeoutError:
                 continue
+            except OSError:  # closed by the test
+                return
             accepted.append(time.monotonic())
             with conn:
                 time.sleep(1.0)

@@ -34,7 +34,9 @@ from ..core.spec import Agent
 from .connectors import connector_for
 from .engine import created_container, follow_creations, set_pids_limit
 
-PARALLEL = 8  # update calls at once per agent (every created container's set-up waits for one)
+# update calls at once per agent (a created container's set-up waits for one); with the
+# stream, within sshd's MaxSessions (10) of one SSH connection: each call is a channel
+PARALLEL = 4
 STOP_WAIT = 10.0  # s a stopping watcher gives the updates it started
 
 
@@ -45,6 +47,7 @@ class AgentWatch:
     def __init__(self, agent: Agent, stack_id: str, limit: int) -> None:
         self.agent, self.stack_id, self.limit = agent, stack_id, limit
         self.limited: list[str] = []  # container ids whose limit this watch set
+        self.refused: list[str] = []  # why an update failed (ContainerLimits then says it)
         self.error: BaseException | None = None  # why it gave up early, if it did
         self.following = threading.Event()  # set once its stream is open (or it gave up)
         self._stream: Any = None
@@ -71,7 +74,9 @@ class AgentWatch:
     def _set(self, client: Any, cid: str) -> None:
         try:
             set_pids_limit(client, cid, self.limit)
-        except Exception:  # noqa: BLE001 - removed meanwhile, an engine that refused: ContainerLimits says
+        except Exception as exc:  # noqa: BLE001 - removed meanwhile, an engine that refused: ContainerLimits says
+            with self._lock:
+                self.refused.append(f"{cid[:12]}: {exc}")
             return
         with self._lock:
             self.limited.append(cid)
