@@ -90,7 +90,7 @@ for _path in (PROJECT / "modules", PROJECT, Path(__file__).resolve().parent):
 
 import yaml  # noqa: E402
 from quiet import busy_fraction, describe, machine_cpu, settle  # noqa: E402
-from ready_time import LogWatch, docker_time, tail  # noqa: E402
+from ready_time import LogWatch, docker_time, tail, wait_ready  # noqa: E402
 
 from cluster_sessions.agents.engine import set_pids_limit  # noqa: E402
 from cluster_sessions.core.names import LABEL_PREFIX, STACK_ID_LABEL  # noqa: E402
@@ -345,22 +345,6 @@ def snmp_passive_opens(api, cid: str) -> int:
     state = api.inspect_container(cid)["State"]
     raise RuntimeError(f"{cid[:12]}: /proc/net/snmp said: {out[:500]!r} (exec "
                        f"{api.exec_inspect(exec_id).get('ExitCode')}, container {state})")
-
-
-def wait_ready(watches: dict, futures: list, deadline: float, tag: str) -> None:
-    """Until every container logged its ``ready:`` line; raises on a failed create, a
-    container's ``error:`` line or the deadline."""
-    for host, watch in watches.items():
-        while not watch.ready.wait(0.2):
-            failed = [f for f in futures if f.done() and f.exception()]
-            if failed:
-                raise failed[0].exception()
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{tag}: {host} not ready after {RUN_TIMEOUT:.0f} s\n"
-                                   + tail(watch))
-        if watch.ready_at is None:
-            raise RuntimeError(f"{tag}: {host} failed: {watch.error or 'log ended'}\n"
-                               + tail(watch))
 
 
 def diagnose(local: dict, agent_of_host: dict, watches: dict) -> None:

@@ -537,17 +537,7 @@ def session_run(client, directory: Path, image: str, size: int, tag: str, cpu: f
         futures.append(pool.submit(limit_when_made, client, started, len(containers)))
         pool.shutdown(wait=False)
         deadline = time.monotonic() + RUN_TIMEOUT
-        for host, watch in watches.items():
-            while not watch.ready.wait(0.2):
-                failed = [f for f in futures if f.done() and f.exception()]
-                if failed:
-                    raise failed[0].exception()
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{tag}: {host} not ready after {RUN_TIMEOUT:.0f} s\n"
-                                       + tail(watch))
-            if watch.ready_at is None:
-                raise RuntimeError(f"{tag}: {host} failed: {watch.error or 'log ended'}\n"
-                                   + tail(watch))
+        wait_ready(watches, futures, deadline, tag)
         seen = max(w.seen_at for w in watches.values())
         ids = {h: w.cid for h, w in watches.items()}
         main1 = client.containers.get(ids["main1"])
@@ -642,6 +632,22 @@ PHASES: tuple[tuple[str, re.Pattern], ...] = (
 )
 
 
+def wait_ready(watches: dict, futures: Sequence, deadline: float, tag: str) -> None:
+    """Until every watched container logged its ``ready:`` line; raises on a failed future
+    (a create), a container's ``error:`` line, or ``deadline`` (``time.monotonic``). The one
+    wait of this script's runs and of ``ready_lab.py``'s."""
+    for host, watch in watches.items():
+        while not watch.ready.wait(0.2):
+            failed = [f for f in futures if f.done() and f.exception()]
+            if failed:
+                raise failed[0].exception()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{tag}: {host} not ready in time\n" + tail(watch))
+        if watch.ready_at is None:
+            raise RuntimeError(f"{tag}: {host} failed: {watch.error or 'log ended'}\n"
+                               + tail(watch))
+
+
 def trace_phases(watches: dict[str, LogWatch], started: dict[str, float]) -> dict[str, float]:
     """Median seconds per phase over the containers of a traced run."""
     per_phase: dict[str, list[float]] = {name: [] for name, _ in PHASES[:-1]}
@@ -726,14 +732,7 @@ def manual_run(client, directory: Path, image: str, size: int, tag: str, cpu: fl
 
         with ThreadPoolExecutor(max_workers=size) as pool:
             list(pool.map(one, [c for _, c in containers]))
-        deadline = time.monotonic() + RUN_TIMEOUT
-        for host, watch in watches.items():
-            while not watch.ready.wait(0.2):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{tag}: {host} not ready\n" + tail(watch))
-            if watch.ready_at is None:
-                raise RuntimeError(f"{tag}: {host} failed: {watch.error or 'log ended'}\n"
-                                   + tail(watch))
+        wait_ready(watches, [], time.monotonic() + RUN_TIMEOUT, tag)
         started = [docker_time(api.inspect_container(cid)["State"]["StartedAt"])
                    for cid in created]
         last_ready = max(w.ready_at for w in watches.values())

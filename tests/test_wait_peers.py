@@ -30,11 +30,8 @@ def wait_peers_bash(directory: Path) -> Path:
     return path
 
 
-def serve_banners(listener: socket.socket, stop: threading.Event) -> list[bytes]:
-    """Accept, say an SSH banner, keep what the client says until it closes: as sshd does
-    for a probe. Returns the list it fills."""
-    said: list[bytes] = []
-
+def accepting(listener: socket.socket, stop: threading.Event, handle) -> None:
+    """Accept connections in a thread until ``stop``, each handed to ``handle`` in turn."""
     def run() -> None:
         listener.settimeout(0.05)
         while not stop.is_set():
@@ -45,16 +42,20 @@ def serve_banners(listener: socket.socket, stop: threading.Event) -> list[bytes]
             except OSError:  # closed by the test
                 return
             with conn:
-                conn.sendall(b"SSH-2.0-test\r\n")
-                conn.settimeout(5)
-                data = b""
-                with contextlib.suppress(OSError):
-                    while chunk := conn.recv(4096):
-                        data += chunk
-                said.append(data)
+                handle(conn)
 
     threading.Thread(target=run, daemon=True).start()
-    return said
+
+
+def banner_then_listen(conn: socket.socket, banner: bytes = b"SSH-2.0-test\r\n") -> bytes:
+    """As sshd does for a probe: its banner, then what the client says until it closes."""
+    conn.sendall(banner)
+    conn.settimeout(5)
+    data = b""
+    with contextlib.suppress(OSError):
+        while chunk := conn.recv(4096):
+            data += chunk
+    return data
 
 
 @pytest.fixture
@@ -85,7 +86,8 @@ def test_a_probe_whose_connection_is_not_made_is_started_again_after_a_fifth_of_
         time.sleep(1.3)
         held, _ = listener.accept()  # the queue has room again
         held.close()
-        said = serve_banners(listener, stop)
+        said: list[bytes] = []
+        accepting(listener, stop, lambda conn: said.append(banner_then_listen(conn)))
         out, err = probe.communicate(timeout=30)
         took = time.monotonic() - started
         assert probe.returncode == 0, out + err
@@ -112,25 +114,12 @@ def test_a_connected_probe_is_given_its_three_seconds_to_answer(bash, tmp_path):
     accepted: list[float] = []
     stop = threading.Event()
 
-    def slow() -> None:
-        listener.settimeout(0.05)
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:  # closed by the test
-                return
-            accepted.append(time.monotonic())
-            with conn:
-                time.sleep(1.0)
-                conn.sendall(b"SSH-2.0-slow\r\n")
-                conn.settimeout(5)
-                with contextlib.suppress(OSError):
-                    while conn.recv(4096):
-                        pass
+    def slow(conn: socket.socket) -> None:
+        accepted.append(time.monotonic())
+        time.sleep(1.0)
+        banner_then_listen(conn, b"SSH-2.0-slow\r\n")
 
-    threading.Thread(target=slow, daemon=True).start()
+    accepting(listener, stop, slow)
     try:
         done = subprocess.run([bash, str(script), str(port), "20", str(tmp_path / "missing"),
                                "127.0.0.1"], capture_output=True, text=True, timeout=30,
