@@ -24,7 +24,9 @@ mock engine (as ``sessionctl pool up`` makes it). Then, per size N and per run:
     from the network's creation until every container has logged its entrypoint's ``ready:``
     line (Docker's timestamp of the line).
 
-``--parallel`` is 8, not Pulumi's unbounded default: every concurrent Docker call over an
+``--parallel`` is 8, as ``sessionctl up`` runs a stack whose pool has an agent over SSH
+(``driver/stack_settings.py`` ``SSH_PARALLEL``), not Pulumi's unbounded default: every
+concurrent Docker call over an
 ``ssh://`` provider is one more SSH connection to the agent (docker/cli's connection helper
 runs one ``ssh`` per HTTP connection), and a stock sshd drops connections beyond
 ``MaxStartups`` 10 that are still in their handshake; unbounded, N = 32 already fails (11

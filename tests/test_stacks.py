@@ -213,7 +213,7 @@ def kwargs_for(call: str, **over):
 @pytest.mark.parametrize("call", ["preview", "up", "destroy", "refresh", "preview_destroy"])
 @pytest.mark.parametrize("json_mode", [False, True])
 def test_call_kwargs_fit_the_sdk_method(call, json_mode):
-    kwargs = kwargs_for(call, json_mode=json_mode, diff=call in ("preview", "up"))
+    kwargs = kwargs_for(call, json_mode=json_mode, diff=call in ("preview", "up"), parallel=8)
     inspect.signature(getattr(auto.Stack, call)).bind(None, **kwargs)  # raises on a bad name
 
 
@@ -659,3 +659,35 @@ def test_an_agent_with_an_ssh_block_is_not_probed_here_before_the_engine(tmp_pat
 
     assert stacks.unreachable_local_agents(build_plan(loaded.session, loaded.pool), loaded,
                                            ping=ping) == []
+
+
+@pytest.mark.parametrize("agent, parallel", [
+    ({"docker_host": "unix:///var/run/docker.sock"}, None),  # this machine: Pulumi's default
+    ({"docker_host": "unix:///var/run/docker.sock", "ssh": {"host": "10.0.0.7", "user": "ops"}},
+     stack_settings.SSH_PARALLEL),
+    ({"docker_host": "ssh://ops@10.0.0.7"}, stack_settings.SSH_PARALLEL),
+])
+def test_a_session_on_a_pool_with_an_agent_over_ssh_runs_eight_operations_at_once(
+        tmp_path, agent, parallel):
+    """Unbounded, 11 creates at once on one agent over ssh:// failed on the lab (sshd's
+    MaxStartups): the engine's --parallel is 8 for such a stack, for every verb."""
+    import argparse
+
+    from cluster_sessions.core.decisions import StackIdentity
+    from cluster_sessions.core.plan import build_plan
+
+    from .factories import load_session
+
+    path = factories.write_pair(tmp_path, factories.session("remote", image="busybox"),
+                                factories.pool("test", factories.agent(**agent)))
+    loaded = load_session(path)
+    plan = build_plan(loaded.session, loaded.pool)
+    target = stacks.session_target(argparse.Namespace(file=str(path)), loaded.pool, plan,
+                                   "remote", {}, "m", StackIdentity("a" * 16, ""))
+    assert target.parallel == parallel
+    for call in ("preview", "up", "destroy", "refresh"):
+        args = _parse_extra_args(**kwargs_for(call, parallel=target.parallel))
+        if parallel is None:
+            assert "--parallel" not in args
+        else:
+            assert args[args.index("--parallel") + 1] == str(parallel)

@@ -201,9 +201,26 @@ def confirmation(verb: str, yes: bool, json_mode: bool, interactive: bool) -> bo
     return True
 
 
+# Pulumi's default parallelism is unbounded (the SDK's "2147483647"), and every concurrent
+# Docker call of the provider to an agent reached over SSH is one more SSH connection to it
+# (docker/cli's connection helper runs one `ssh` per HTTP connection); a stock sshd drops
+# connections beyond MaxStartups (10) still in their handshake. On the lab, 11 creates at once
+# on one agent failed with "kex_exchange_identification: Connection closed by remote host"
+# (benchmarks/ready_lab.py). A stack with an agent over SSH runs 8 operations at a time; the
+# engine's --parallel is one number for the whole stack, so 8 is also each agent's most.
+SSH_PARALLEL = 8
+
+
+def parallel_for(agents_over_ssh: int) -> int | None:
+    """The engine's ``parallel`` for a stack with that many agents reached over SSH (None:
+    Pulumi's default)."""
+    return SSH_PARALLEL if agents_over_ssh else None
+
+
 def call_kwargs(verb: str, *, json_mode: bool, color: bool, on_output: Print | None,
                 on_error: Print | None, on_event: Callable[[Any], None] | None,
-                message: str, diff: bool = False) -> dict[str, Any]:
+                message: str, diff: bool = False,
+                parallel: int | None = None) -> dict[str, Any]:
     """Keyword arguments for ``Stack.<verb>`` (``preview``, ``up``, ``destroy``, ``refresh``,
     ``preview_destroy``)."""
     kwargs: dict[str, Any] = {
@@ -219,6 +236,8 @@ def call_kwargs(verb: str, *, json_mode: bool, color: bool, on_output: Print | N
         kwargs["suppress_progress"] = True
     if diff:
         kwargs["diff"] = True
+    if parallel is not None:
+        kwargs["parallel"] = parallel
     if verb == "up":
         # read the containers back first: without it a container that died or was removed
         # stays "running" in the state and `up` changes nothing (pulumi up does not refresh)

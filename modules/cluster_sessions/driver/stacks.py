@@ -58,7 +58,7 @@ from ..agents.cleanup import sweep
 from ..agents.early_limits import early_pids_limits
 from ..agents.folders import bind_refusals, folder_refusals, volume_refusals
 from ..agents.pool_ledger import Ledger, PoolBusy
-from ..agents.reach import LOCAL, reach_of
+from ..agents.reach import LOCAL, SSH, reach_of
 from ..core.decisions import StackIdentity, kept_placement
 from ..core.errors import ClusterSessionsError
 from ..core.loader import Loaded
@@ -96,6 +96,7 @@ from .stack_settings import (
     install_instructions,
     masked_outputs,
     owner_conflict,
+    parallel_for,
     project_starts,
     split_command_error,
     stack_config,
@@ -360,6 +361,7 @@ class Target:
     # given the plan as placed and pinned, the context ``up`` itself runs in (a session's:
     # its pids limits as soon as its containers exist, agents/early_limits.py)
     while_up: Callable[[ClusterPlan], contextlib.AbstractContextManager] | None = None
+    parallel: int | None = None  # the engine's, for every verb (stack_settings.parallel_for)
 
 
 def cmd_stack(args: argparse.Namespace) -> int:
@@ -712,8 +714,10 @@ def session_target(args: argparse.Namespace, pool: Pool, plan: ClusterPlan, stac
         return early_pids_limits([pool.agent(a) for a in final.agents], identity.stack_id,
                                  final.limits.pids_limit)
 
+    over_ssh = sum(reach_of(agent).kind == SSH for agent in pool.agents)
     return Target(stack, plan.name, config, message, f"sessionctl up {args.file}",
-                  after_destroy, partly_destroyed, before_up, while_up)
+                  after_destroy, partly_destroyed, before_up, while_up,
+                  parallel_for(over_ssh))
 
 
 def run_stack(args: argparse.Namespace, verb: str, target: Target,
@@ -735,7 +739,7 @@ def run_stack(args: argparse.Namespace, verb: str, target: Target,
     def kwargs(call: str) -> dict[str, Any]:
         return call_kwargs(call, json_mode=args.json, color=color, on_output=term.out,
                            on_error=term.err, on_event=events, message=target.message,
-                           diff=getattr(args, "diff", False))
+                           diff=getattr(args, "diff", False), parallel=target.parallel)
 
     from pulumi import automation as auto
 
