@@ -65,7 +65,9 @@ MODULE_TESTS = {
         "capacity": ["test_agents_facts.py", "test_pool_verbs.py", "test_cli.py"],
         "cleanup": ["test_cleanup.py"],
         "connectors": ["test_agents_facts.py", "test_reach.py", "test_swarm.py"],
-        "engine": ["test_engine.py", "test_agents_facts.py", "test_cleanup.py"],
+        "early_limits": ["test_early_limits.py"],
+        "engine": ["test_engine.py", "test_agents_facts.py", "test_cleanup.py",
+                   "test_early_limits.py"],
         "errors": ["test_agents_facts.py"],
         "facts": ["test_agents_facts.py", "test_pool_verbs.py"],
         "folders": ["test_agents_folders.py"],  # the engine's side: no offline test reaches it
