@@ -452,7 +452,8 @@ def session_run(declared: Declared, local: dict, tag: str, parallel: int,
                    if declared.agent_of[inputs["name"]] == agent]
             with ThreadPoolExecutor(max_workers=min(PARALLEL, len(ids))) as pool:
                 list(pool.map(lambda cid: set_pids_limit(clients[agent], cid,
-                                                         SessionLimits().pids_limit), ids))
+                                                         SessionLimits().pids_limit,
+                                                         unless_held=True), ids))
             return time.time()
 
         # `parallel` workers create; the limits wait in their own threads

@@ -428,7 +428,8 @@ def limit_when_made(client, started: queue.Queue[str], count: int) -> float:
         ids.append(started.get(timeout=max(0.1, deadline - time.monotonic())))
     with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL, len(ids)))) as pool:
         list(pool.map(client.api.inspect_container, ids))  # the provider's read
-        list(pool.map(lambda cid: set_pids_limit(client, cid, SessionLimits().pids_limit), ids))
+        list(pool.map(lambda cid: set_pids_limit(client, cid, SessionLimits().pids_limit,
+                                                 unless_held=True), ids))
     return time.time()
 
 

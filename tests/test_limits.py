@@ -127,3 +127,62 @@ def test_an_engine_that_does_not_apply_the_limit_is_refused():
 
     with pytest.raises(EngineFailure, match="does not support PIDs limit"):
         set_pids_limit(Client(), "abc", 100)
+
+
+class _CountingApi:
+    """An engine that keeps one container's ``PidsLimit`` and counts the update calls."""
+
+    def __init__(self, held):
+        self.held, self.updates = held, 0
+
+    def _url(self, path, *args):
+        return path.format(*args)
+
+    def _post_json(self, url, data):
+        self.updates += 1
+        self.held = data["PidsLimit"]
+        return {}
+
+    def _result(self, answer, json):
+        return answer
+
+    def inspect_container(self, cid):
+        return {"HostConfig": {"PidsLimit": self.held}}
+
+
+@pytest.mark.parametrize(("held", "updates"), [(None, 1), (0, 1), (99, 1), (100, 0)])
+def test_container_limits_leave_a_container_that_holds_the_limit(held, updates):
+    """ContainerLimits' pass after `up`'s watch: a container already at the limit gets no
+    update (on a running one that is a `runc update`, taken from the session's start-ups);
+    any other value is set."""
+
+    class Client:
+        api = _CountingApi(held)
+
+    assert set_pids_limit(Client(), "abc", 100, unless_held=True) == 100
+    assert Client.api.updates == updates
+    assert set_pids_limit(Client(), "abc", 100) == 100  # the watch's call: always
+    assert Client.api.updates == updates + 1
+
+
+def test_container_limits_pass_asks_to_leave_held_limits(monkeypatch):
+    from cluster_sessions.pulumi_layer import limits
+
+    calls = []
+    monkeypatch.setattr(limits, "set_pids_limit",
+                        lambda client, cid, limit, **kw: calls.append((cid, limit, kw)) or limit)
+
+    class Conn:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def docker_client(self):
+            return type("C", (), {"close": lambda self: None})()
+
+    monkeypatch.setattr(limits, "connector_from_props", lambda agent, timeout: Conn())
+    limits._apply({"agent": {"name": "a"}, "containers": {"main1": "x", "sub1": "y"},
+                   "pids_limit": 100})
+    assert sorted(calls) == [("x", 100, {"unless_held": True}), ("y", 100, {"unless_held": True})]

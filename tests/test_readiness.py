@@ -93,8 +93,10 @@ def test_a_session_of_four_is_ready_after_at_most_two_sshd_start_ups_per_contain
     assert sum(counted.values()) <= 2 * 4, counted
     if quad.timings["shell"] == "dash":  # the shape: main1's probe, then each sub's login
         assert counted["main1"] == 3 and all(counted[h] == 1 for h in SUBS), counted
-    else:  # main1's probe and its "go" on each sub; no login on main1
-        assert counted["main1"] == 0 and all(counted[h] == 2 for h in SUBS), counted
+    else:  # no login on main1; each sub: main1's probe, which says the go on its connection
+        # in bash; nc's probe leaves at once and the go is one more connection
+        said = {"bash": 1, "busybox": 2}[quad.timings["shell"]]
+        assert counted["main1"] == 0 and all(counted[h] == said for h in SUBS), counted
 
 
 def test_a_sub_says_ready_as_soon_as_it_hears_main1_s_go(quad):
@@ -152,7 +154,8 @@ def test_main1_restarted_alone_probes_each_sub_once_and_the_subs_keep_running(qu
     quad.containers["main1"].restart(timeout=2)
     wait_for(quad, "main1", count=ready_before["main1"] + 1)
     after = opens(quad)
-    said = 1 if quad.timings["shell"] == "dash" else 2  # its probe, and its "go" but in dash
+    # its probe (which says the go in bash), and its "go" with nc; dash: no go
+    said = 2 if quad.timings["shell"] == "busybox" else 1
     for host in SUBS:
         assert after[host] - before[host] == said, (before, after)
         assert ready_count(quad, host) == ready_before[host]  # its command never stopped
@@ -179,6 +182,23 @@ def test_a_sub_restarted_while_main1_is_down_waits_for_main1_s_next_go(quad):
     wait_for(quad, "sub2", count=ready_before["sub2"] + 1)
     assert last_ready_at(quad, "main1") <= last_ready_at(quad, "sub2")
     assert quad.ok("sub2", "ssh -o BatchMode=yes sub1 hostname").strip() == "sub1"
+
+
+def test_subs_that_main1_holds_wait_for_its_go_past_the_time_to_ask_its_gate(
+        session_factory):  # noqa: F811
+    """main1's probe (bash) holds its connection until the go: a sub waiting longer than
+    GATE_ASK_AFTER for a late peer sees it open and does not log in to main1's gate. sub3's
+    entrypoint starts GATE_ASK_AFTER + 3 s late; no login on main1, one connection per sub."""
+    late = GATE_ASK_AFTER + 3
+    running = session_factory(session_def(unique("held"), 4),
+                              before=f'case $(cat /etc/hostname) in (sub3) sleep {late};; esac')
+    counted = opens(running)
+    assert counted == {"main1": 0, "sub1": 1, "sub2": 1, "sub3": 1}, counted
+    first = _docker_time(last_ready_at(running, "sub1"))
+    sshd = [line for line in running.containers["sub1"].logs(timestamps=True).splitlines()
+            if b"Server listening" in line]
+    waited = (first - _docker_time(sshd[0].split(b" ", 1)[0].decode())).total_seconds()
+    assert waited > GATE_ASK_AFTER + 1, waited  # it did wait past the time to ask
 
 
 @pytest.mark.parametrize("shell", list(SHELLS))

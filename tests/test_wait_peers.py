@@ -58,6 +58,84 @@ def banner_then_listen(conn: socket.socket, banner: bytes = b"SSH-2.0-test\r\n")
     return data
 
 
+HELLO = b"SSH-2.0-cluster-session-probe\r\n"
+# SSH_MSG_DISCONNECT, reason 11, with the text: what sshd logs ("Received disconnect ...")
+GO = HELLO + b"\0\0\0\x24\x04\x01\0\0\0\x0b\0\0\0\x12cluster-session-go" + b"\0" * 8
+BYE = HELLO + b"\0\0\0\x24\x07\x01\0\0\0\x0b\0\0\0\x0freadiness probe" + b"\0" * 11
+
+
+def eventually(condition, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    while not (found := condition()):
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.02)
+    return found
+
+
+def two_listeners() -> tuple[socket.socket, socket.socket, int]:
+    """Listeners on 127.0.0.1 and 127.0.0.2 with one port number (the probes' one port)."""
+    for _ in range(20):
+        first = socket.socket()
+        first.bind(("127.0.0.1", 0))
+        port = first.getsockname()[1]
+        second = socket.socket()
+        try:
+            second.bind(("127.0.0.2", port))
+        except OSError:
+            first.close()
+            second.close()
+            continue
+        return first, second, port
+    raise AssertionError("no port free on both addresses")
+
+
+class Peer:
+    """A listener that sends a banner on each connection and keeps, per connection, when it
+    was accepted, when its first byte came and what the client said until it closed."""
+
+    def __init__(self, listener: socket.socket, close_first_after: float | None = None):
+        self.listener, self.close_first_after = listener, close_first_after
+        self.connections: list[dict] = []
+        self.stop = threading.Event()
+
+    def start(self) -> Peer:
+        self.listener.listen(8)
+        self.listener.settimeout(0.05)
+        threading.Thread(target=self._run, daemon=True).start()
+        return self
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            record = {"accepted": time.monotonic(), "first": None, "said": b"", "done": False}
+            self.connections.append(record)
+            threading.Thread(target=self._serve, args=(conn, record), daemon=True).start()
+
+    def _serve(self, conn: socket.socket, record: dict) -> None:
+        with conn:
+            conn.sendall(b"SSH-2.0-test\r\n")
+            if self.close_first_after is not None and len(self.connections) == 1:
+                time.sleep(self.close_first_after)
+                record["done"] = True
+                return  # closed without a word, as sshd at its LoginGraceTime
+            conn.settimeout(30)
+            with contextlib.suppress(OSError):
+                while chunk := conn.recv(4096):
+                    if record["first"] is None:
+                        record["first"] = time.monotonic()
+                    record["said"] += chunk
+        record["done"] = True
+
+    def close(self) -> None:
+        self.stop.set()
+        self.listener.close()
+
+
 @pytest.fixture
 def bash() -> str:
     found = shutil.which("bash")
@@ -92,7 +170,8 @@ def test_a_probe_whose_connection_is_not_made_is_started_again_after_a_fifth_of_
         took = time.monotonic() - started
         assert probe.returncode == 0, out + err
         assert took < 2.6, f"answered after {took:.2f} s"
-        assert any(b"readiness probe" in s for s in said), said
+        eventually(lambda: said)
+        assert said == [GO], said  # the go on the probe's own connection
         # the file it went by: the probe's pid, beside the status file
         assert (tmp_path / "probe-connected.127.0.0.1").read_text().strip().isdigit()
     finally:
@@ -129,3 +208,84 @@ def test_a_connected_probe_is_given_its_three_seconds_to_answer(bash, tmp_path):
     finally:
         stop.set()
         listener.close()
+
+
+def test_each_probe_holds_its_connection_and_says_go_on_it_once_every_peer_answered(
+        bash, tmp_path):
+    """One accepted connection per peer (issue 35: no second sshd start-up for the go): the
+    first peer's probe says nothing until the second peer, which comes 0.8 s later, answered;
+    then both hear the go on the connection they accepted first."""
+    script = wait_peers_bash(tmp_path)
+    first_l, second_l, port = two_listeners()
+    first = Peer(first_l).start()
+    second = Peer(second_l)
+    try:
+        probe = subprocess.Popen([bash, str(script), str(port), "20", str(tmp_path / "missing"),
+                                  "127.0.0.1", "127.0.0.2"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.8)
+        assert (tmp_path / "missing").read_text() == "127.0.0.2\n"
+        assert first.connections and first.connections[0]["first"] is None, first.connections
+        assert probe.poll() is None
+        second.start()
+        out, err = probe.communicate(timeout=30)
+        assert probe.returncode == 0, out + err
+        for peer in (first, second):
+            eventually(lambda peer=peer: peer.connections and peer.connections[0]["done"])
+            assert [c["said"] for c in peer.connections] == [GO], peer.connections
+        # at once: a probe's pause ends when it is signalled, not when its second is up
+        came = second.connections[0]["accepted"]
+        for peer in (first, second):
+            assert 0 <= peer.connections[0]["first"] - came < 0.5, (came, peer.connections)
+    finally:
+        first.close()
+        second.close()
+        if probe.poll() is None:
+            probe.kill()
+
+
+def test_a_held_connection_that_sshd_closes_before_the_go_is_probed_anew(bash, tmp_path):
+    """sshd closes a held probe (its LoginGraceTime, or the sub went away): the peer is missing
+    again, and the go comes on the new probe's connection, not the lost one."""
+    script = wait_peers_bash(tmp_path)
+    first_l, second_l, port = two_listeners()
+    first = Peer(first_l, close_first_after=0.3).start()
+    second = Peer(second_l)
+    try:
+        probe = subprocess.Popen([bash, str(script), str(port), "20", str(tmp_path / "missing"),
+                                  "127.0.0.1", "127.0.0.2"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # noticed within the probe's pause (a second), and probed again at once
+        eventually(lambda: len(first.connections) == 2, timeout=2.5)
+        time.sleep(0.3)
+        assert len(first.connections) == 2, first.connections
+        second.start()
+        out, err = probe.communicate(timeout=30)
+        assert probe.returncode == 0, out + err
+        eventually(lambda: first.connections[-1]["done"] and second.connections
+                   and second.connections[0]["done"])
+        assert [c["said"] for c in first.connections] == [b"", GO], first.connections
+        assert [c["said"] for c in second.connections] == [GO], second.connections
+    finally:
+        first.close()
+        second.close()
+        if probe.poll() is None:
+            probe.kill()
+
+
+def test_at_the_timeout_a_held_probe_leaves_without_a_go(bash, tmp_path):
+    """The second peer never comes: after the timeout the missing one is printed (exit 1), and
+    the first peer, which answered, hears the probe's polite leaving, not a go."""
+    script = wait_peers_bash(tmp_path)
+    first_l, second_l, port = two_listeners()
+    second_l.close()
+    first = Peer(first_l).start()
+    try:
+        done = subprocess.run([bash, str(script), str(port), "1", str(tmp_path / "missing"),
+                               "127.0.0.1", "127.0.0.2"], capture_output=True, text=True,
+                              timeout=30, check=False)
+        assert (done.returncode, done.stdout) == (1, "127.0.0.2\n"), done.stderr
+        eventually(lambda: first.connections and first.connections[0]["done"])
+        assert [c["said"] for c in first.connections] == [BYE], first.connections
+    finally:
+        first.close()

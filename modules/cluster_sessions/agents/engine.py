@@ -303,21 +303,33 @@ def gone_already(stderr: str) -> bool:
 # --- limits the docker provider cannot set (pulumi_layer/limits.py) ------------------------------
 
 
-def set_pids_limit(client: Any, container_id: str, limit: int) -> int:
+def set_pids_limit(client: Any, container_id: str, limit: int, *,
+                   unless_held: bool = False) -> int:
     """Bound a created container's tasks (``HostConfig.PidsLimit``, the pids cgroup) through the
     engine's ContainerUpdate, which the engine keeps across restarts; returns what the engine
     then reports. Refuses an engine that did not apply it (a kernel without the pids cgroup
-    answers with a warning), rather than leave the container unbounded."""
+    answers with a warning), rather than leave the container unbounded.
+
+    ``unless_held``: look first and leave a container that holds the limit already (set by
+    ``sessionctl up``'s watch before its start): the engine keeps ``HostConfig`` only for an
+    update it applied (it restores the old one when runc's fails), and an update of a running
+    container runs ``runc update``, CPU taken from the session's own start-ups."""
     from ..core.errors import EngineFailure
 
+    if unless_held and _pids_limit(client, container_id) == limit:
+        return limit
     url = client.api._url("/containers/{0}/update", container_id)
     answer = client.api._result(client.api._post_json(url, data={"PidsLimit": limit}), True)
-    held = (client.api.inspect_container(container_id).get("HostConfig") or {}).get("PidsLimit")
+    held = _pids_limit(client, container_id)
     if held != limit:
         warnings = "; ".join(str(w) for w in (answer or {}).get("Warnings") or ())
         raise EngineFailure(f"container {container_id[:12]} has pids limit {held!r}, not "
                             f"{limit}{': ' + warnings if warnings else ''}")
     return held
+
+
+def _pids_limit(client: Any, container_id: str) -> Any:
+    return (client.api.inspect_container(container_id).get("HostConfig") or {}).get("PidsLimit")
 
 
 def created_container(event: Mapping[str, Any], stack_id: str) -> str | None:

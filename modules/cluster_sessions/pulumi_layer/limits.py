@@ -52,7 +52,8 @@ def _apply(props: Mapping[str, Any]) -> dict[str, Any]:
         client = conn.docker_client()
         try:
             with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL, len(ids)))) as pool:
-                for _ in pool.map(lambda cid: set_pids_limit(client, cid, limit), ids):
+                for _ in pool.map(lambda cid: set_pids_limit(client, cid, limit,
+                                                             unless_held=True), ids):
                     pass
         finally:
             client.close()
