@@ -72,21 +72,27 @@ def eventually(condition, timeout: float = 10.0):
     return found
 
 
-def two_listeners() -> tuple[socket.socket, socket.socket, int]:
-    """Listeners on 127.0.0.1 and 127.0.0.2 with one port number (the probes' one port)."""
+def listeners(count: int) -> tuple[list[socket.socket], int]:
+    """Listeners on 127.0.0.1, 127.0.0.2, ... with one port number (the probes' one port)."""
     for _ in range(20):
-        first = socket.socket()
-        first.bind(("127.0.0.1", 0))
-        port = first.getsockname()[1]
-        second = socket.socket()
+        made = [socket.socket()]
+        made[0].bind(("127.0.0.1", 0))
+        port = made[0].getsockname()[1]
         try:
-            second.bind(("127.0.0.2", port))
+            for i in range(2, count + 1):
+                made.append(socket.socket())
+                made[-1].bind((f"127.0.0.{i}", port))
         except OSError:
-            first.close()
-            second.close()
+            for listener in made:
+                listener.close()
             continue
-        return first, second, port
-    raise AssertionError("no port free on both addresses")
+        return made, port
+    raise AssertionError("no port free on every address")
+
+
+def two_listeners() -> tuple[socket.socket, socket.socket, int]:
+    (first, second), port = listeners(2)
+    return first, second, port
 
 
 class Peer:
@@ -210,36 +216,41 @@ def test_a_connected_probe_is_given_its_three_seconds_to_answer(bash, tmp_path):
         listener.close()
 
 
+PEERS = 20
+
+
 def test_each_probe_holds_its_connection_and_says_go_on_it_once_every_peer_answered(
         bash, tmp_path):
     """One accepted connection per peer (issue 35: no second sshd start-up for the go): the
-    first peer's probe says nothing until the second peer, which comes 0.8 s later, answered;
-    then both hear the go on the connection they accepted first."""
+    first 19 peers' probes say nothing until the last, which comes 0.8 s later, answered;
+    then each hears the go at once on the connection it accepted first (a probe's pause ends
+    when it is told, not when its second is up, whatever the others do)."""
     script = wait_peers_bash(tmp_path)
-    first_l, second_l, port = two_listeners()
-    first = Peer(first_l).start()
-    second = Peer(second_l)
+    made, port = listeners(PEERS)
+    peers = [Peer(listener) for listener in made]
+    for peer in peers[:-1]:
+        peer.start()
     try:
         probe = subprocess.Popen([bash, str(script), str(port), "20", str(tmp_path / "missing"),
-                                  "127.0.0.1", "127.0.0.2"],
+                                  *(f"127.0.0.{i}" for i in range(1, PEERS + 1))],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(0.8)
-        assert (tmp_path / "missing").read_text() == "127.0.0.2\n"
-        assert first.connections and first.connections[0]["first"] is None, first.connections
+        assert (tmp_path / "missing").read_text() == f"127.0.0.{PEERS}\n"
+        for peer in peers[:-1]:
+            assert peer.connections and peer.connections[0]["first"] is None, peer.connections
         assert probe.poll() is None
-        second.start()
+        peers[-1].start()
         out, err = probe.communicate(timeout=30)
         assert probe.returncode == 0, out + err
-        for peer in (first, second):
+        for peer in peers:
             eventually(lambda peer=peer: peer.connections and peer.connections[0]["done"])
             assert [c["said"] for c in peer.connections] == [GO], peer.connections
-        # at once: a probe's pause ends when it is signalled, not when its second is up
-        came = second.connections[0]["accepted"]
-        for peer in (first, second):
+        came = peers[-1].connections[0]["accepted"]
+        for peer in peers:
             assert 0 <= peer.connections[0]["first"] - came < 0.5, (came, peer.connections)
     finally:
-        first.close()
-        second.close()
+        for peer in peers:
+            peer.close()
         if probe.poll() is None:
             probe.kill()
 
