@@ -52,8 +52,9 @@ The containers are watched through the lab's local engine sockets (log streams, 
 sshd start-ups during readiness: right after the last ``ready:`` line, each container's
 ``PassiveOpens`` (``/proc/net/snmp`` in its own network namespace: until the session is ready
 only sshd listens there, and sshd forks once per accepted connection; tests/test_readiness.py
-counts them the same way). The gate's design gives 2(N-1): main1 accepts one login per sub,
-each sub one probe from main1.
+counts them the same way). The design gives N-1: each sub accepts one probe from main1, which
+holds it and says the go on it (bash in the image; 2(N-1) with nc only); main1 accepts none
+(a sub that asks main1's gate costs main1 one login).
 
 Prints one line per run and a table per size: N, containers per agent, floor s, session s,
 session - floor, (session - floor) / (N per agent), sshd start-ups against 2N, and how busy
@@ -682,7 +683,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"restarts {session.restarts}, OOM kills {session.oom_kills}, main1's "
                         f"memory peak {session.main1_mem_peak_mib} MiB; sshd "
                         f"start-ups {session.sshd_starts} (main1 {session.sshd_main1}, a sub "
-                        f"at most {session.sshd_sub_max}; 2(N-1) = {2 * (size - 1)}); busy "
+                        f"at most {session.sshd_sub_max}; N-1 = {size - 1}); busy "
                         f"floor {floor.busy:.0%} session {session.busy:.0%} (before: "
                         f"{row['settle_busy']:.0%}); load {load_before}; this run took "
                         f"{row['wall_s']:.0f} s")

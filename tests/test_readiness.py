@@ -201,6 +201,27 @@ def test_subs_that_main1_holds_wait_for_its_go_past_the_time_to_ask_its_gate(
     assert waited > GATE_ASK_AFTER + 1, waited  # it did wait past the time to ask
 
 
+def test_a_sub_that_heard_the_go_waits_for_main1_s_name_not_at_the_gate(
+        session_factory):  # noqa: F811
+    """On an overlay a sub may hear main1's go seconds before its agent resolves main1's name
+    (the lab, N = 128). It waits for the name; it does not log in to main1's gate once the
+    held probe is gone (7 subs did at N = 128). Here sub1's getent does not find main1 for
+    GATE_ASK_AFTER + 3 s (a getent of the test's own, first in root's PATH)."""
+    late = GATE_ASK_AFTER + 3
+    fake = ("printf '%s\\n' '#!/bin/sh' "
+            "'[ \"$2\" = main1 ] && [ ! -e /tmp/resolves ] && exit 2' "
+            "'exec /usr/bin/getent \"$@\"' > /usr/local/bin/getent"
+            " && chmod 755 /usr/local/bin/getent"
+            f" && {{ sleep {late} && : > /tmp/resolves; }} &")
+    before = f'case $(cat /etc/hostname) in (sub1) {fake} ;; esac; true'
+    running = session_factory(session_def(unique("name"), 2), before=before)
+    assert opens(running) == {"main1": 0, "sub1": 1}
+    lines = running.containers["sub1"].logs(timestamps=True).splitlines()
+    go, ready = ([_docker_time(x.split(b" ", 1)[0].decode()) for x in lines if pattern in x]
+                 for pattern in (b":11: cluster-session-go", b"ready:"))
+    assert (ready[0] - go[0]).total_seconds() > GATE_ASK_AFTER, (go, ready)
+
+
 @pytest.mark.parametrize("shell", list(SHELLS))
 def test_a_lost_sub_is_named_by_main1_and_by_the_subs_after_the_timeout(
         docker_client, image, tmp_path, shell):  # noqa: F811
