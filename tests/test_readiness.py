@@ -201,6 +201,31 @@ def test_subs_that_main1_holds_wait_for_its_go_past_the_time_to_ask_its_gate(
     assert waited > GATE_ASK_AFTER + 1, waited  # it did wait past the time to ask
 
 
+# sshd's processes for connections (not its listener, whose pid is in sshd.pid): killed, the
+# connection closes as at sshd's LoginGraceTime
+DROP_HELD = ("l=$(cat /run/cluster-session/sshd.pid); for d in /proc/[0-9]*; do p=${d#/proc/}; "
+             "[ \"$p\" != \"$l\" ] || continue; c=$(tr '\\0' ' ' < $d/cmdline 2>/dev/null) "
+             "|| continue; case $c in (sshd:*) kill -9 $p ;; esac; done; true")
+
+
+def test_a_sub_whose_held_probe_sshd_closed_is_probed_again_not_sent_to_the_gate(
+        session_factory):  # noqa: F811
+    """sshd closes a held probe at its LoginGraceTime (120 s: the lab's N = 128 took longer,
+    and 32 subs asked main1's gate in the moment before main1 probed them again). The sub's
+    held connection is closed six times past GATE_ASK_AFTER; main1 probes it again each
+    time, and the sub does not log in to main1."""
+    late = GATE_ASK_AFTER + 10
+    running = session_factory(session_def(unique("grace"), 4), wait=False,
+                              before=f'case $(cat /etc/hostname) in (sub3) sleep {late};; esac')
+    time.sleep(GATE_ASK_AFTER + 1.5)
+    for _ in range(6):  # each leaves the sub without one for about a second
+        running.ok("sub1", DROP_HELD, user="root")
+        time.sleep(1.1)
+    wait_ready(running, timeout=60)
+    counted = opens(running)
+    assert counted["main1"] == 0 and counted["sub1"] >= 3, counted
+
+
 def test_a_sub_that_heard_the_go_waits_for_main1_s_name_not_at_the_gate(
         session_factory):  # noqa: F811
     """On an overlay a sub may hear main1's go seconds before its agent resolves main1's name
