@@ -2,7 +2,7 @@
 
 For N = 8, 64, 256 and 1,024 containers (a multi-node session, 4 containers per agent, as
 ``plan_scale.py``), the real ``__main__.py`` runs once under the mock engine
-(``cluster_sessions.emulation.engine``, a fresh stack), and the report gives per container:
+(``tests.standin.engine``, a fresh stack), and the report gives per container:
 
 - bundle bytes: the ``bundle.pack`` upload each container is declared with (the inputs the
   engine received), as the median and the largest over the session's containers;
@@ -42,13 +42,13 @@ CONTAINER = "docker:index/container:Container"
 
 def _plain(value):
     """Secrets (wrapped by the mock engine) as their values, for counting bytes."""
-    from cluster_sessions.emulation.engine import plain
+    from tests.standin.engine import plain
 
     return plain(value)
 
 
 def measure(size: int, directory: Path) -> dict[str, float]:
-    from cluster_sessions.emulation.engine import Engine, run_program
+    from tests.standin.engine import Engine, run_program
 
     name = f"bundle-{size}"
     pool = directory / f"pool-{size}.yaml"

@@ -10,7 +10,7 @@ placement has to choose and fill many agents. Four tables:
    for every container. As ``render --out`` writes them, each container's hostfiles list every
    host, so those bytes grow as N^2; the table shows them.
 3. Pulumi registration under mocks, 16 ... 1,024 containers: the real ``__main__.py`` run by
-   ``cluster_sessions.emulation.engine`` (``pulumi.runtime.set_mocks``, as the tests do) on a
+   ``tests.standin.engine`` (``pulumi.runtime.set_mocks``, as the tests do) on a
    definition and
    pool generated in a temporary directory: load, plan, the keys resource, render, one
    ``docker.Provider`` per agent, the overlay network and one ``docker.Container`` per host,
@@ -159,7 +159,7 @@ def measure_pulumi(size: int, repeat: int, directory: Path) -> dict:
     CPU s is this process's CPU time (all threads): less sensitive than wall time to other
     work on the machine. Each run starts after the machine has settled (``quiet.settle``).
     """
-    from cluster_sessions.emulation.engine import Engine, run_program
+    from tests.standin.engine import Engine, run_program
 
     name = f"bench-{size}"
     pool = directory / f"pool-{size}.yaml"
@@ -200,7 +200,7 @@ def sdk_floor(counts) -> tuple[float, float, float, int]:
     dynamic resources with one number, components, containers with a name and an image for
     every other custom resource), under the same mock engine: what the Pulumi SDK costs per
     resource whatever the program does."""
-    from cluster_sessions.emulation.engine import Engine, run_program
+    from tests.standin.engine import Engine, run_program
 
     engine = Engine()
     wall, cpu, busy, _ = timed(

@@ -159,8 +159,8 @@ def write_definition(directory: Path, pool: Path, name: str, size: int, image: s
 def pool_swarm(pool_file: Path):
     """The pool's swarm, made by the pool program under the mock engine (its dynamic
     resources run for real against the lab); left again at the end."""
-    from cluster_sessions.emulation.engine import Engine, run_program
     from cluster_sessions.pulumi_layer import pool_program
+    from tests.standin.engine import Engine, run_program
 
     engine = Engine()
     name = yaml.safe_load(pool_file.read_text())["name"]
@@ -195,7 +195,7 @@ def declare(definition: Path) -> Declared:
     from cluster_sessions.core import loader
     from cluster_sessions.core.plan import build_plan
     from cluster_sessions.driver.session_args import pool_dirs
-    from cluster_sessions.emulation.engine import Engine, run_program
+    from tests.standin.engine import Engine, run_program
 
     loaded = loader.load_session(definition, None, pool_dirs=pool_dirs())
     plan = build_plan(loaded.session, loaded.pool)
@@ -212,6 +212,9 @@ def declare(definition: Path) -> Declared:
     # the stack's id as the program labelled its containers (the stack's, not this plan's)
     (stack_id,) = {label["value"] for _, inputs in containers for label in inputs["labels"]
                    if label["label"] == STACK_ID_LABEL}
+    # the bundles' deliveries (issue 45), not run under mocks: session_run runs them
+    DELIVERIES[stack_id] = [r.plain_inputs for r in engine.of_type(
+        "pulumi-python:dynamic/cluster-sessions:BundleDelivery")]
     return Declared(program_s, [(r, r.plain_inputs) for r in engine.of_type(PROVIDER)],
                     network, containers,
                     {c.container_name: c.agent for c in plan.containers},
@@ -219,11 +222,40 @@ def declare(definition: Path) -> Declared:
                     stack_id, plan.limits.pids_limit)
 
 
+DELIVERIES: dict[str, list[dict]] = {}
+
+
+def run_deliveries(stack_id: str) -> dict[str, float]:
+    """What the program's BundleDelivery resources do (pulumi_layer/bundles.py): each agent's
+    bundles in one script over its SSH, the agents in parallel; seconds per agent."""
+    from cluster_sessions.agents.bundles import deliver
+    from cluster_sessions.agents.connectors import connector_from_props
+
+    def one(inputs: dict) -> tuple[str, float]:
+        d0 = time.time()
+        with connector_from_props(inputs["agent"]) as conn:
+            deliver(conn, inputs["scratch"], inputs["stack_id"], inputs["bundles"])
+        return inputs["agent"]["name"], time.time() - d0
+
+    items = DELIVERIES.get(stack_id, [])
+    with ThreadPoolExecutor(max_workers=max(1, len(items))) as pool:
+        return dict(pool.map(one, items))
+
+
+def remove_deliveries(stack_id: str) -> None:
+    from cluster_sessions.agents.bundles import remove
+    from cluster_sessions.agents.connectors import connector_from_props
+
+    for inputs in DELIVERIES.pop(stack_id, []):
+        with contextlib.suppress(Exception), connector_from_props(inputs["agent"]) as conn:
+            remove(conn, inputs["scratch"], inputs["stack_id"], list(inputs["bundles"]))
+
+
 def warm_builder(declared: Declared):
     """A ``DockerBuilder`` given the program's providers, its connection to every agent opened
     and pinged now (before the clock; also: the builder opens them lazily and unlocked, so N
     threads' first calls would race to open N connections)."""
-    from cluster_sessions.emulation.docker_builder import DockerBuilder
+    from tests.standin.docker_builder import DockerBuilder
 
     builder = DockerBuilder()
     for provider in declared.providers:
@@ -432,7 +464,13 @@ def session_run(declared: Declared, local: dict, tag: str, parallel: int,
         oom0 = oom_kills()
         cpu0 = machine_cpu()
         t0 = time.time()
+        # each agent's delivery of its bundles, in parallel and beside the network (the
+        # containers depend on both): its seconds per agent are printed
+        delivering = executor.submit(run_deliveries, declared.stack_id)
         builder(*declared.network)
+        per_agent = delivering.result()
+        print(f"{tag}: delivery per agent (s): " + ", ".join(
+            f"{a} {v:.3f}" for a, v in per_agent.items()), file=sys.stderr)
         t_net = time.time()
 
         def one(reg, inputs: dict) -> float:
@@ -521,6 +559,7 @@ def session_run(declared: Declared, local: dict, tag: str, parallel: int,
             builder.remove_all()
         builder.close()
         sweep(local, declared.manager, tag)
+        remove_deliveries(declared.stack_id)
 
 
 def relay_errors(builder) -> list[str]:

@@ -5,9 +5,9 @@ For each size N (default 2, 4, 8) and each run (default 5), three measurements, 
 (a) floor: a fresh bridge network, then N plain containers of the session image
     (``sleep infinity``) created and started in parallel, one thread each (what ``docker run -d``
     does), until every start call has returned (the container is running);
-(b) session: the real ``__main__.py`` runs under the mock engine (``cluster_sessions.emulation.
+(b) session: the real ``__main__.py`` runs under the mock engine (``tests.standin.
     engine``) with a generated N-container definition; then what it declared is built by the
-    emulation's ``DockerBuilder`` (``cluster_sessions.emulation.docker_builder``, what the end-to-
+    emulation's ``DockerBuilder`` (``tests.standin.docker_builder``, what the end-to-
     end tests use: the provider's create by hand, one ``put_archive`` per declared upload, start),
     the containers in parallel as the Pulumi engine would (its default parallelism is unbounded,
     and they depend only on the network), with ``sessionctl up``'s watch beside it (each
@@ -78,7 +78,7 @@ import yaml  # noqa: E402
 from quiet import busy_fraction, machine_cpu, settle  # noqa: E402
 
 from cluster_sessions.agents.engine import set_pids_limit  # noqa: E402
-from cluster_sessions.emulation.docker_builder import run_in, sweep_session  # noqa: E402
+from tests.standin.docker_builder import run_in, sweep_session  # noqa: E402
 
 CONTAINER = "docker:index/container:Container"
 NETWORK = "docker:index/network:Network"
@@ -340,12 +340,13 @@ def engine_parts(client, directory: Path, image: str, size: int, tag: Callable[[
     the cpu and memory limits, the pool's pids limit at create, the capabilities and security
     options, then all of them at once. Each next to a plain floor run of the same round."""
     from cluster_sessions.core.spec import RUN_DIR, RUN_TMPFS, SessionLimits
-    from cluster_sessions.emulation.docker_builder import tar_upload
+    from tests.standin.docker_builder import tar_upload
 
     _, _, _, containers = declared(directory, image, size, tag(), cpu)
     inputs = containers[0][1]
-    (upload,) = inputs["uploads"]
-    archive = tar_upload(upload)
+    # an agent that delivers into its scratch root (issue 45) has no upload
+    uploads = inputs.get("uploads") or []
+    archive = tar_upload(uploads[0]) if uploads else None
     caps = inputs.get("capabilities") or {}
     settings = {
         "tmpfs": {"tmpfs": {RUN_DIR: RUN_TMPFS}},
@@ -361,9 +362,9 @@ def engine_parts(client, directory: Path, image: str, size: int, tag: Callable[[
     }
     every: dict = {k: v for setting in settings.values() for k, v in setting.items()}
     cases: list[tuple[str, dict, bytes | None]] = [
-        ("upload (put_archive of the bundle)", {}, archive),
+        *([("upload (put_archive of the bundle)", {}, archive)] if archive else []),
         *((name, config, None) for name, config in settings.items()),
-        ("all of the session's, with the upload", every, archive),
+        ("all of the session's" + (", with the upload" if archive else ""), every, archive),
     ]
     out: dict[str, float] = {}
     plain: list[float] = []
@@ -387,6 +388,7 @@ class SessionResult:
     program: float  # __main__.py under mocks (keys, render, registration)
     network: float
     create: float  # median create_container call
+    delivery: float  # the bundles' delivery into the scratch root, per container (issue 45)
     uploads: float  # median sum of put_archive calls per container
     upload_calls: int
     start: float  # median start call
@@ -451,7 +453,7 @@ def timed_builder(calls: list[Call], local: threading.local,
                   on_start: Callable[[str, str], None]):
     """The emulation's ``DockerBuilder`` (what the provider does, by hand), its Docker API
     calls timed."""
-    from cluster_sessions.emulation.docker_builder import DockerBuilder
+    from tests.standin.docker_builder import DockerBuilder
 
     class TimedBuilder(DockerBuilder):
         def client_for(self, reg):
@@ -465,8 +467,8 @@ def declared(directory: Path, image: str, size: int, tag: str, cpu: float
              ) -> tuple[float, list, tuple, list]:
     """(program s, providers, network, containers): the real ``__main__.py`` under the mock
     engine; each resource as ``(registration, plain inputs)``."""
-    from cluster_sessions.emulation.docker_builder import PROVIDER_TYPE
-    from cluster_sessions.emulation.engine import Engine, run_program
+    from tests.standin.docker_builder import PROVIDER_TYPE
+    from tests.standin.engine import Engine, run_program
 
     definition = write_definition(directory, tag, size, image, cpu)
     engine = Engine()
@@ -477,7 +479,35 @@ def declared(directory: Path, image: str, size: int, tag: str, cpu: float
     (network,) = [(r, r.plain_inputs) for r in engine.of_type(NETWORK)]
     containers = [(r, r.plain_inputs) for r in engine.of_type(CONTAINER)]
     assert len(containers) == size
+    # the bundles' deliveries (issue 45): not run under mocks; session_run runs them
+    DELIVERIES[tag] = [r.plain_inputs for r in engine.of_type(BUNDLES)]
     return program, providers, network, containers
+
+
+BUNDLES = "pulumi-python:dynamic/cluster-sessions:BundleDelivery"
+DELIVERIES: dict[str, list[dict]] = {}
+
+
+def run_deliveries(tag: str) -> float:
+    """What the program's BundleDelivery resources do at ``up`` (pulumi_layer/bundles.py):
+    each agent's bundles in one script, the agents in parallel; seconds taken."""
+    from cluster_sessions.agents.bundles import deliver
+    from cluster_sessions.agents.connectors import connector_from_props
+
+    d0 = time.time()
+    for inputs in DELIVERIES.get(tag, []):
+        with connector_from_props(inputs["agent"]) as conn:
+            deliver(conn, inputs["scratch"], inputs["stack_id"], inputs["bundles"])
+    return time.time() - d0
+
+
+def remove_deliveries(tag: str) -> None:
+    from cluster_sessions.agents.bundles import remove
+    from cluster_sessions.agents.connectors import connector_from_props
+
+    for inputs in DELIVERIES.pop(tag, []):
+        with connector_from_props(inputs["agent"]) as conn:
+            remove(conn, inputs["scratch"], inputs["stack_id"], list(inputs["bundles"]))
 
 
 def session_run(client, directory: Path, image: str, size: int, tag: str, cpu: float,
@@ -522,7 +552,10 @@ def session_run(client, directory: Path, image: str, size: int, tag: str, cpu: f
         wait_following(during.enter_context(early_limits(containers)), 60)
         cpu0 = machine_cpu()
         t0 = time.time()
+        # the deliveries beside the network (the containers depend on both)
+        delivering = ThreadPoolExecutor(max_workers=1).submit(run_deliveries, tag)
         builder(*network)
+        delivery = delivering.result()
         t_net = time.time()
 
         def one(declared: tuple) -> float:
@@ -579,6 +612,7 @@ def session_run(client, directory: Path, image: str, size: int, tag: str, cpu: f
             program=program,
             network=t_net - t0,
             create=statistics.median(p.get("create_container", 0.0) for p in hosts_calls),
+            delivery=delivery / len(hosts),
             uploads=statistics.median(p.get("put_archive", 0.0) for p in hosts_calls),
             upload_calls=int(statistics.median(p.get("n", 0) for p in hosts_calls)),
             start=statistics.median(p.get("start", 0.0) for p in hosts_calls),
@@ -613,6 +647,7 @@ def session_run(client, directory: Path, image: str, size: int, tag: str, cpu: f
         builder.remove_all()
         builder.close()
         sweep_session(client, tag)
+        remove_deliveries(tag)
 
 
 def median_or_none(values: Iterable[float | None]) -> float | None:
@@ -767,7 +802,7 @@ def programs_run(client, directory: Path, image: str, size: int, tag: str, cpu: 
     """The programs main1's container execs from its entrypoint until sshd (``strace -f -e
     execve`` around the declared entrypoint; ``docker-init`` and strace itself not counted),
     sshd included, from one extra session."""
-    from cluster_sessions.emulation.docker_builder import DockerBuilder
+    from tests.standin.docker_builder import DockerBuilder
 
     if not Path(STRACE).exists():
         print(f"no {STRACE} on this machine: programs before sshd not counted", file=sys.stderr)
@@ -1057,6 +1092,8 @@ def report(results: dict[int, dict], runs: int) -> None:
         ("session: network create", lambda r: f"{med(s.network for s in r['session']):.3f}"),
         ("create_container call (per container)",
          lambda r: f"{med(s.create for s in r['session']):.3f}"),
+        ("delivery into the scratch root (per container; beside the network)",
+         lambda r: f"{med(s.delivery for s in r['session']):.3f}"),
         ("uploads: put_archive calls (per container, sum)",
          lambda r: f"{med(s.uploads for s in r['session']):.3f} "
                    f"({r['session'][0].upload_calls})"),

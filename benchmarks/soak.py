@@ -66,7 +66,7 @@ def dockerd_rss_kib(state: Path) -> int:
 
 
 def sessionctl(env: dict, *argv: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "cluster_sessions.emulation.sessionctl",
+    return subprocess.Popen([sys.executable, "-m", "tests.standin.sessionctl",
                              *argv], cwd=PROJECT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
 

@@ -11,11 +11,15 @@
 #      CI=true) keeps it with a warning; --force replaces it. A link to a removed checkout is
 #      replaced (scripts/link-sessionctl.sh).
 #   3. a running Docker engine (scripts/ensure-docker.sh)
-#   4. the demo image cluster-sessions/debian-sshd:latest, built from Debian packages
-#   5. the Pulumi CLI, from Pulumi's release archive with its checksum verified
-#      (scripts/install-pulumi.sh), into ~/.pulumi/bin and linked into the same place; by
-#      default except with --dev. If it cannot be installed, set-up says what to install and
-#      exits 1 (--no-pulumi skips it; --install-pulumi asks for it with --dev too).
+#   4. the demo image cluster-sessions/debian-sshd:latest, built from Debian packages, and the
+#      local pool's scratch root /var/lib/cluster-sessions (0700, where up delivers bundles)
+#   5. the Pulumi CLI, from Pulumi's release archive with its checksum verified, or, where that
+#      cannot be downloaded and go is present, built from Pulumi's Go modules with its Python
+#      language host and a docker provider plugin (scripts/install-pulumi.sh,
+#      scripts/pulumi-build/), into ~/.pulumi/bin (the plugin into ~/.pulumi/plugins) and
+#      linked into the same place; by default except with --dev. If it cannot be
+#      installed, set-up says what to install and exits 1 (--no-pulumi skips it;
+#      --install-pulumi asks for it with --dev too).
 # Idempotent: a second run only checks. --no-engine skips 3 and 4 (e.g. in a chroot).
 # CLUSTER_SESSIONS_BIN_DIR: where sessionctl (and pulumi) are linked (default /usr/local/bin).
 set -euo pipefail
@@ -62,6 +66,7 @@ if [ "$engine" -eq 1 ]; then
 fi
 if [ "$dev" -eq 1 ]; then
     packages+=(shellcheck)  # the tests check every rendered shell file with it
+    packages+=(systemd)  # systemd-analyze verify: the reaper's units (tests/test_reap_units.py)
     # the image tests' real registry (distribution, basic auth): tests/registry_support.py
     packages+=(docker-registry apache2-utils)
 fi
@@ -98,15 +103,23 @@ if [ "$engine" -eq 1 ]; then
     tag=$(.venv/bin/python -m cluster_sessions.lab.image)
     docker tag "$tag" cluster-sessions/debian-sshd:latest
     say "image $tag, tagged cluster-sessions/debian-sshd:latest"
+    # the embedded local pool's scratch root, where up delivers each container's bundle
+    # (issue 45; what `sessionctl pool check local --fix` makes): this user's, 0700
+    .venv/bin/python -c 'from cluster_sessions.agents.bundles import make_root
+from cluster_sessions.agents.connectors import LocalConnector
+from cluster_sessions.core.spec import DEFAULT_SCRATCH
+make_root(LocalConnector("local"), DEFAULT_SCRATCH)
+print(f"setup: scratch root {DEFAULT_SCRATCH} ready")' >&2
 fi
 
 version=$(.venv/bin/python -c 'from importlib.metadata import version; print(version("pulumi"))')
+docker_version=$(.venv/bin/python -c 'from importlib.metadata import version; print(version("pulumi-docker"))')
 installed=$(command -v pulumi 2>/dev/null || true)
 [ -n "$installed" ] || [ ! -x "$HOME/.pulumi/bin/pulumi" ] || installed=$HOME/.pulumi/bin/pulumi
 if [ -n "$installed" ]; then
     say "pulumi CLI: $installed ($("$installed" version 2>/dev/null || echo 'does not run'))"
 elif [ "$pulumi" = 1 ]; then
-    if bash scripts/install-pulumi.sh "$version"; then
+    if bash scripts/install-pulumi.sh "$version" "$docker_version"; then
         mkdir -p "$bin_dir"
         ln -sf "${PULUMI_HOME:-$HOME/.pulumi}/bin/pulumi" "$bin_dir/pulumi"
         say "pulumi CLI: $bin_dir/pulumi -> ${PULUMI_HOME:-$HOME/.pulumi}/bin/pulumi"

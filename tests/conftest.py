@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -20,11 +23,12 @@ from hypothesis import settings
 PROJECT = Path(__file__).resolve().parent.parent
 STACKS = PROJECT / "stacks"
 
-# Subprocesses (``python -m cluster_sessions...``, dynamic providers) import this checkout too.
+# Subprocesses (``python -m cluster_sessions...``, dynamic providers, ``python -m
+# tests.standin.sessionctl``) import this checkout too.
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    [str(PROJECT / "modules"), *filter(None, [os.environ.get("PYTHONPATH")])])
+    [str(PROJECT / "modules"), str(PROJECT), *filter(None, [os.environ.get("PYTHONPATH")])])
 # The stand-in keeps each stack's config where the CLI would, in the project's stacks/ (the
-# shipped example stacks live there): every ``python -m cluster_sessions.emulation.sessionctl``
+# shipped example stacks live there): every ``python -m tests.standin.sessionctl``
 # a test starts keeps it in a directory of the run's instead, so none is left in the checkout.
 os.environ.setdefault("CLUSTER_SESSIONS_EMULATION_CONFIG_DIR",
                       tempfile.mkdtemp(prefix="cs-stack-config-"))
@@ -51,6 +55,36 @@ def operator_pools_in_the_run(tmp_path_factory):
         tmp_path_factory.getbasetemp(), *FIXTURE_POOLS]))
 
 
+@pytest.fixture(scope="session")
+def _cli_hidden_env(tmp_path_factory) -> dict[str, str]:
+    """``PATH`` and ``PULUMI_HOME`` under which no ``pulumi`` CLI is found: a directory of
+    ``PATH`` holding one is replaced by links to the rest of it (its ``sessionctl`` stays)."""
+    base = tmp_path_factory.mktemp("pulumi-cli-hidden")
+    path = []
+    for i, d in enumerate(filter(None, os.environ.get("PATH", "").split(os.pathsep))):
+        if (Path(d) / "pulumi").exists():
+            shadow = base / f"path{i}"
+            shadow.mkdir()
+            for entry in Path(d).iterdir():
+                if entry.name != "pulumi":
+                    (shadow / entry.name).symlink_to(entry)
+            d = str(shadow)
+        path.append(d)
+    return {"PATH": os.pathsep.join(path), "PULUMI_HOME": str(base / "home")}
+
+
+@pytest.fixture(autouse=True)
+def pulumi_cli_hidden(request, monkeypatch, _cli_hidden_env):
+    """The ``pulumi`` CLI is hidden (for the processes a test starts too) but from the tests
+    of the real engine (``real_engine``): set-up installs it (CI's too), and the others test
+    the driver without one, through the stand-in, or against containers no stack made (with
+    the CLI, the backend would say there is no such stack)."""
+    if "real_engine" in request.fixturenames:
+        return
+    for key, value in _cli_hidden_env.items():
+        monkeypatch.setenv(key, value)
+
+
 @pytest.fixture(autouse=True)
 def operator_pools_in_tmp_path(monkeypatch, tmp_path, tmp_path_factory):
     """The suite is the operator of its own pools: those a test writes under its ``tmp_path``
@@ -59,6 +93,21 @@ def operator_pools_in_tmp_path(monkeypatch, tmp_path, tmp_path_factory):
     the operator's directories is refused (tests/test_pool_trust.py sets its own)."""
     monkeypatch.setenv("CLUSTER_SESSIONS_POOLS", os.pathsep.join(map(str, [
         tmp_path, tmp_path / "pools", tmp_path_factory.getbasetemp(), *FIXTURE_POOLS])))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def scratch_root_of_this_machine():
+    """The default scratch root on this machine (the local engine's agent), as the operator's
+    `sessionctl pool check --fix` makes it: this user's, 0700 (issue 45). The pools the
+    tests write name no other, unless a test gives its own (under its tmp_path)."""
+    from cluster_sessions.agents.bundles import make_root
+    from cluster_sessions.agents.connectors import LocalConnector
+    from cluster_sessions.core.spec import DEFAULT_SCRATCH
+
+    try:
+        make_root(LocalConnector("local"), DEFAULT_SCRATCH)
+    except Exception as exc:  # said by the tests that deliver there
+        print(f"conftest: the scratch root {DEFAULT_SCRATCH}: {exc}")
 
 
 def require_docker() -> bool:
@@ -224,25 +273,147 @@ def clear_stale_lab(prefix: str) -> None:
     netns.lab_down(Path(rec["state_dir"]))
 
 
-@pytest.fixture
-def emulated_automation(monkeypatch, docker_client, tmp_path):
-    """The engine verbs and ``ls`` run for real, with the pulumi CLI stood in for by
-    :class:`cluster_sessions.emulation.automation.Backend` (the program under the engine-backed
-    mocks, building on the real engine; every call bound to the SDK's signatures). Whatever a
-    test leaves is removed afterwards."""
-    from cluster_sessions.driver import stacks
-    from cluster_sessions.emulation.automation import Backend
+class RealEngine:
+    """The real ``pulumi`` CLI (scripts/install-pulumi.sh: built from Go modules), its language
+    host, dynamic-provider host and docker provider plugin, on a file backend of one test's
+    own. The engine verbs reach it as a user's ``sessionctl`` does: nothing is patched."""
 
-    backend = Backend()  # needs the engine: docker_client skips the test without one
-    monkeypatch.setattr(stacks, "open_stack", backend.open_stack)
-    monkeypatch.setattr(stacks, "open_workspace", backend.open_workspace)
-    monkeypatch.setattr(stacks, "find_pulumi", lambda environ: Path("/emulated/bin/pulumi"))
+    def __init__(self, pulumi: Path, state: Path):
+        self.pulumi = pulumi
+        self.state = state
+        self.env = {**os.environ, "PULUMI_BACKEND_URL": f"file://{state}",
+                    "PULUMI_CONFIG_PASSPHRASE": "test", "PULUMI_SKIP_UPDATE_CHECK": "true"}
+
+        self.calls: list[str] = []  # "up NAME", "list_stacks": what the driver asked, in order
+        # ``sessionctl`` as a process of its own (the installed entry point), on this backend
+        # (the fixture sets its variables in the environment processes inherit)
+        self.sessionctl = [str(Path(sys.executable).with_name("sessionctl"))]
+
+    @property
+    def stacks(self) -> Mapping[str, Any]:
+        """``{stack: view}`` whose ``config`` is the stack's config with its secrets shown,
+        read from the CLI only for the stack asked for."""
+        return _StackViews(self)
+
+    def record(self, target, name: str | None = None):
+        """``target`` (an Automation API stack or workspace), each public call recorded."""
+        return _Recorded(target, self.calls, name)
+
+    def cli(self, *args: str, check: bool = True) -> str:
+        import subprocess
+
+        done = subprocess.run([str(self.pulumi), "--non-interactive", *args], cwd=PROJECT,
+                              env=self.env, capture_output=True, text=True, timeout=300)
+        if check and done.returncode != 0:
+            raise AssertionError(f"pulumi {' '.join(args)}: {done.returncode}\n{done.stderr}")
+        return done.stdout
+
+    def stack_names(self) -> list[str]:
+        import json
+
+        return [s["name"] for s in json.loads(self.cli("stack", "ls", "--json") or "[]")]
+
+    def config(self, stack: str) -> dict[str, str]:
+        """The stack's config as the CLI reads it (secrets as ``[secret]``)."""
+        import json
+
+        return {k: v.get("value") for k, v in
+                json.loads(self.cli("config", "--json", "-s", stack)).items()}
+
+    def remove_all(self) -> list[str]:
+        """Destroy and remove every stack the backend still holds (a test may leave its
+        sessions up); the stacks whose destroy failed."""
+        import json
+
+        left = []
+        for row in json.loads(self.cli("stack", "ls", "--json") or "[]"):
+            stack = row["name"]
+            # a stack the test destroyed holds nothing: `stack rm` alone (a destroy is a run
+            # of the program, seconds each, for every stack of every test)
+            if row.get("resourceCount", 1):  # (not said: destroyed to be sure)
+                try:
+                    self.cli("destroy", "--yes", "--skip-preview", "-s", stack)
+                except AssertionError:
+                    left.append(stack)
+                    continue
+            self.cli("stack", "rm", "--yes", "--force", "-s", stack, check=False)
+            (STACKS / f"Pulumi.{stack}.yaml").unlink(missing_ok=True)
+        return left
+
+
+class _StackViews(Mapping):
+    """The backend's stacks by name, as the stand-in's ``stacks`` gives them."""
+
+    def __init__(self, engine: RealEngine):
+        self._engine = engine
+
+    def __getitem__(self, name: str) -> Any:
+        import json
+        import types
+
+        if name not in self._engine.stack_names():
+            raise KeyError(name)
+        return types.SimpleNamespace(config={
+            k: v.get("value") for k, v in json.loads(self._engine.cli(
+                "config", "--json", "--show-secrets", "-s", name)).items()})
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._engine.stack_names())
+
+    def __len__(self) -> int:
+        return len(self._engine.stack_names())
+
+
+class _Recorded:
+    """Calls on an Automation API object, recorded as ``"METHOD SUBJECT"`` (the stack's name,
+    or a workspace call's first argument); the object is the real one."""
+
+    def __init__(self, target, calls: list[str], name: str | None):
+        self._target, self._calls, self._name = target, calls, name
+
+    def __getattr__(self, attr: str):
+        value = getattr(self._target, attr)
+        if attr.startswith("_") or not callable(value):
+            return value
+
+        def call(*args, **kwargs):
+            subject = self._name if self._name is not None else (
+                args[0] if args and isinstance(args[0], str) else "")
+            self._calls.append(f"{attr} {subject}".rstrip())
+            return value(*args, **kwargs)
+        return call
+
+
+@pytest.fixture
+def real_engine(monkeypatch, docker_client, tmp_path):
+    """The engine verbs through the real engine (:class:`RealEngine`), each call the driver
+    makes on a stack or the workspace recorded in ``calls``; whatever stack a test leaves is
+    destroyed afterwards, and the test fails if that fails."""
+    import subprocess
+
+    from cluster_sessions.driver import stacks
+
+    pulumi = stacks.find_pulumi(os.environ)
+    if pulumi is None:
+        skip_or_fail("the pulumi CLI is not installed: bash scripts/setup.sh --install-pulumi")
+    plugins = subprocess.run([str(pulumi), "plugin", "ls"], capture_output=True, text=True,
+                             env={**os.environ, "PULUMI_SKIP_UPDATE_CHECK": "true"})
+    if not any(line.split()[:2] == ["docker", "resource"] for line in
+               plugins.stdout.splitlines()):
+        skip_or_fail("the docker provider plugin is not installed: bash scripts/setup.sh "
+                     f"--install-pulumi (pulumi plugin ls: {plugins.stdout or plugins.stderr})")
     state = tmp_path / "state"
     state.mkdir()
-    monkeypatch.setenv("PULUMI_BACKEND_URL", f"file://{state}")
-    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "test")
+    engine = RealEngine(pulumi, state)
+    for key in ("PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE"):
+        monkeypatch.setenv(key, engine.env[key])
+    open_stack, open_workspace = stacks.open_stack, stacks.open_workspace
+    monkeypatch.setattr(stacks, "open_stack", lambda stack, *a, **kw: engine.record(
+        open_stack(stack, *a, **kw), stack))
+    monkeypatch.setattr(stacks, "open_workspace", lambda *a, **kw: engine.record(
+        open_workspace(*a, **kw)))
     try:
-        yield backend
+        yield engine
     finally:
-        left = backend.remove_all()
-    assert not left, f"left on the engines after the test: {left}"
+        left = engine.remove_all()
+    assert not left, f"stacks whose destroy failed after the test: {left}"

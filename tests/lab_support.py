@@ -20,11 +20,11 @@ import yaml
 
 from cluster_sessions.agents.connectors import connector_for
 from cluster_sessions.core.loader import load_file
-from cluster_sessions.emulation.engine import Engine, run_program
 from cluster_sessions.lab import netns
 from cluster_sessions.lab.image import ensure_images
 from cluster_sessions.lab.layout import LabInfo
 from cluster_sessions.lab.processes import LabError
+from tests.standin.engine import Engine, run_program
 
 from .conftest import PROJECT, clear_stale_lab, require_lab
 

@@ -44,7 +44,7 @@ def home(tmp_path, monkeypatch) -> Path:
 
 
 @pytest.fixture
-def session_up(emulated_automation, image, home, tmp_path, capfd):  # noqa: F811
+def session_up(real_engine, image, home, tmp_path, capfd):  # noqa: F811
     """A 3-container session built by `sessionctl up` on the local engine: its file and name."""
     name = unique("ssh")
     doc = factories.session(name, image=image, size=3, cpu=0.5, mem="512m")
@@ -130,6 +130,60 @@ def test_sftp_puts_and_gets_through_the_printed_config(session_up, home, tmp_pat
     # it went to sub1 (not main1): the file is there
     assert cli.main(["ssh", path, "sub1", "--", "cmp", "up.bin", "up.bin"]) == 0
     assert cli.main(["ssh", path, "main1", "--", "test", "!", "-e", "up.bin"]) == 0
+
+
+@pytest.mark.docker
+def test_sessionctl_ssh_gives_an_interactive_shell_on_a_pseudo_terminal(
+        real_engine, image, home, tmp_path):  # noqa: F811
+    """Issue 41, item 1: ``sessionctl ssh FILE`` with no command, on a terminal, as a user
+    runs it (the verb in its own process; the pool's default capabilities)."""
+    import pexpect
+
+    from .test_pty_login import interactive_walk
+
+    name = unique("pty")
+    path = str(factories.write(tmp_path / f"{name}.yaml", factories.session(
+        name, image=image, size=2, cpu=0.5, mem="512m")))
+    sessionctl = real_engine.sessionctl
+    up = subprocess.run([*sessionctl, "up", path, "--yes"], capture_output=True, text=True,
+                        check=False, timeout=300)
+    try:
+        assert up.returncode == 0, up.stderr
+        child = pexpect.spawn(sessionctl[0], [*sessionctl[1:], "ssh", path], encoding="utf-8",
+                              timeout=60, dimensions=(24, 200), use_poll=True)
+        try:
+            interactive_walk(child)
+        finally:
+            child.close(force=True)
+        assert child.exitstatus == 3, child.before
+    finally:
+        subprocess.run([*sessionctl, "destroy", path, "--yes"], capture_output=True,
+                       check=False, timeout=300)
+
+
+@pytest.mark.docker
+def test_ssh_with_the_printed_config_gives_an_interactive_shell(session_up, home, tmp_path,
+                                                                capfd):
+    """``ssh -F <ssh-config> <session>-main1`` with no command, and ``ssh -tt ... CMD``."""
+    import pexpect
+
+    from .test_pty_login import interactive_walk
+
+    path, name = session_up
+    assert cli.main(["ssh-config", path]) == 0
+    config = tmp_path / "printed.cfg"
+    config.write_text(capfd.readouterr().out)
+    child = pexpect.spawn("ssh", ["-F", str(config), f"{name}-main1"], encoding="utf-8",
+                          timeout=60, dimensions=(24, 200), use_poll=True)
+    try:
+        interactive_walk(child)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 3, child.before
+    done = subprocess.run(["ssh", "-tt", "-F", str(config), f"{name}-sub2", "tty; exit 4"],
+                          capture_output=True, text=True, check=False, timeout=60)
+    assert done.returncode == 4, done.stderr
+    assert done.stdout.startswith("/dev/pts/"), done.stdout
 
 
 def ssh_with(config: Path, name: str) -> subprocess.CompletedProcess:

@@ -30,7 +30,7 @@ def lab(tmp_path_factory):
 
 
 def test_ssh_reaches_main1_over_the_agents_ssh_and_a_sub_through_main1(
-        lab, emulated_automation, home, tmp_path, capfd):  # noqa: F811
+        lab, real_engine, home, tmp_path, capfd):  # noqa: F811
     info, image = lab
     name = unique("lab")
     doc = factories.session(name, str(info.pool_file), image, size=3, cpu=0.5, mem="512m")

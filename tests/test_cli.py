@@ -476,3 +476,33 @@ def test_a_pool_s_bad_limits_or_privileges_are_named_with_file_and_field_exit_2(
     assert code == 2
     assert f"{bad}: privileges.capabilities.0: 'CAP_SYS_ADMIN' is not a Linux capability " \
            "(write SYS_ADMIN)" in err.splitlines()
+
+
+def test_validate_json_and_every_json_verb_prints_a_document_on_invalid_input(tmp_path,
+                                                                              capsys):
+    """Issue 41, item 10: `validate --json` exists; `up --json` (and `preview`, `plan`) on an
+    invalid file print one document on stdout naming each problem, exit 2."""
+    import json as json_
+
+    good = tmp_path / "good.yaml"
+    good.write_text("kind: ClusterSession\nname: good-one\npool: local\nimage: img\n"
+                    "cluster: {mode: single-node, size: 1}\n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: ClusterSession\nname: x\nimage: img\ncluster: {size: 0}\n")
+    assert main(["validate", "--json", str(good), str(bad)]) == 2
+    doc = json_.loads(capsys.readouterr().out)
+    assert doc["valid"] is False
+    assert doc["files"] == [{"file": str(good), "valid": True},
+                            {"file": str(bad), "valid": False}]
+    paths = {p["path"] for p in doc["problems"]}
+    assert {"pool", "cluster.size"} <= paths and all(p["file"] == str(bad)
+                                                     for p in doc["problems"])
+    assert main(["validate", "--json", str(good)]) == 0
+    assert json_.loads(capsys.readouterr().out)["valid"] is True
+    for verb in (["up", "--yes"], ["preview"], ["plan"]):
+        assert main([verb[0], str(bad), "--json", *verb[1:]]) == 2
+        out, err = capsys.readouterr()
+        doc = json_.loads(out)
+        assert (doc["verb"], doc["result"]) == (verb[0], "invalid"), doc
+        assert "cluster.size" in {p["path"] for p in doc["problems"]}
+        assert "cluster.size" in err  # the lines stay on stderr

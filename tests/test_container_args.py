@@ -216,8 +216,8 @@ def expected_args(host: str, role: str, kernel: str, rank: int, gpu: str,
         restart="on-failure", must_run=True, init=True, wait=False, ports=ports,
         tmpfs=(("/run/cluster-session", "rw,nosuid,nodev,noexec,mode=0755,size=64m"),),
         log_driver="json-file", log_opts=(("max-file", "4"), ("max-size", "16777216")),
-        capabilities_add=("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID",
-                          "SYS_CHROOT"),
+        capabilities_add=("CAP_AUDIT_WRITE", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER",
+                          "CAP_KILL", "CAP_SETGID", "CAP_SETUID", "CAP_SYS_CHROOT"),
         capabilities_drop=("ALL",), security_opts=("no-new-privileges:true",))
 
 
@@ -303,8 +303,8 @@ def test_every_container_keeps_only_the_pool_s_capabilities_and_a_bounded_log():
         args = container_args(widened, c)
         assert (args.log_driver, args.log_opts) == ("json-file", (("max-file", "1"),
                                                                   ("max-size", "1048576")))
-        assert (args.capabilities_add, args.capabilities_drop) == (("AUDIT_WRITE", "SETUID"),
-                                                                   ("ALL",))
+        assert (args.capabilities_add, args.capabilities_drop) == (
+            ("CAP_AUDIT_WRITE", "CAP_SETUID"), ("ALL",))
         assert args.security_opts == ()
     default = plan_of()
     before = container_args(default, default.containers[0])

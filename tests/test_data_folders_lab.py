@@ -91,7 +91,7 @@ def as_user(container, command: str, timeout: float = 120) -> str:
     raise AssertionError(f"{command!r} in {container.name}: {last}")
 
 
-def test_a_folder_is_shared_across_agents_and_outlives_destroy(lab, clients, emulated_automation,
+def test_a_folder_is_shared_across_agents_and_outlives_destroy(lab, clients, real_engine,
                                                               tmp_path, capfd):
     pool_file, image, root = lab
     path = definition(tmp_path, pool_file, image, "mydata")
@@ -124,7 +124,7 @@ def test_a_folder_is_shared_across_agents_and_outlives_destroy(lab, clients, emu
 
 
 def test_a_planted_link_is_refused_with_exit_2_and_nothing_is_created(
-        lab, clients, emulated_automation, tmp_path, capfd):
+        lab, clients, real_engine, tmp_path, capfd):
     pool_file, image, root = lab
     (root / "planted").symlink_to("/etc")
     path = definition(tmp_path, pool_file, image, "planted")
@@ -137,6 +137,6 @@ def test_a_planted_link_is_refused_with_exit_2_and_nothing_is_created(
         assert "nothing was created" in err
         assert session_containers(clients, name) == {}
         assert os.readlink(root / "planted") == "/etc"
-        assert f"up {name}" not in emulated_automation.calls  # the engine was never asked
+        assert f"up {name}" not in real_engine.calls  # the engine was never asked
     finally:
         (root / "planted").unlink()

@@ -194,3 +194,71 @@ def test_a_gpu_session_placed_again_gets_none_of_the_gpus_its_old_containers_hol
     small = pool_of(factories.agent("a1", cpu=8, mem="16g", gpus=[0, 1]))
     decided = decide([new], small, pool_capacity(small), {new.name: kept}, own_gpus=own)
     assert decided.plans[0].pending and "short of gpu" in decided.plans[0].reason
+
+
+# --- the one reader of what a stack keeps (read_kept) ------------------------------------------
+
+MALFORMED = {
+    "stack-id": "0123456789ABCDEF", "made-by": "a b", "placement": "[1]",
+    "service-ports": '{"jupyter": 70000}', "image": '{"ref": "a"}', "expires-at": "-5",
+}
+
+
+def test_every_kept_key_has_one_form_and_a_malformed_example_here():
+    assert set(decisions.KEPT_FORMS) == set(decisions.KEPT_KEYS) == set(MALFORMED)
+
+
+@pytest.mark.parametrize("key", sorted(MALFORMED))
+def test_a_kept_value_we_did_not_write_is_refused_naming_key_value_and_remedy(key):
+    assert decisions.read_kept(key, None) is None and decisions.read_kept(key, "") is None
+    with pytest.raises(decisions.MalformedDecision) as raised:
+        decisions.read_kept(key, MALFORMED[key])
+    error = raised.value
+    assert isinstance(error, ValueError) and error.key == key
+    assert str(error).startswith(f"{key} is {MALFORMED[key]!r}, not ")
+    assert "sessionctl up" in error.remedy
+
+
+def test_what_the_driver_writes_reads_back():
+    kept = KeptPlacement(Shape("p", "single-node", 1, 1000, 2**30, 0), (Slot("a1", (0,)),))
+    read = decisions.read_kept
+    assert read("placement", kept.to_config()) == kept
+    assert read("service-ports", '{"jupyter":30000}') == {"jupyter": 30000}
+    assert read("expires-at", "1764633600") == 1764633600
+    assert read("stack-id", "0123456789abcdef") == "0123456789abcdef"
+    assert read("made-by", "ops@ci-7") == "ops@ci-7"
+
+
+def test_where_a_decision_can_be_made_again_a_malformed_one_is_said_and_taken_as_none():
+    said = []
+    assert decisions.read_kept_or_again("placement", "[1]", said.append) is None
+    assert said == ["placement is '[1]', not a placement sessionctl wrote"]
+    assert decisions.read_kept_or_again("expires-at", "12", said.append) == 12
+    assert decisions.read_kept_or_again("image", None, said.append) is None and len(said) == 1
+    with pytest.raises(ValueError, match="made-by is 'a b', not user@host"):
+        decisions.stack_identity("train", {"stack-id": "0123456789abcdef", "made-by": "a b"})
+
+
+def test_the_program_and_the_driver_read_kept_decisions_only_through_the_reader():
+    """No other module parses a kept value itself (the readers that were one per key)."""
+    from pathlib import Path
+
+    package = Path(decisions.__file__).parents[1]
+    for path in sorted(package.rglob("*.py")):
+        text = path.read_text()
+        for name in ("read_placement(", "read_image(", "read_expiry(", ".from_config("):
+            if path.name != "decisions.py":
+                assert name not in text, f"{path.relative_to(package)} calls {name}"
+
+
+def test_an_identity_is_carried_only_by_a_string_equal_to_it_anywhere_in_the_state():
+    from cluster_sessions.core.decisions import carried
+
+    sid = "0123456789abcdef"
+    state = [{"urn": "u", "inputs": {"labels": [{"label": "cluster-sessions.stack-id",
+                                                 "value": sid}]}}]
+    assert carried(state, sid)
+    assert carried([{"outputs": {"stack_id": sid}}], sid)
+    assert not carried([{"inputs": {"labels": [{"value": sid + "0"}]}}], sid)  # not a part
+    assert not carried([{"inputs": {sid: "x"}}], sid)  # a key is not a value carried
+    assert not carried([], sid) and not carried(None, sid) and not carried([{"id": 7}], sid)

@@ -1,4 +1,4 @@
-"""The emulated provider (cluster_sessions.emulation.provider): no perpetual diff for any
+"""The emulated provider (tests.standin.provider): no perpetual diff for any
 stack, and ``sessionctl diff`` (review.py) agrees with what an emulated ``up`` would do."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import yaml
 
 from cluster_sessions.core import review
 from cluster_sessions.core.plan import build_plan
-from cluster_sessions.emulation import connhelper, provider
-from cluster_sessions.emulation.docker_builder import DockerBuilder
-from cluster_sessions.emulation.engine import STACKS, Engine, Registration, run_program
+from tests.standin import connhelper, provider
+from tests.standin.docker_builder import DockerBuilder
+from tests.standin.engine import STACKS, Engine, Registration, run_program
 
 from .factories import load_session
 from .test_session import EXAMPLES, FIXTURE_STACKS, config_of
@@ -346,7 +346,7 @@ def _checking(monkeypatch) -> dict[str, int]:
     from pulumi.runtime import rpc
     from pulumi.runtime.sync_await import _sync_await
 
-    from cluster_sessions.emulation import engine as em
+    from tests.standin import engine as em
 
     seen = {"fast inputs": 0, "sdk inputs": 0, "fast state": 0, "sdk state": 0}
     last = threading.local()  # the struct each registering thread read last
@@ -402,7 +402,7 @@ def test_what_the_one_pass_path_leaves_to_the_sdk():
     from pulumi.runtime import rpc
     from pulumi.runtime.sync_await import _sync_await
 
-    from cluster_sessions.emulation.engine import (
+    from tests.standin.engine import (
         SECRET_SIG,
         SECRET_VALUE,
         deserialized,

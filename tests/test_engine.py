@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import cluster_sessions
-from cluster_sessions.agents import engine
+from cluster_sessions.agents import docker_transport, engine
 from cluster_sessions.core.names import HOST_LABEL, SESSION_ID_LABEL, SESSION_LABEL
 
 from .test_observe import tiny_image  # noqa: F401, F811 (a fixture, used by name)
@@ -191,8 +191,32 @@ def test_a_call_on_a_connection_the_agent_dropped_is_sent_once_more(tmp_path):
         with pytest.raises(requests.exceptions.ConnectionError):
             plain.api.version()
         retrying = docker.DockerClient(base_url=f"unix://{path}", version="1.41")
-        engine.retry_a_dropped_connection(retrying)
+        docker_transport.retry_a_dropped_connection(retrying)
         assert retrying.api.version()["ApiVersion"]
         assert len(accepted) == 3  # plain: 1 dropped; retrying: 1 dropped, 1 relayed
     finally:
         server.close()
+
+
+def test_a_stats_call_answered_with_no_document_is_that_container_gone():
+    """The engine ends the stats stream without a document for a container removed during
+    the call (docker-py then fails decoding ""): ``Gone``, not the agent unreachable."""
+    import docker.errors
+
+    class Api:
+        def __init__(self, fail):
+            self.fail = fail
+
+        def stats(self, cid, stream, one_shot):
+            raise self.fail
+
+    class Client:
+        def __init__(self, fail):
+            self.api = Api(fail)
+
+    for fail in (json.JSONDecodeError("Expecting value", "", 0),
+                 docker.errors.NotFound("No such container")):
+        with pytest.raises(engine.Gone):
+            engine.container_stats(Client(fail), "a" * 64)
+    with pytest.raises(ConnectionError):  # the connection, not the container: the agent's
+        engine.container_stats(Client(ConnectionError("reset")), "a" * 64)

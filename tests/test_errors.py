@@ -20,8 +20,8 @@ from cluster_sessions.driver.errors import CommandError, outcome
 
 # where the package is imported from (the checkout's modules/, or a mutation run's copy)
 PACKAGE = Path(cluster_sessions.__file__).resolve().parent
-# The emulation stands in for the Pulumi CLI and the docker provider: its errors are theirs.
-NOT_OURS = ("emulation",)
+# (the stand-ins of the Pulumi CLI and the docker provider live under tests/standin/)
+NOT_OURS: tuple[str, ...] = ()
 DOCUMENTED = {"EngineFailure": 1, "InvalidInput": 2, "Pending": 3, "MissingPrerequisite": 4,
               "JobFailed": 5, "JobLost": 6}
 

@@ -23,8 +23,8 @@ from cluster_sessions.core.folders import (
 from cluster_sessions.core.plan import build_plan, plan_to_dict
 from cluster_sessions.core.review import definition_fields
 from cluster_sessions.driver.session_args import validate_files
-from cluster_sessions.emulation.engine import Engine, run_program
 from cluster_sessions.pulumi_layer import folders as folder_resources
+from tests.standin.engine import Engine, run_program
 
 from . import factories
 from .factories import load_session
@@ -206,9 +206,12 @@ def test_the_program_makes_each_folder_on_each_agent_before_the_containers_and_n
     for host, agent in (("main1", "agent1"), ("sub1", "agent2")):
         container = engine.named(CONTAINER, f"train-demo-{host}")
         assert folders[f"train-demo-folder-{agent}/data/mydata"].urn in container.dependencies
-        assert container.plain_inputs["mounts"] == [
+        # the folder, then the container's own bundle directory (issue 45)
+        assert container.plain_inputs["mounts"][:1] == [
             {"target": "/home/alice/mydata", "source": "/srv/vfolders/mydata",
              "readOnly": False, "type": "bind"}]
+        assert [m["target"] for m in container.plain_inputs["mounts"][1:]] == [
+            "/opt/cluster-session"]
     provider = folder_resources.DataFolderProvider()
     assert provider.delete("agent1:/srv/vfolders/mydata", {}) is None  # nothing is removed
 

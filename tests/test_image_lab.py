@@ -86,7 +86,7 @@ def pool_with_auth(lab, directory: Path, config: Path) -> Path:
 def run(state: Path, *argv: str, timeout: float = 600) -> tuple[int, str, str]:
     env = {**os.environ, "PULUMI_BACKEND_URL": f"file://{state}",
            "PULUMI_CONFIG_PASSPHRASE": "test", "HOME": str(state)}  # no operator docker config
-    proc = subprocess.run([sys.executable, "-m", "cluster_sessions.emulation.sessionctl",
+    proc = subprocess.run([sys.executable, "-m", "tests.standin.sessionctl",
                            *argv], cwd=PROJECT, env=env, capture_output=True, text=True,
                           timeout=timeout)
     return proc.returncode, proc.stdout, proc.stderr
@@ -244,7 +244,7 @@ def test_a_pull_killed_mid_way_is_finished_by_the_next_up_drawn_on_a_terminal(
     state.mkdir()
     env = {**os.environ, "PULUMI_BACKEND_URL": f"file://{state}",
            "PULUMI_CONFIG_PASSPHRASE": "test", "HOME": str(state)}
-    argv = [sys.executable, "-m", "cluster_sessions.emulation.sessionctl", "up", str(path),
+    argv = [sys.executable, "-m", "tests.standin.sessionctl", "up", str(path),
             "--yes"]
     try:
         proc = subprocess.Popen(argv, cwd=PROJECT, env=env, stdout=subprocess.DEVNULL,

@@ -22,7 +22,7 @@ from cluster_sessions.agents.images import (
 )
 from cluster_sessions.core import images
 from cluster_sessions.core.container_args import container_args
-from cluster_sessions.core.decisions import KEPT_KEYS, KeptImage, image_reason, read_image
+from cluster_sessions.core.decisions import KEPT_KEYS, KeptImage, image_reason, read_kept
 from cluster_sessions.core.errors import Exit
 from cluster_sessions.core.images import PullProgress, cause_of, tenths_crossed
 from cluster_sessions.core.names import IMAGE_KEY
@@ -63,12 +63,12 @@ def test_the_pinned_reference_drops_the_tag_and_names_the_digest():
 
 def test_a_kept_image_reads_back_what_it_wrote_and_pins_registry_and_local_images():
     kept = KeptImage("reg:5000/a:1", DIGEST)
-    assert read_image(kept.to_config()) == kept
+    assert read_kept(IMAGE_KEY, kept.to_config()) == kept
     assert kept.pinned == f"reg:5000/a@{DIGEST}"
     local = KeptImage("built:latest", OTHER, local=True)
-    assert read_image(local.to_config()) == local
+    assert read_kept(IMAGE_KEY, local.to_config()) == local
     assert local.pinned == OTHER
-    assert read_image(None) is None and read_image("") is None
+    assert read_kept(IMAGE_KEY, None) is None and read_kept(IMAGE_KEY, "") is None
     assert IMAGE_KEY in KEPT_KEYS
 
 
@@ -81,7 +81,7 @@ def test_a_kept_image_reads_back_what_it_wrote_and_pins_registry_and_local_image
 ])
 def test_a_kept_image_that_is_not_one_sessionctl_wrote_is_refused(text):
     with pytest.raises(ValueError):
-        read_image(text)
+        read_kept(IMAGE_KEY, text)
 
 
 def test_a_kept_image_holds_until_the_reference_changes_or_a_refresh_is_asked():

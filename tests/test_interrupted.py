@@ -1,5 +1,5 @@
 """Ctrl-C (SIGINT) during ``up`` and ``run``, in a driver process of its own (the emulated
-Automation API, ``python -m cluster_sessions.emulation.sessionctl``, on the local engine):
+Automation API, ``python -m tests.standin.sessionctl``, on the local engine):
 both exit 130, as every verb does; an interrupted ``up`` names what its agents hold and what to
 run next; ``run`` without a terminal destroys what it made."""
 
@@ -18,7 +18,7 @@ import pytest
 from cluster_sessions.agents import cleanup
 from cluster_sessions.core.loader import load_file
 from cluster_sessions.core.names import LABEL_PREFIX
-from cluster_sessions.emulation.docker_builder import FAULT_ENV
+from tests.standin.docker_builder import FAULT_ENV
 
 from . import factories
 from .conftest import PROJECT
@@ -36,7 +36,7 @@ def driver(tmp_path, *argv: str, fault: str | None = None) -> subprocess.Popen:
     env.pop(FAULT_ENV, None)
     if fault:
         env[FAULT_ENV] = fault
-    return subprocess.Popen([sys.executable, "-m", "cluster_sessions.emulation.sessionctl",
+    return subprocess.Popen([sys.executable, "-m", "tests.standin.sessionctl",
                              *argv], cwd=PROJECT, env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -116,3 +116,39 @@ def test_ctrl_c_while_run_waits_without_a_terminal_destroys_and_exits_130(
     assert (doc["exit"], doc["destroyed"]) == (130, True)
     assert "interrupted (Ctrl-C) before the job ended" in err
     assert labelled(docker_client, name) == []
+
+
+@pytest.mark.docker
+def test_after_ctrl_c_in_up_every_verb_tells_the_same_truth_and_destroy_finishes(
+        docker_client, image, tmp_path, swept):  # noqa: F811
+    """Issue 41, item 7: after an interrupted `up`, `status` and `ls` say the same thing (the
+    last up did not finish, with what the stack holds), neither claims the stack holds
+    nothing while `destroy` deletes its resources, and one `destroy` removes it all."""
+    name = unique("intall")
+    swept.append(name)
+    path = factories.write(tmp_path / f"{name}.yaml", factories.session(
+        name, image=image, size=3, cpu=0.25, mem="256m"))
+    proc = driver(tmp_path, "up", str(path), "--yes", fault=f"{name}-sub2:created:INT")
+    _out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err
+    status = driver(tmp_path, "status", str(path), "--json")
+    out, err = status.communicate(timeout=120)
+    assert status.returncode == 1, err
+    said = json.loads(out)["unfinished"]
+    assert said and "the last up did not finish" in said, out
+    assert f"stack: {said}" in err
+    ls = driver(tmp_path, "ls", "--json")
+    out, err = ls.communicate(timeout=120)
+    assert ls.returncode == 0, err
+    (row,) = [r for r in json.loads(out)["sessions"] if r["name"] == name]
+    assert row["phase"] == "error" and said in row["detail"], row
+    assert "holds nothing" not in row["detail"]
+    gone = driver(tmp_path, "destroy", str(path), "--yes")
+    out, err = gone.communicate(timeout=300)
+    assert gone.returncode == 0, err
+    assert labelled(docker_client, name) == []
+    assert not docker_client.networks.list(names=[f"{name}-net"])
+    ls = driver(tmp_path, "ls", "--json", "--all")
+    out, _ = ls.communicate(timeout=120)
+    (row,) = [r for r in json.loads(out)["sessions"] if r["name"] == name]
+    assert row["state"] == "empty"

@@ -156,20 +156,20 @@ def write_definition(tmp_path, name: str, image_tag: str, script: str, **over) -
     ("echo training; exit 4", 5, "failed with exit code 4"),
 ])
 def test_run_ups_waits_and_destroys_leaving_nothing(
-        emulated_automation, docker_client, image, tmp_path, capsys,  # noqa: F811
+        real_engine, docker_client, image, tmp_path, capsys,  # noqa: F811
         script, code, words):
     name = unique("run")
     path = write_definition(tmp_path, name, image, script)
     assert cli.main(["run", path, "--timeout", "120", "--json"]) == code
     out, err = capsys.readouterr()
-    assert emulated_automation.calls[:10] == [  # the stack is new: no other definition's
+    assert real_engine.calls[:5] == [  # the stack is new: no other definition's
         "list_stacks",
-        f"set_config {name}", f"remove_config {name}", f"remove_config {name}",
-        f"set_config {name}", f"set_config {name}",  # its new stack-id and made-by
-        f"set_config {name}",  # where it was placed on live capacity (core.decisions)
-        f"set_config {name}",  # the image it runs, resolved once (core.decisions)
+        # the definition, its project, new stack-id and made-by, its placement on live
+        # capacity and its image (core.decisions), in one call; the old pool, index and (no
+        # lifetime) expires-at removed in another
+        f"set_all_config {name}", f"remove_all_config {name}",
         f"export_stack {name}", f"up {name}"]
-    assert f"destroy {name}" in emulated_automation.calls
+    assert f"destroy {name}" in real_engine.calls
     assert words in err and "main1 | training" in err  # --json: main1's log on stderr
     summary = json.loads(out)  # stdout is exactly one document
     assert summary["exit"] == code and summary["destroyed"] is True
@@ -182,27 +182,27 @@ def test_run_ups_waits_and_destroys_leaving_nothing(
 
 @pytest.mark.docker
 def test_run_keep_on_failure_keeps_the_failed_session(
-        emulated_automation, docker_client, image, tmp_path, capsys):  # noqa: F811
+        real_engine, docker_client, image, tmp_path, capsys):  # noqa: F811
     name = unique("keep")
     path = write_definition(tmp_path, name, image, "exit 9")
     assert cli.main(["run", path, "--keep-on-failure", "--timeout", "120"]) == 5
-    assert not any(c.startswith("destroy") for c in emulated_automation.calls)
+    assert not any(c.startswith("destroy") for c in real_engine.calls)
     assert len(docker_client.containers.list(all=True, filters={"name": name})) == 2
     assert "kept" in capsys.readouterr().err
 
 
 @pytest.mark.docker
 def test_run_of_a_count_runs_every_session_and_exits_with_the_worst_job(
-        emulated_automation, docker_client, image, tmp_path, capsys):  # noqa: F811
+        real_engine, docker_client, image, tmp_path, capsys):  # noqa: F811
     name = unique("cnt")
     path = write_definition(tmp_path, name, image,
                             'echo "job of $BACKENDAI_SESSION_NAME"; '
                             'case "$BACKENDAI_SESSION_NAME" in *-2) exit 3;; esac', count=2)
     assert cli.main(["run", path, "--timeout", "120", "--json"]) == 5
     out, err = capsys.readouterr()
-    ups = [c for c in emulated_automation.calls if c.startswith("up ")]
+    ups = [c for c in real_engine.calls if c.startswith("up ")]
     assert ups == [f"up {name}-1", f"up {name}-2"]
-    stacks = emulated_automation.stacks
+    stacks = real_engine.stacks
     assert stacks[f"{name}-2"].config["cluster-sessions:index"] == "2"
     assert f"{name}-1/main1 | job of {name}-1" in err  # --json: main1's log on stderr
     assert f"{name}-2/main1 | job of {name}-2" in err
@@ -222,13 +222,13 @@ def test_run_of_a_count_runs_every_session_and_exits_with_the_worst_job(
 
 @pytest.mark.docker
 def test_one_session_of_a_count_is_acted_on_with_index(
-        emulated_automation, docker_client, image, tmp_path, capsys):  # noqa: F811
+        real_engine, docker_client, image, tmp_path, capsys):  # noqa: F811
     name = unique("idx")
     path = write_definition(tmp_path, name, image, "sleep 600", count=3,
                             resources={"cpu": 0.25, "mem": "256m", "shmem": "64m"})
     assert cli.main(["up", path, "--yes", "--index", "2"]) == 0
-    assert [c.name for c in docker_client.containers.list(
-        all=True, filters={"name": name})] == [f"{name}-2-sub1", f"{name}-2-main1"]
+    assert sorted(c.name for c in docker_client.containers.list(
+        all=True, filters={"name": name})) == [f"{name}-2-main1", f"{name}-2-sub1"]
     assert cli.main(["status", path, "--index", "2"]) == 0
     assert cli.main(["status", path]) == 1  # the other two were never up: missing
     err = capsys.readouterr().err
@@ -241,18 +241,17 @@ def test_one_session_of_a_count_is_acted_on_with_index(
 
 @pytest.mark.docker
 def test_run_whose_reader_goes_away_destroys_the_session_and_exits_141_quietly(
-        emulated_automation, docker_client, image, tmp_path):  # noqa: F811
+        real_engine, docker_client, image, tmp_path):  # noqa: F811
     """``sessionctl run FILE | head -1`` (issue 34): the job's first line is read, the pipe
     closed; ``run`` stops waiting, tears the session down as after a timeout, and exits as a
     program SIGPIPE ended, without a traceback."""
     import os
     import subprocess
-    import sys
 
     name = unique("runpipe")
     path = write_definition(tmp_path, name, image, "echo started; exec sleep 600")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cluster_sessions.emulation.sessionctl", "run", path],
+        [*real_engine.sessionctl, "run", path],
         env=os.environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         line = proc.stdout.readline()

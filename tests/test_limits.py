@@ -11,8 +11,8 @@ import pytest
 from cluster_sessions.agents.engine import set_pids_limit
 from cluster_sessions.core.errors import EngineFailure
 from cluster_sessions.core.spec import MAX_PIDS_LIMIT, MIN_PIDS_LIMIT
-from cluster_sessions.emulation.engine import Engine, run_program
 from cluster_sessions.pulumi_layer.limits import ContainerLimitsProvider
+from tests.standin.engine import Engine, run_program
 
 from .test_session import config_of, expected_plan
 
@@ -56,10 +56,14 @@ def test_the_program_limits_every_container_once_on_its_own_agent(stack):
     once, by the id the docker resource got, on the agent the plan put it, with the pool's
     limit. (Under mocks no container is made: the engine records what would be set.)"""
     config = config_of(stack)
-    plan = expected_plan(config)
+    plan = expected_plan(config, stack)
     engine = Engine()
     run_program(engine, stack, config)
-    pids_limits_applied = [inputs for step, _, inputs in engine.mocked_effects]
+    # the mocked effects of the ContainerLimits resources (the bundle deliveries, issue 45,
+    # are recorded there too)
+    pids_limits_applied = [inputs for step, _, inputs in engine.mocked_effects
+                           if "pids_limit" in inputs]
+    assert pids_limits_applied
     assert {step for step, _, _ in engine.mocked_effects} == {"create"}
     expected: dict[str, set[str]] = {}
     for c in plan.containers:
@@ -182,7 +186,9 @@ def test_container_limits_pass_asks_to_leave_held_limits(monkeypatch):
         def docker_client(self):
             return type("C", (), {"close": lambda self: None})()
 
-    monkeypatch.setattr(limits, "connector_from_props", lambda agent, timeout: Conn())
+    from cluster_sessions.pulumi_layer import engine_resource
+
+    monkeypatch.setattr(engine_resource, "connector_from_props", lambda agent, timeout: Conn())
     limits._apply({"agent": {"name": "a"}, "containers": {"main1": "x", "sub1": "y"},
                    "pids_limit": 100})
     assert sorted(calls) == [("x", 100, {"unless_held": True}), ("y", 100, {"unless_held": True})]

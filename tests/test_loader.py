@@ -17,6 +17,7 @@ from cluster_sessions.core.loader import (
     named_by_file,
     operator_pool_dirs,
     parse_yaml,
+    pools_in,
     read_text,
     to_model,
 )
@@ -1168,7 +1169,7 @@ KINDS_WANTED = "expected one of ClusterSession, AgentPool"
         ({"kind": ["a"]}, "kind", "unknown kind ['a']; " + KINDS_WANTED),
         ({**BASE, "imagee": "x"}, "imagee", "unknown key; did you mean 'image'? (allowed: kind, "
          "name, pool, image, type, count, cluster, resources, mounts, env, distributed, user, "
-         "command, ports, services, readiness, restart)"),
+         "command, ports, services, readiness, restart, project, lifetime, priority, preemptible)"),
         ({**BASE, "resources": {"typo": 1}}, "resources.typo",
          "unknown key (allowed: cpu, mem, shmem, gpu)"),
         ({**BASE, "mounts": [{"sourc": "/a", "target": "/data"}]}, "mounts.0.sourc",
@@ -1196,7 +1197,8 @@ KINDS_WANTED = "expected one of ClusterSession, AgentPool"
          "['dispersed']"),
         ({"kind": "AgentPool", "name": "p", "scheduler": {"selectr": "dispersed"},
           "agents": [{"name": "a", "capacity": {"cpu": 1, "mem": "1g"}}]},
-         "scheduler.selectr", "unknown key; did you mean 'selector'? (allowed: selector)"),
+         "scheduler.selectr",
+         "unknown key; did you mean 'selector'? (allowed: selector, backfill_for)"),
         ({**BASE, "cluster": {"size": "4"}}, "cluster.size",
          "must be an integer written in plain decimal (e.g. 1750), got '4'"),
         ({**BASE, "cluster": {"size": 2.5}}, "cluster.size", "must be a valid integer"),
@@ -1311,11 +1313,13 @@ def test_a_missing_pool_is_refused_word_for_word(tmp_path, monkeypatch):
     session = tmp_path / "env" / "s" / "x.yaml"
     (tmp_path / "env" / "s").mkdir(parents=True)
     for name in ("lab.yaml", "lob.yml", "zeta.yaml", "notes.txt"):
-        (tmp_path / "env" / name).write_text(POOL)
+        (tmp_path / "env" / name).write_text(POOL.replace("name: lab", f"name: {Path(name).stem}"))
     (tmp_path / "env" / "dir.yaml").mkdir()
+    # a definition beside the pools is no pool: never listed among them
+    (tmp_path / "env" / "s.yaml").write_text(SESSION)
     looked = ", ".join(f"{d}/nope{ext}" for d in (tmp_path / "env", BUILTIN_POOLS)
                        for ext in (".yaml", ".yml"))
-    builtin = sorted(f.stem for f in BUILTIN_POOLS.iterdir() if f.suffix in (".yaml", ".yml"))
+    builtin = [name for name, _ in pools_in(BUILTIN_POOLS)]
     exist = ", ".join(dict.fromkeys(["lab", "lob", "zeta", *builtin]))
     with pytest.raises(PoolNotFound) as err:
         find_pool("nope", session)
@@ -1333,6 +1337,30 @@ def test_a_missing_pool_is_refused_word_for_word(tmp_path, monkeypatch):
         with pytest.raises(PoolNotFound) as err:
             find_pool(ref, session)
         assert str(err.value) == f"no pool '{ref}' found (looked for {tmp_path}/env/s/{ref})"
+
+
+def test_a_pool_is_found_by_its_name_not_only_its_file_s(tmp_path, monkeypatch):
+    """Issue 41, item 12: `pool.yaml` holding `name: ncpool` is the pool `ncpool`; the
+    did-you-mean lists pools by their names, and no definition."""
+    monkeypatch.chdir(tmp_path)
+    pools = tmp_path / "env"
+    pools.mkdir()
+    monkeypatch.setenv("CLUSTER_SESSIONS_POOLS", str(pools))
+    (pools / "pool.yaml").write_text(POOL.replace("name: lab", "name: ncpool"))
+    (pools / "s.yaml").write_text(SESSION)
+    allowed = operator_pool_dirs(str(pools))
+    assert loader.find_pool("ncpool", allowed=allowed) == pools / "pool.yaml"
+    with pytest.raises(PoolNotFound) as err:
+        loader.find_pool("ncpol", allowed=allowed)
+    assert "did you mean 'ncpool'?" in str(err.value)
+    listed = str(err.value).split("pools that exist: ")[1].rstrip(")").split(", ")
+    assert "ncpool" in listed and "pool" not in listed and "s" not in listed
+    # a link in an operator's directory to a pool outside it is not found for a definition
+    outside = tmp_path / "elsewhere.yaml"
+    outside.write_text(POOL.replace("name: lab", "name: sneaky"))
+    (pools / "link.yaml").symlink_to(outside)
+    with pytest.raises(PoolNotFound):
+        loader.find_pool("sneaky", tmp_path / "def.yaml", allowed=allowed)
 
 
 def test_where_nothing_can_be_looked_the_message_says_so(tmp_path, monkeypatch):

@@ -115,13 +115,13 @@ def up_definition(tmp_path: Path, base: Path, image_tag: str, source: str, **ove
         user={"name": "work", "uid": 4242, "gid": 4242}, **over))
 
 
-def refused(path: Path, emulated_automation, docker_client, capfd) -> str:
+def refused(path: Path, real_engine, docker_client, capfd) -> str:
     name = path.stem
     assert cli.main(["up", str(path), "--yes"]) == 2
     err = capfd.readouterr().err
     assert f"{path}: mounts.0.source: on agent local: " in err, err
     assert "nothing was created" in err
-    assert f"up {name}" not in emulated_automation.calls  # the engine was never asked
+    assert f"up {name}" not in real_engine.calls  # the engine was never asked
     assert not docker_client.containers.list(all=True, filters={"name": name})
     assert not docker_client.containers.list(all=True, filters={"label": HELPER_LABEL})
     return err
@@ -129,7 +129,7 @@ def refused(path: Path, emulated_automation, docker_client, capfd) -> str:
 
 @pytest.mark.docker
 def test_a_link_planted_in_a_shared_directory_is_refused_before_anything_is_created(
-        emulated_automation, docker_client, image, base, tmp_path, capfd):  # noqa: F811
+        real_engine, docker_client, image, base, tmp_path, capfd):  # noqa: F811
     """The issue's example: a directory every session can write, where session A planted
     ``h4-rootlink -> /``; session B (uid 4242) mounting it would get the agent's ``/``."""
     shared = base / "shared"
@@ -137,7 +137,7 @@ def test_a_link_planted_in_a_shared_directory_is_refused_before_anything_is_crea
     shared.chmod(0o1777)
     (shared / "h4-rootlink").symlink_to("/")
     for source in (shared / "h4-rootlink", shared / "h4-rootlink" / "var" / "tmp", shared):
-        err = refused(up_definition(tmp_path, base, image, str(source)), emulated_automation,
+        err = refused(up_definition(tmp_path, base, image, str(source)), real_engine,
                       docker_client, capfd)
         assert f"{shared} is writable by group and others (mode 777)" in err, err
 
@@ -154,10 +154,10 @@ def test_a_link_planted_in_a_shared_directory_is_refused_before_anything_is_crea
     (lambda b: None, "nothing-here", "nothing-here does not exist"),
 ])
 def test_a_link_or_a_directory_others_can_write_anywhere_on_the_way_is_refused(
-        emulated_automation, docker_client, image, base, tmp_path, capfd,  # noqa: F811
+        real_engine, docker_client, image, base, tmp_path, capfd,  # noqa: F811
         make, source, words):
     make(base)
-    err = refused(up_definition(tmp_path, base, image, str(base / source)), emulated_automation,
+    err = refused(up_definition(tmp_path, base, image, str(base / source)), real_engine,
                   docker_client, capfd)
     assert f"{base}/{words.format(base=base)}" in err, err
     assert "/cluster-session-storage" not in err  # the agent's paths, not the helper's
@@ -165,7 +165,7 @@ def test_a_link_or_a_directory_others_can_write_anywhere_on_the_way_is_refused(
 
 @pytest.mark.docker
 def test_a_source_only_root_can_change_is_mounted(
-        emulated_automation, docker_client, image, base, tmp_path, capfd):  # noqa: F811
+        real_engine, docker_client, image, base, tmp_path, capfd):  # noqa: F811
     data = base / "data"
     data.mkdir(mode=0o755)
     (data / "hello.txt").write_text("from the agent\n")

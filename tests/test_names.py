@@ -16,8 +16,6 @@ from cluster_sessions.core.plan import container_labels, network_labels
 # where the package is imported from (the checkout's modules/, or a mutation run's copy)
 PACKAGE = Path(cluster_sessions.__file__).resolve().parent
 NAMES = PACKAGE / "core" / "names.py"
-# Pulumi's own file backend keeps stacks under .pulumi/stacks: its layout, not our folder
-OTHER_STACKS = {PACKAGE / "emulation" / "automation.py"}
 
 
 def constants(source: str) -> list[tuple[int, str]]:
@@ -42,7 +40,7 @@ def written_inline(path: Path, source: str | None = None) -> list[str]:
         if "/var/run/docker.sock" in value or "/run/docker.sock" in value.removeprefix(
                 "unix:///var"):
             found.append(f"{path.name}:{line}: the default socket {value!r}")
-        if value == names.STACKS_DIR and path not in OTHER_STACKS:
+        if value == names.STACKS_DIR:
             found.append(f"{path.name}:{line}: the stacks folder")
     found += [f"{path.name}:{node.lineno}: builds a label key from LABEL_PREFIX"
               for node in ast.walk(ast.parse(text))

@@ -51,6 +51,12 @@ def test_the_same_file_twice_or_distinct_sessions_stay_valid(tmp_path, capsys):
     ({CONFIG_DEFINITION: "sessions/a.yaml"}, {CONFIG_DEFINITION: "sessions/b.yaml"}, True),
     ({CONFIG_POOL_DEFINITION: "pools/lab.yaml"}, {CONFIG_DEFINITION: "sessions/b.yaml"}, True),
     ({CONFIG_DEFINITION: "sessions/a.yaml"}, {CONFIG_POOL_DEFINITION: "pools/lab.yaml"}, True),
+    # the real CLI lists Pulumi.yaml's declared keys with their default "" (issue 42)
+    ({CONFIG_DEFINITION: "sessions/a.yaml", CONFIG_POOL_DEFINITION: ""},
+     {CONFIG_DEFINITION: "sessions/a.yaml"}, False),
+    ({CONFIG_DEFINITION: "", CONFIG_POOL_DEFINITION: "pools/lab.yaml"},
+     {CONFIG_POOL_DEFINITION: "pools/lab.yaml", CONFIG_DEFINITION: None}, False),
+    ({CONFIG_DEFINITION: "", CONFIG_POOL_DEFINITION: ""}, {CONFIG_DEFINITION: "a.yaml"}, False),
 ])
 def test_a_stack_is_taken_over_only_by_the_file_it_was_made_from(recorded, wanted, refused):
     problem = owner_conflict("sweep-2", recorded, wanted)
@@ -62,7 +68,7 @@ def test_a_stack_is_taken_over_only_by_the_file_it_was_made_from(recorded, wante
 @pytest.fixture
 def emulated(monkeypatch, tmp_path):
     """The Automation API stand-in with no engine behind it (nothing here reaches one)."""
-    from cluster_sessions.emulation.automation import Backend
+    from tests.standin.automation import Backend
 
     backend = Backend(None)
     monkeypatch.setattr(stacks, "open_stack", backend.open_stack)
@@ -93,7 +99,7 @@ def test_a_stack_made_from_another_definition_is_never_taken_over(emulated, tmp_
     err = capsys.readouterr().err
     assert str(sweep.resolve()) in err and str(other.resolve()) in err, err
     assert "destroy" in err and "--stack" in err
-    assert emulated.calls == ["list_stacks", "get_all_config sweep-2"]
+    assert emulated.calls == ["list_stacks", "get_all_config sweep-2", "stack_outputs sweep-2"]
     assert made.state.config[CONFIG_DEFINITION] == str(sweep.resolve())
 
 

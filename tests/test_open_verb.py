@@ -86,7 +86,7 @@ def lab(tmp_path_factory):
 @pytest.mark.docker
 @pytest.mark.slow
 def test_a_service_answers_through_open_over_the_agents_ssh_on_the_lab_pool(
-        lab, emulated_automation, tmp_path, capfd):
+        lab, real_engine, tmp_path, capfd):
     info, image = lab
     name = unique("labsvc")
     doc = factories.session(name, str(info.pool_file), image, size=2, mode="multi-node",

@@ -395,6 +395,8 @@ def test_plan_json_is_contract_2_word_for_word():
         "type": "interactive",
         "mode": "multi-node",
         "status": "scheduled",
+        "project": "default",
+        "priority": 0,
         "image": "img:2",
         "network": {"driver": "overlay", "name": "rich-net-mtu1450-enc", "agent": "a2",
                     "mtu": 1450, "encrypted": True},
@@ -408,12 +410,18 @@ def test_plan_json_is_contract_2_word_for_word():
         ],
         "limits": {"log_max_size": "5m", "log_max_files": 2, "pids_limit": 500},
         "privileges": {"capabilities": ["SETUID", "KILL"], "no_new_privileges": False},
+        # the pool drops DAC_OVERRIDE: its root could not read a 0000 bundle file
+        "delivery": {"scratch": "/var/lib/cluster-sessions", "agents": {
+            a: {"delivery": "upload", "why": "the pool drops DAC_OVERRIDE: the sessions' root "
+                "could not read a bundle file of the SSH user's"} for a in ("a1", "a2")}},
         "containers": [container("main1", "main", 1, 0, "a1", 0),
                        container("sub1", "sub", 1, 1, "a1", 1),
                        container("sub2", "sub", 2, 2, "a2", 0)],
     }
-    assert list(doc) == ["session", "type", "mode", "status", "image", "network", "agents",
-                         "ssh_port", "services", "limits", "privileges", "containers"]
+    assert list(doc) == ["session", "type", "mode", "status", "project", "priority", "image",
+                         "network", "agents", "ssh_port", "services", "limits", "privileges",
+                         "delivery",
+                         "containers"]
 
 
 def test_a_pending_plan_json_says_why_and_places_nothing():

@@ -94,7 +94,7 @@ class Sampler(threading.Thread):
 def driver(state: Path, *argv: str) -> subprocess.Popen:
     env = {**os.environ, "PULUMI_BACKEND_URL": f"file://{state}",
            "PULUMI_CONFIG_PASSPHRASE": "test"}
-    return subprocess.Popen([sys.executable, "-m", "cluster_sessions.emulation.sessionctl",
+    return subprocess.Popen([sys.executable, "-m", "tests.standin.sessionctl",
                              *argv], cwd=PROJECT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -227,3 +227,92 @@ def test_queued_ups_run_in_arrival_order_as_the_holder_leaves(lab, tmp_path):
         run(state, "destroy", hold_path, "--yes")
         for name in [holder, *(w[0] for w in waiters)]:
             cleanup.sweep(lab.pool, name, wait=10)
+
+
+def wait_for(predicate, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def test_a_name_another_stack_is_placing_is_refused_naming_that_stack(lab, tmp_path):
+    """Issue 47 item 1: while A's `up` of gamma is between its reservation and its first
+    create, B's `up` of its own gamma (another backend) is refused before placement, naming A's
+    stack; A's reservation stays, and A ends with one network of the name."""
+    tag = uuid.uuid4().hex[:4]
+    name = f"gamma-{tag}"
+    a_state, b_state = tmp_path / "a", tmp_path / "b"
+    a_state.mkdir()
+    b_state.mkdir()
+    a_dir, b_dir = tmp_path / "adefs", tmp_path / "bdefs"
+    a_dir.mkdir()
+    b_dir.mkdir()
+    a_path = definition(lab, a_dir, name, ("single-node", 1, 1, "256m", 0))
+    b_path = definition(lab, b_dir, name, ("single-node", 1, 0.5, "256m", 0))
+    env = {**os.environ, "CLUSTER_SESSIONS_EMULATION_FAULT": f"{name}-net:before:PAUSE=10"}
+    a = subprocess.Popen([sys.executable, "-m", "tests.standin.sessionctl", "up",
+                          a_path, "--yes"], cwd=PROJECT, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         env={**env, "PULUMI_BACKEND_URL": f"file://{a_state}",
+                              "PULUMI_CONFIG_PASSPHRASE": "test"})
+    try:
+        with Ledger.open(lab.pool) as ledger:
+            wait_for(lambda: [e.session for e in ledger.live("reservation")] == [name])
+            reserved = ledger.live("reservation")[0]
+            code, err = run(b_state, "up", b_path, "--yes")
+            assert code == 2, err
+            assert f"session {name} is being placed on pool race by another stack" in err, err
+            assert f"stack id {reserved.stack_id}" in err, err
+            # A's reservation is still the one there, and B made nothing
+            assert [(e.session, e.stack_id) for e in ledger.live("reservation")] == \
+                [(name, reserved.stack_id)]
+        _out, err = a.communicate(timeout=300)
+        assert a.returncode == 0, err
+        nets = [o for o in objects(lab, name) if o.kind == "network"]
+        assert len(nets) == 1 and {o.owner.stack_id for o in objects(lab, name)} == \
+            {reserved.stack_id}, objects(lab, name)
+        assert run(a_state, "up", a_path, "--yes")[0] == 0  # A's next up: its own
+    finally:
+        with contextlib.suppress(Exception):
+            a.kill()
+        run(a_state, "destroy", a_path, "--yes")
+        cleanup.sweep(lab.pool, name, wait=10)
+
+
+def test_the_same_name_never_jumps_the_queue_nor_evicts_the_waiter(lab, tmp_path):
+    """Issue 47 item 2: A waits for epsi; B's `up` of its own epsi (which would fit now) is
+    refused naming A's queued stack; A stays queued and runs when the holder leaves."""
+    tag = uuid.uuid4().hex[:4]
+    holder, name = f"full-{tag}", f"epsi-{tag}"
+    h_state, a_state, b_state = (tmp_path / s for s in ("h", "a", "b"))
+    for d in (h_state, a_state, b_state, tmp_path / "adefs", tmp_path / "bdefs"):
+        d.mkdir()
+    hold_path = definition(lab, tmp_path, holder, ("single-node", 1, 2, "256m", 0))
+    a_path = definition(lab, tmp_path / "adefs", name, ("multi-node", 3, 2, "256m", 0))
+    b_path = definition(lab, tmp_path / "bdefs", name, ("single-node", 1, 0.5, "256m", 0))
+    assert run(h_state, "up", hold_path, "--yes")[0] == 0
+    a = driver(a_state, "up", a_path, "--yes", "--wait", "300s")
+    try:
+        with Ledger.open(lab.pool) as ledger:
+            wait_for(lambda: [e.session for e in ledger.live("queue")] == [name])
+            queued = ledger.live("queue")[0]
+            code, err = run(b_state, "up", b_path, "--yes")
+            assert code == 2, err
+            assert f"session {name} waits in the queue on pool race by another stack" in err
+            assert f"stack id {queued.stack_id}" in err, err
+            assert objects(lab, name) == []
+            assert [(e.session, e.stack_id) for e in ledger.live("queue")] == \
+                [(name, queued.stack_id)]
+        assert a.poll() is None  # still waiting
+        assert run(h_state, "destroy", hold_path, "--yes")[0] == 0
+        _out, err = a.communicate(timeout=300)
+        assert a.returncode == 0, err
+        assert {o.owner.stack_id for o in objects(lab, name)} == {queued.stack_id}
+    finally:
+        with contextlib.suppress(Exception):
+            a.kill()
+        run(a_state, "destroy", a_path, "--yes")
+        run(h_state, "destroy", hold_path, "--yes")
+        for n in (holder, name):
+            cleanup.sweep(lab.pool, n, wait=10)

@@ -13,9 +13,9 @@ import yaml
 from cluster_sessions.core.errors import InvalidInput
 from cluster_sessions.driver import cli, lab_verbs, pool_verbs
 from cluster_sessions.driver.errors import CommandError, Exit
-from cluster_sessions.emulation.engine import Engine, run_program
 from cluster_sessions.lab.pool_file import POOL_FILE_HEADER
 from tests.conftest import PROJECT, STACKS
+from tests.standin.engine import Engine, run_program
 
 from . import factories
 
@@ -331,3 +331,36 @@ def test_pool_check_says_which_agents_lack_an_image(docker_client, capsys):
     out = capsys.readouterr().out
     assert (f"image {missing}: missing on local: `up` pulls it there first, or `sessionctl "
             f"pool pull {local} {missing}` now") in out
+
+
+def test_pool_usage_prints_each_ledger_entry_on_its_own_line_with_its_lease_explained(
+        tmp_path, capsys, monkeypatch):
+    """Issue 41, item 9: no literal ``\\n`` between "nobody deciding now" and the queue, and
+    the lease says what it is."""
+    pool = write_pool(tmp_path / "dead.yaml", agent("gone-socket",
+                                                    f"unix://{tmp_path}/no-docker.sock"))
+    queued = {"session": "train-2", "holder": "sessionctl up of session train-2 "
+              "(ana@vm, pid 7)", "since": 94.0, "until": 184.0}
+    monkeypatch.setattr(pool_verbs, "ledger_view", lambda pool, entries=None: {
+        "agent": "gone-socket", "now": 100.0, "lock": None, "reservations": [],
+        "queue": [queued, {**queued, "session": "x\nforged line"}]})
+    cli.main(["pool", "usage", str(pool)])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-3].endswith("nobody deciding now"), lines
+    assert lines[-2] == ("queued #1: train-2 by sessionctl up of session train-2 (ana@vm, pid 7) "
+                         "(waiting for 6s; its lease, renewed while that sessionctl runs, would "
+                         "lapse in 84s if it stopped)")
+    assert lines[-1].startswith("queued #2: x\\nforged line by ")  # another's text: escaped
+
+
+def test_a_ledger_holder_is_named_by_user_name_even_without_USER(monkeypatch):
+    """Issue 41, item 9: with $USER unset (sudo -i, cron, a container) the holder was ``0@vm``."""
+    import pwd
+
+    from cluster_sessions.agents.pool_ledger import Holder
+
+    for var in ("USER", "LOGNAME", "LNAME", "USERNAME"):
+        monkeypatch.delenv(var, raising=False)
+    holder = Holder("train-2")
+    assert holder.user == pwd.getpwuid(os.getuid()).pw_name
+    assert f"({holder.user}@" in holder.describe() and not holder.user.isdigit()

@@ -25,12 +25,12 @@ import pytest
 import yaml
 
 from cluster_sessions.core.names import LABEL_PREFIX
-from cluster_sessions.emulation.docker_builder import MIB, DockerBuilder
-from cluster_sessions.emulation.docker_builder import run_in as _run
-from cluster_sessions.emulation.docker_builder import sweep_session as _sweep
-from cluster_sessions.emulation.docker_builder import wait_until_ready as _wait_until_ready
-from cluster_sessions.emulation.engine import STACKS, Engine, run_program
 from cluster_sessions.lab.image import ensure_image
+from tests.standin.docker_builder import MIB, DockerBuilder
+from tests.standin.docker_builder import run_in as _run
+from tests.standin.docker_builder import sweep_session as _sweep
+from tests.standin.docker_builder import wait_until_ready as _wait_until_ready
+from tests.standin.engine import STACKS, Engine, run_program
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -89,11 +89,12 @@ def test_the_engine_runs_exactly_what_the_program_declared(live, docker_client):
             "Type": "json-file", "Config": {"max-file": "4", "max-size": str(16 * MIB)}}
         assert attrs["HostConfig"]["PidsLimit"] == 8192  # the pool's (ContainerLimits)
         assert attrs["HostConfig"]["CapDrop"] == ["ALL"]
-        assert attrs["HostConfig"]["CapAdd"] == ["CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL",
-                                                 "SETGID", "SETUID", "SYS_CHROOT"]
+        assert attrs["HostConfig"]["CapAdd"] == ["CAP_AUDIT_WRITE", "CAP_CHOWN",
+                                                 "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_KILL",
+                                                 "CAP_SETGID", "CAP_SETUID", "CAP_SYS_CHROOT"]
         assert attrs["HostConfig"]["SecurityOpt"] == ["no-new-privileges:true"]
         code, caps = _run(c, "grep -E '^(CapBnd|NoNewPrivs)' /proc/1/status", user="root")
-        assert caps.split() == ["CapBnd:", "00000000000400eb", "NoNewPrivs:", "1"], caps
+        assert caps.split() == ["CapBnd:", "00000000200400eb", "NoNewPrivs:", "1"], caps
         code, modes = _run(c, "stat -c '%a %U' /run/cluster-session/ssh "
                            "/run/cluster-session/ssh/id_cluster "
                            "/run/cluster-session/ssh/ssh_host_ed25519_key", user="root")

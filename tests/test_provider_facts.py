@@ -169,3 +169,19 @@ def test_docker_adds_its_own_option_to_an_overlay_which_the_provider_would_read_
             restore_networks(docker_client, networks_before)
     assert options["com.docker.network.driver.mtu"] == "1450"
     assert set(options) - {"com.docker.network.driver.mtu"}, options  # e.g. vxlanid_list
+
+
+def test_capabilities_are_passed_as_the_providers_docker_client_sends_them():
+    """docker/docker v28.5.2 ``client/container_create.go`` ``normalizeCapabilities``: the
+    engine stores ``CAP_CHOWN`` for ``chown``, so a bare name is a ForceNew diff against the
+    refreshed state on every up (seen through the real provider, issue 42)."""
+    from cluster_sessions.core.provider_facts import capabilities_argument
+    from tests.standin.provider import normalize_capabilities
+
+    names = ("SETUID", "chown", "CAP_KILL", "SETUID")
+    assert capabilities_argument(names) == ("CAP_CHOWN", "CAP_KILL", "CAP_SETUID")
+    assert capabilities_argument(("ALL",)) == ("ALL",)
+    assert normalize_capabilities(list(names)) == list(capabilities_argument(names))
+    for asked in (("CHOWN",), ("ALL",), ("CAP_SYS_CHROOT", "CAP_CHOWN")):  # a fixed point
+        spelled = capabilities_argument(asked)
+        assert tuple(normalize_capabilities(list(spelled))) == spelled

@@ -2,7 +2,7 @@
 
 main1 probes each sub's sshd once and, when every sub answered, says "go" at each sub's sshd
 (the text of an ssh disconnect, which the sub's sshd logs and its set-up reads); a sub that
-hears nothing from main1 logs in to main1 once and asks its gate (``ready-gate.sh``): a
+hears nothing from main1 logs in to main1 once and asks its gate (``wait-peers.sh --gate``): a
 restarted sub, or every sub when main1 cannot say it (no bash, no nc). The sshd start-ups are
 counted as the TCP connections each container accepted (``PassiveOpens`` of its own network
 namespace, ``/proc/net/snmp``): until the session is ready only sshd listens in a container, and
@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from cluster_sessions.core.render import GATE_ASK_AFTER
+from cluster_sessions.core.render import READINESS
 
 from .test_runtime import (  # noqa: F401 # image, session_factory: fixtures
     READY,
@@ -35,6 +35,8 @@ from .test_runtime import (  # noqa: F401 # image, session_factory: fixtures
 )
 
 pytestmark = pytest.mark.docker
+
+ASK_AFTER = READINESS.ask_after  # rule 10: a sub not probed by then asks main1's gate
 
 # what is taken out of the test image just before the entrypoint runs (as root)
 SHELLS = {
@@ -131,7 +133,7 @@ def test_a_session_of_eight_is_ready_after_at_most_two_sshd_start_ups_per_contai
 
 
 def test_a_sub_restarted_alone_is_let_through_main1_s_open_gate(quad):
-    """main1 does not probe it again: after GATE_ASK_AFTER s the sub asks main1's gate, which
+    """main1 does not probe it again: after ASK_AFTER s the sub asks main1's gate, which
     is open (the "go" is main1's state, not only a word said once)."""
     before = opens(quad)
     quad.containers["sub2"].restart(timeout=2)
@@ -142,7 +144,7 @@ def test_a_sub_restarted_alone_is_let_through_main1_s_open_gate(quad):
     # one login on main1; nobody else probed; the sub's new network namespace: nothing yet
     assert after["main1"] - before["main1"] == 1, (before, after)
     assert after["sub1"] == before["sub1"] and after["sub3"] == before["sub3"], (before, after)
-    assert took < GATE_ASK_AFTER + 7, took
+    assert took < ASK_AFTER + 7, took
     assert ready_count(quad, "main1") == 1
     assert quad.ok("sub2", "ssh -o BatchMode=yes sub3 hostname && "
                            "ssh -o BatchMode=yes main1 hostname").split() == ["sub3", "main1"]
@@ -190,9 +192,9 @@ def test_a_sub_restarted_while_main1_is_down_waits_for_main1_s_next_go(quad):
 def test_subs_that_main1_holds_wait_for_its_go_past_the_time_to_ask_its_gate(
         session_factory):  # noqa: F811
     """main1's probe (bash) holds its connection until the go: a sub waiting longer than
-    GATE_ASK_AFTER for a late peer sees it open and does not log in to main1's gate. sub3's
-    entrypoint starts GATE_ASK_AFTER + 3 s late; no login on main1, one connection per sub."""
-    late = GATE_ASK_AFTER + 3
+    ASK_AFTER for a late peer sees it open and does not log in to main1's gate. sub3's
+    entrypoint starts ASK_AFTER + 3 s late; no login on main1, one connection per sub."""
+    late = ASK_AFTER + 3
     running = session_factory(session_def(unique("held"), 4),
                               before=f'case $(cat /etc/hostname) in (sub3) sleep {late};; esac')
     counted = opens(running)
@@ -201,7 +203,7 @@ def test_subs_that_main1_holds_wait_for_its_go_past_the_time_to_ask_its_gate(
     sshd = [line for line in running.containers["sub1"].logs(timestamps=True).splitlines()
             if b"Server listening" in line]
     waited = (first - _docker_time(sshd[0].split(b" ", 1)[0].decode())).total_seconds()
-    assert waited > GATE_ASK_AFTER + 1, waited  # it did wait past the time to ask
+    assert waited > ASK_AFTER + 1, waited  # it did wait past the time to ask
 
 
 # sshd's processes for connections (not its listener, whose pid is in sshd.pid): killed, the
@@ -215,12 +217,12 @@ def test_a_sub_whose_held_probe_sshd_closed_is_probed_again_not_sent_to_the_gate
         session_factory):  # noqa: F811
     """sshd closes a held probe at its LoginGraceTime (120 s: the lab's N = 128 took longer,
     and 32 subs asked main1's gate in the moment before main1 probed them again). The sub's
-    held connection is closed six times past GATE_ASK_AFTER; main1 probes it again each
+    held connection is closed six times past ASK_AFTER; main1 probes it again each
     time, and the sub does not log in to main1."""
-    late = GATE_ASK_AFTER + 10
+    late = ASK_AFTER + 10
     running = session_factory(session_def(unique("grace"), 4), wait=False,
                               before=f'case $(cat /etc/hostname) in (sub3) sleep {late};; esac')
-    time.sleep(GATE_ASK_AFTER + 1.5)
+    time.sleep(ASK_AFTER + 1.5)
     for _ in range(6):  # each leaves the sub without one for about a second
         running.ok("sub1", DROP_HELD, user="root")
         time.sleep(1.1)
@@ -234,8 +236,8 @@ def test_a_sub_that_heard_the_go_waits_for_main1_s_name_not_at_the_gate(
     """On an overlay a sub may hear main1's go seconds before its agent resolves main1's name
     (the lab, N = 128). It waits for the name; it does not log in to main1's gate once the
     held probe is gone (7 subs did at N = 128). Here sub1's getent does not find main1 for
-    GATE_ASK_AFTER + 3 s (a getent of the test's own, first in root's PATH)."""
-    late = GATE_ASK_AFTER + 3
+    ASK_AFTER + 3 s (a getent of the test's own, first in root's PATH)."""
+    late = ASK_AFTER + 3
     fake = ("printf '%s\\n' '#!/bin/sh' "
             "'[ \"$2\" = main1 ] && [ ! -e /tmp/resolves ] && exit 2' "
             "'exec /usr/bin/getent \"$@\"' > /usr/local/bin/getent"
@@ -247,7 +249,7 @@ def test_a_sub_that_heard_the_go_waits_for_main1_s_name_not_at_the_gate(
     lines = running.containers["sub1"].logs(timestamps=True).splitlines()
     go, ready = ([_docker_time(x.split(b" ", 1)[0].decode()) for x in lines if pattern in x]
                  for pattern in (b":11: cluster-session-go", b"ready:"))
-    assert (ready[0] - go[0]).total_seconds() > GATE_ASK_AFTER, (go, ready)
+    assert (ready[0] - go[0]).total_seconds() > ASK_AFTER, (go, ready)
 
 
 @pytest.mark.parametrize("shell", list(SHELLS))
@@ -314,7 +316,7 @@ def test_a_sub_tells_main1_its_address_as_soon_as_its_sshd_listens(
         address = running.containers["sub1"].attrs["NetworkSettings"]["Networks"][
             running.plan.network.name]["IPAddress"]
         known = False
-        while not known and time.monotonic() < listening + GATE_ASK_AFTER - 1:
+        while not known and time.monotonic() < listening + ASK_AFTER - 1:
             _, table = silent.exec_run(["cat", "/proc/net/arp"])
             known = any(line.split()[:1] == [address] and line.split()[2] == "0x2"
                         for line in table.decode().splitlines()[1:])

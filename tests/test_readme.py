@@ -225,3 +225,45 @@ def test_every_program_the_readme_runs_on_this_machine_is_one_set_up_installs():
     words = {line.split()[0] for block in code_blocks() for line in block.splitlines()
              if line.strip() and not line.startswith("#")}
     assert "rsync" in words and "rsync" in first  # installed whatever the options
+
+
+def test_the_embedded_pool_holds_every_example_the_readme_runs_on_it_at_once():
+    """Issue 41, item 4: following the README in order never ends in PENDING on the embedded
+    default: every shipped session on `local` (each of a `count`) fits its declared capacity
+    together, whatever the walk leaves running."""
+    from cluster_sessions.core.loader import load_file, load_session
+    from cluster_sessions.core.plan import build_plans
+
+    pool = load_file(PROJECT / "stacks" / "pools" / "local.yaml", expect="AgentPool")
+    (agent,) = pool.agents
+    cpu = mem = 0.0
+    for path in sorted((PROJECT / "stacks" / "sessions").glob("*.yaml")):
+        loaded = load_session(path)
+        if loaded.pool.name != "local":
+            continue
+        for plan in build_plans(loaded.session, loaded.pool):
+            assert not plan.pending, (path.name, plan.reason)
+            cpu += plan.resources.cpu * len(plan.containers)
+            mem += plan.resources.mem * len(plan.containers)
+    assert cpu <= agent.capacity.cpu, f"the walk needs cpu {cpu}, local: {agent.capacity.cpu}"
+    assert mem <= agent.capacity.mem, f"the walk needs mem {mem}, local: {agent.capacity.mem}"
+
+
+def test_the_first_screenfuls_say_what_it_is_how_to_start_and_where_the_rest_lives():
+    """Issue 46, part 5: the first 100 lines are what it is, the two commands for a fresh
+    machine, one definition, the first session, getting in, and where everything else lives;
+    the field rules, pools, scheduling and security detail are in docs/, linked from there."""
+    first = "\n".join(README.splitlines()[:100])
+    assert "bash scripts/setup.sh && sessionctl up stacks/sessions/train-demo.yaml --yes" in first
+    assert "bash scripts/setup.sh --dev && .venv/bin/python -m pytest" in first
+    assert "```yaml\nkind: ClusterSession" in first
+    assert "sessionctl up stacks/sessions/train-demo.yaml --yes" in first
+    assert "sessionctl ssh stacks/sessions/train-demo.yaml" in first and "`ssh sub1`" in first
+    for doc in ("docs/definitions.md", "docs/pools.md", "docs/scheduling.md",
+                "docs/threat-model.md", "docs/design-notes.md"):
+        assert f"`{doc}`" in first, doc
+        assert (PROJECT / doc).is_file(), doc
+    assert "Unknown keys are errors" not in first  # the field rules: docs/definitions.md
+    assert "Unknown keys are errors" in (PROJECT / "docs" / "definitions.md").read_text()
+    for section in ("## Layout", "## Dependencies"):  # kept, after the first screenfuls
+        assert f"\n{section}" in README, section

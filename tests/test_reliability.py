@@ -36,11 +36,11 @@ from cluster_sessions.core.plan import build_plan
 from cluster_sessions.driver import cli
 from cluster_sessions.driver.errors import Exit
 from cluster_sessions.driver.stack_lock import LOCK_DIR
-from cluster_sessions.emulation.automation import Backend
-from cluster_sessions.emulation.docker_builder import FAULT_ENV, run_in, wait_until_ready
-from cluster_sessions.emulation.sessionctl import CONFIG_DIR_ENV, install
 from cluster_sessions.lab import engines
 from tests.conftest import PROJECT
+from tests.standin.automation import Backend
+from tests.standin.docker_builder import FAULT_ENV, run_in, wait_until_ready
+from tests.standin.sessionctl import CONFIG_DIR_ENV, install
 
 from . import factories
 from .factories import load_session
@@ -139,7 +139,7 @@ class Automation:
 @pytest.fixture
 def automation(lab, monkeypatch, tmp_path):
     """The engine verbs through the emulated Automation API, stacks kept in a file backend
-    (as ``python -m cluster_sessions.emulation.sessionctl`` keeps them); every session a test
+    (as ``python -m tests.standin.sessionctl`` keeps them); every session a test
     names in ``names`` is swept from the lab afterwards, and must be gone."""
     state = tmp_path / "state"
     state.mkdir()
@@ -174,7 +174,7 @@ def driver(auto: Automation, *argv: str, fault: str | None = None) -> subprocess
     env.pop(FAULT_ENV, None)
     if fault:
         env[FAULT_ENV] = fault
-    return subprocess.Popen([sys.executable, "-m", "cluster_sessions.emulation.sessionctl",
+    return subprocess.Popen([sys.executable, "-m", "tests.standin.sessionctl",
                              *argv], cwd=PROJECT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -396,7 +396,8 @@ def test_an_agent_unreachable_during_up_is_named_and_nothing_is_created(
     finally:
         engines.start_dockerd(lab.info.state_dir, "agent2")
     code, _out, err = poll(lambda: (r := ctl(capsys, "up", path, "--yes"))[0] == 0 and r,
-                           60, 2) or (1, "", "up never succeeded")
+                           180, 2) or (1, "", "up never succeeded: "
+                                       + ctl(capsys, "up", path, "--yes")[2])
     assert code == 0, err
     wait_until_ready(lab.containers(name))
     assert ctl(capsys, "destroy", path, "--yes")[0] == 0

@@ -57,7 +57,7 @@ POOL = Pool.model_validate({"kind": "AgentPool", "name": "p", "agents": [
 REQUIRED = {"entrypoint.sh", "cluster-env.sh", "static-env.sh", "user-env.sh", "exec-env.sh",
             "save-env.sh", "as-user.sh", "wait-peers.bash", "hostfile", "hostfile.hydra",
             "cluster-hosts.sh",
-            "setup.sh", "wait-peers.sh", "ready-gate.sh", "command.sh", "ssh-session.sh",
+            "setup.sh", "wait-peers.sh", "command.sh", "ssh-session.sh",
             "profile.sh", "sshd_config", "ssh/config", "ssh/known_hosts", "ssh/authorized_keys",
             "ssh/id_cluster", "ssh/id_cluster.pub", "ssh/ssh_host_ed25519_key",
             "ssh/ssh_host_ed25519_key.pub", "ssh/ssh_host_ed25519_key-cert.pub", "ssh/user_ca.pub"}
@@ -200,7 +200,7 @@ def test_entrypoint_carries_user_peers_and_readiness_timeout_from_the_definition
     files = by_path(bundles["sub2"])
     script = files["setup.sh"].content
     # the peers are derived at start from BACKENDAI_CLUSTER_HOSTS: no host is named here
-    assert '/bin/sh "$bundle/wait-peers.sh" "$ssh_dir" $peers || exit\n' in script
+    assert '/bin/sh "$bundle/wait-peers.sh" "$run/ssh" $peers || exit\n' in script
     assert '/bin/sh "$bundle/cluster-hosts.sh" "$bundle" "$hosts"' in script
     assert "all 3 peers answer" in script
     for name in ("entrypoint.sh", "setup.sh"):
@@ -215,7 +215,7 @@ def test_entrypoint_carries_user_peers_and_readiness_timeout_from_the_definition
 def test_a_single_container_waits_for_no_peer():
     _, _, bundles = render(size=1)
     script = by_path(bundles["main1"])["setup.sh"].content
-    assert '/wait-peers.sh"' not in script
+    assert '/bin/sh "$bundle/wait-peers.sh"' not in script
     assert "no peers" in script
 
 
@@ -1039,3 +1039,28 @@ def test_jinja_tags_are_not_read_as_shell_and_unclosed_quotes_leave_a_template_w
     assert compact_shell(tagged) == "\tgate={{ (\"/bin/sh \" ~ x)|shquote }}\n"
     unclosed = "    echo 'never closed\n    # and so on\n"
     assert compact_shell(unclosed) == unclosed
+
+
+def test_the_rendered_bundle_per_container_stays_under_48_kib_at_96():
+    """Issue 46, part 4: every container's files as ``render_session`` writes them to a
+    directory (comments, hostfiles listing every host) sum to under 48 KiB at N = 96 (65,210
+    bytes on main1 before: the readiness scripts' notes, repeated in every copy). A template's
+    long notes are Jinja comments, kept in the template and in none of its rendered copies."""
+    plan = build_plan(make_session(96), POOL)
+    material = generate_session_keys(plan.hosts)
+    sizes = {host: sum(len(f.content.encode()) for f in files)
+             for host, files in render_session(plan, material).items()}
+    assert len(sizes) == 96
+    assert max(sizes.values()) < 48 * 1024, max(sizes.items(), key=lambda kv: kv[1])
+
+
+def test_a_template_s_jinja_notes_reach_no_rendered_copy():
+    """The "{##" ... "##}" notes of the templates: in no file of a directory or a sent bundle,
+    and their end line is not taken for a shell comment (which would leave the note open)."""
+    plan = build_plan(make_session(3), POOL)
+    material = generate_session_keys(plan.hosts)
+    for directory in (True, False):
+        for files in render_session(plan, material, directory).values():
+            for f in files:
+                assert "{##" not in f.content and "##}" not in f.content, f.path
+    assert without_comment_lines("x\n# a\n##}\n# b\n") == "x\n##}\n"

@@ -793,6 +793,10 @@ flowchart LR
 | readiness.timeout | `120s` | *(absent)* |
 | restart | `unless-stopped` | *(absent)* |
 | distributed.master_port | `29500` | *(absent)* |
+| project | `default` | *(absent)* |
+| lifetime | `(policy's)` | *(absent)* |
+| priority | `0` | *(absent)* |
+| preemptible | `false` | *(absent)* |
 | type | `interactive` | *(absent)* |
 | distributed.slots | `(unset)` | *(absent)* |
 | plan status | `scheduled` | *(absent)* |
@@ -845,6 +849,8 @@ def test_definition_fields_spell_each_field_a_reviewer_compares(tmp_path):
         "distributed.master_port": "29400",
         # the rest of the definition, from the model itself (the pool has rows of its own)
         "type": "interactive", "distributed.slots": "(unset)",
+        "project": "default", "lifetime": "(policy's)", "priority": "0",
+        "preemptible": "false",
         "plan status": "scheduled"}
     plan, _ = side(factories.write_pair(tmp_path, factories.session("bare"), pool))
     fields = definition_fields(plan)

@@ -1,7 +1,7 @@
 """``diff`` and ``preview`` agree (issue 32, class 4): for several kinds of change, the action
 ``sessionctl diff OLD NEW`` predicts for each container and the network is the one the engine
-takes in ``sessionctl preview NEW`` on a stack ``up`` built from OLD (the emulated pulumi CLI
-and docker provider, on the real engine: ``emulated_automation``)."""
+takes in ``sessionctl preview NEW`` on a stack ``up`` built from OLD (the real pulumi CLI and
+docker provider: ``real_engine``; the engine's steps as ``preview --json`` reports them)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,16 @@ import pytest
 
 from cluster_sessions.driver.cli import main
 from cluster_sessions.driver.errors import Exit
-from cluster_sessions.emulation.provider import CONTAINER, NETWORK
 
 from . import factories
 from .test_runtime import image, unique  # noqa: F401 (fixtures used by name)
 
-# diff's words for the engine's steps
-ACTION = {"create": "add", "same": "same", "update": "update", "replace": "replace"}
+CONTAINER = "docker:index/container:Container"
+NETWORK = "docker:index/network:Network"
+
+# diff's words for the engine's steps (a replacement's steps are one "replace": step_lines)
+ACTION = {"create": "add", "update": "update", "replace": "replace",
+          "create-replacement": "replace", "delete-replaced": "replace"}
 JOB = ["sh", "-c", "sleep 600"]
 
 CHANGES = {  # name: what the new definition changes
@@ -38,14 +41,15 @@ CHANGES = {  # name: what the new definition changes
 }
 
 
-def preview_actions(backend, name: str) -> dict[str, str]:
-    out = {}
-    for urn, (action, _) in backend.stacks[name].previewed.items():
-        kind, _, resource = urn.rpartition("::")
-        if kind.endswith(CONTAINER):
-            out[resource.removeprefix(f"{name}-")] = ACTION[action]
-        elif kind.endswith(NETWORK):
-            out["network"] = ACTION[action]
+def preview_actions(steps: list[dict], name: str, hosts) -> dict[str, str]:
+    """What the engine's preview does to each container and the network: its steps (the
+    engine reports no step for what stays the same)."""
+    out = {**{host: "same" for host in hosts}, "network": "same"}
+    for step in steps:
+        if step["type"] == CONTAINER:
+            out[step["name"].removeprefix(f"{name}-")] = ACTION[step["op"]]
+        elif step["type"] == NETWORK:
+            out["network"] = ACTION[step["op"]]
     return out
 
 
@@ -59,7 +63,7 @@ def diff_actions(old, new, capsys) -> dict[str, str]:
 
 @pytest.mark.docker
 def test_diff_predicts_what_preview_does_for_every_kind_of_change(
-        emulated_automation, image, tmp_path, capsys):  # noqa: F811
+        real_engine, image, tmp_path, capsys):  # noqa: F811
     name = unique("agree")
     base = factories.session(name, pool="local", image=image, size=2, cpu=0.5, mem="512m",
                              command=JOB, env={"MODE": "fast"},
@@ -73,10 +77,10 @@ def test_diff_predicts_what_preview_does_for_every_kind_of_change(
     seen, disagree = {}, {}
     for change, over in CHANGES.items():
         factories.write(live, {**base, **over})
-        assert main(["preview", str(live)]) == Exit.OK, capsys.readouterr().err
-        capsys.readouterr()
-        engine = preview_actions(emulated_automation, name)
+        assert main(["preview", str(live), "--json"]) == Exit.OK, capsys.readouterr().err
+        steps = json.loads(capsys.readouterr().out)["steps"]
         seen[change] = predicted = diff_actions(old, live, capsys)
+        engine = preview_actions(steps, name, [h for h in predicted if h != "network"])
         if predicted != engine:
             disagree[change] = {"diff": predicted, "preview": engine}
     assert not disagree

@@ -24,7 +24,7 @@ def published(container: str) -> dict[str, str]:
 
 @pytest.mark.docker
 def test_two_sessions_asking_the_same_preferred_port_get_different_ports(
-        emulated_automation, image, tmp_path, capfd):  # noqa: F811
+        real_engine, image, tmp_path, capfd):  # noqa: F811
     first, last = 31490, 31499
     pool = factories.pool("svcpool", factories.agent("local", cpu=4, mem="8g"),
                           service_ports={"first": first, "last": last})
@@ -126,7 +126,7 @@ SERVER = ["python3", "-c", "import http.server as h, os\n"
 
 @pytest.mark.docker
 def test_open_forwards_a_local_port_to_the_service_on_a_local_agent(
-        emulated_automation, image, tmp_path, capfd):  # noqa: F811
+        real_engine, image, tmp_path, capfd):  # noqa: F811
     name = unique("svcopen")
     doc = factories.session(name, image=image, cpu=0.5, mem="256m", command=SERVER,
                             services=[{"name": "web", "port": 8080, "protocol": "http"}])
@@ -227,4 +227,4 @@ def test_ports_another_up_under_way_reserved_are_not_chosen():
     assert choose(plans, pool, read=lambda a: (), reserved=reserved) == {
         "svc-up": {"web": 31000}}
     # its own reservation (an `up` again) does not stand in its way
-    assert reserved_ports([entry], exclude=[""]) == {}
+    assert reserved_ports([entry], exclude=[entry.identity]) == {}

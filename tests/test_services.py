@@ -6,14 +6,19 @@ from __future__ import annotations
 import pytest
 
 from cluster_sessions.core.loader import parse_yaml, to_model
-from cluster_sessions.core.plan import build_plan, build_plans, plan_to_dict, with_service_ports
+from cluster_sessions.core.plan import (
+    build_plan,
+    build_plans,
+    plan_to_dict,
+    public_warnings,
+    with_service_ports,
+)
 from cluster_sessions.core.problems import DefinitionError
 from cluster_sessions.core.review import diff_plans
 from cluster_sessions.core.services import (
     allocate,
     bind_address,
     choose_port,
-    public_warnings,
     service_url,
 )
 from cluster_sessions.core.spec import (

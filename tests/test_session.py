@@ -1,7 +1,7 @@
 """The Pulumi program and the Session component, run for real under Pulumi's mocks.
 
 Every test runs the project's own ``__main__.py`` with the config of a stack file in ``stacks/``
-(or of a fixture), through ``cluster_sessions.emulation.engine``: the mock monitor records what
+(or of a fixture), through ``tests.standin.engine``: the mock monitor records what
 the engine would receive (camelCase inputs, numbers as floats, secrets marked where they are),
 and keeps
 state between runs like two ``pulumi up``s. Assertions read recorded registrations and outputs
@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cluster_sessions.core.bundles import SCRATCH, host_dir
 from cluster_sessions.core.decisions import derived_stack_id
 from cluster_sessions.core.names import (
     BUNDLE_DIGEST_LABEL,
@@ -40,7 +41,10 @@ from cluster_sessions.core.plan import (
 from cluster_sessions.core.provider_facts import cpus_read_back, parse_cpus
 from cluster_sessions.core.render import BUNDLE_DIR, pack, pack_entrypoint_argv, render_container
 from cluster_sessions.core.services import allocate
-from cluster_sessions.emulation.engine import (
+from cluster_sessions.pulumi_layer import keystore
+from cluster_sessions.pulumi_layer.program import InvalidDefinition
+from cluster_sessions.pulumi_layer.session import TYPE_TOKEN, SessionArgs, SessionPending
+from tests.standin.engine import (
     STACKS,
     Engine,
     Registration,
@@ -48,10 +52,7 @@ from cluster_sessions.emulation.engine import (
     is_secret,
     run_program,
 )
-from cluster_sessions.emulation.engine import stack_config as stack_file_config
-from cluster_sessions.pulumi_layer import keystore
-from cluster_sessions.pulumi_layer.program import InvalidDefinition
-from cluster_sessions.pulumi_layer.session import TYPE_TOKEN, SessionArgs, SessionPending
+from tests.standin.engine import stack_config as stack_file_config
 
 from .factories import load_session
 
@@ -61,6 +62,8 @@ NETWORK = "docker:index/network:Network"
 PROVIDER = "pulumi:providers:docker"
 KEYS = "pulumi-python:dynamic/cluster-sessions:SessionKeys"
 LIMITS = "pulumi-python:dynamic/cluster-sessions:ContainerLimits"
+BUNDLES = "pulumi-python:dynamic/cluster-sessions:BundleDelivery"
+VOLUMES = "pulumi-python:dynamic/cluster-sessions:SessionVolume"
 STACK = "pulumi:pulumi:Stack"
 
 EXAMPLES = example_stacks()
@@ -84,18 +87,24 @@ def config_of(stack: str) -> dict[str, str]:
     return FIXTURE_STACKS.get(stack) or stack_file_config(stack)
 
 
-def definition_and_pool(config: dict[str, str]) -> tuple[Path, Path | None]:
-    definition = Path(config["cluster-sessions:definition"])
+def definition_and_pool(config: dict[str, str], stack: str = "") -> tuple[Path, Path | None]:
+    from cluster_sessions.pulumi_layer.program import default_definition
+
+    definition = Path(config.get("cluster-sessions:definition")
+                      or default_definition(STACKS, stack) or "")
     pool = config.get("cluster-sessions:pool")
     return (definition if definition.is_absolute() else STACKS / definition,
             Path(pool) if pool else None)
 
 
-def expected_plan(config: dict[str, str]) -> ClusterPlan:
+def expected_plan(config: dict[str, str], stack: str = "") -> ClusterPlan:
     """The plan the program should build, made here from the same files independently (with
     ``count``, the session ``cluster-sessions:index`` names, default the first)."""
-    loaded = load_session(*definition_and_pool(config))
+    loaded = load_session(*definition_and_pool(config, stack))
     plans = build_plans(loaded.session, loaded.pool)
+    named = [p for p in plans if p.name == stack]
+    if "cluster-sessions:index" not in config and named:
+        return named[0]
     return plans[int(config.get("cluster-sessions:index", "1")) - 1]
 
 
@@ -105,7 +114,7 @@ class Run:
     def __init__(self, stack: str, engine: Engine | None = None) -> None:
         self.stack = stack
         self.config = config_of(stack)
-        self.plan = expected_plan(self.config)
+        self.plan = expected_plan(self.config, self.stack)
         self.engine = engine or Engine()
         self.outputs = run_program(self.engine, stack, self.config)
 
@@ -128,6 +137,22 @@ class Run:
         value, _secret = self.outputs[name]
         return value
 
+    def scratch_agents(self) -> list[str]:
+        """The agents that deliver into their scratch root (core/bundles.py)."""
+        return [a for a in self.plan.agents if self.plan.delivery(a) == SCRATCH]
+
+    def bundle_text(self, host: str) -> tuple[dict, str]:
+        """(how ``host``'s bundle travels, its pack): the provider's upload, or the value of
+        its agent's BundleDelivery (issue 45), as the engine received it."""
+        c = next(c for c in self.plan.containers if c.host == host)
+        if self.plan.delivery(c.agent) == SCRATCH:
+            reg = self.engine.named(BUNDLES, f"{self.plan.name}-bundles-{c.agent}")
+            bundles = reg.inputs["bundles"]
+            assert is_secret(bundles), f"{reg.urn}: the bundles are not secret"
+            return bundles, bundles["value"][host]
+        (bundle,) = self.container(host).inputs["uploads"]
+        return bundle["content"], bundle["content"]["value"]
+
     def provider(self, agent: str) -> Registration:
         """The provider of ``agent``: named ``<session>-<agent>-<8 hex digits>``."""
         found = [r for r in self.engine.of_type(PROVIDER)
@@ -144,41 +169,40 @@ def run(request) -> Run:
 
 # --- the example stacks themselves ---------------------------------------------------------
 
-def test_every_example_session_has_a_stack_file_named_after_it():
-    sessions = sorted((STACKS / "sessions").glob("*.yaml"))
-    assert sessions, "no example sessions in stacks/sessions"
-    for path in sessions:
+def test_every_shipped_session_runs_from_a_fresh_clone_without_a_stack_file():
+    """Issue 41, item 5: the checkout keeps no stack file (``sessionctl`` writes the config
+    where the CLI keeps it, git-ignored; the backend keeps what ``up`` decided), and a direct
+    ``pulumi up -s NAME`` finds its definition by the stack's name."""
+    from cluster_sessions.pulumi_layer.program import default_definition
+
+    assert EXAMPLES, "no example sessions in stacks/sessions"
+    for path in sorted((STACKS / "sessions").glob("*.yaml")):
         loaded = load_session(path)
-        for i, plan in enumerate(build_plans(loaded.session, loaded.pool), 1):
-            assert plan.name in EXAMPLES, f"no stacks/Pulumi.{plan.name}.yaml for {path.name}"
-            config = stack_file_config(plan.name)
-            configured = STACKS / config["cluster-sessions:definition"]
-            assert configured.resolve() == path.resolve(), \
-                f"Pulumi.{plan.name}.yaml names {configured}"
-            assert int(config.get("cluster-sessions:index", "1")) == i, plan.name
+        for plan in build_plans(loaded.session, loaded.pool):
+            assert (STACKS / default_definition(STACKS, plan.name)).resolve() == path.resolve()
+    assert default_definition(STACKS, "no-such-session") is None
+    assert default_definition(STACKS, "organization/cluster-sessions/train-demo") == \
+        "sessions/train-demo.yaml"
 
 
-def test_every_stack_file_in_the_checkout_is_one_of_a_shipped_session():
-    """A stack file a run left in stacks/ (the stand-in keeps config where the CLI does)
-    would be committed, shipped and tested as an example: none may name anything but a
-    shipped definition, relative to stacks/."""
-    for path in sorted(STACKS.glob("Pulumi.*.yaml")):
-        config = stack_file_config(path.name.removeprefix("Pulumi.").removesuffix(".yaml"))
-        definition = config.get("cluster-sessions:definition", "")
-        assert not Path(definition).is_absolute() and (STACKS / definition).is_file(), \
-            f"{path.name} names {definition!r}, not a shipped definition: a run's leftover?"
+def test_no_stack_file_is_tracked_and_every_one_is_ignored():
+    tracked = subprocess.run(["git", "ls-files", "stacks/Pulumi.*.yaml"], cwd=STACKS.parent,
+                             capture_output=True, text=True, check=True).stdout.split()
+    assert tracked == []
+    ignored = subprocess.run(["git", "check-ignore", "-q", "stacks/Pulumi.train-demo.yaml"],
+                             cwd=STACKS.parent, check=False)
+    assert ignored.returncode == 0, "stacks/Pulumi.<stack>.yaml must be git-ignored"
 
 
-def test_stack_files_only_use_config_keys_the_project_declares():
+def test_the_project_declares_every_config_key_the_program_reads():
     project = yaml.safe_load((STACKS.parent / "Pulumi.yaml").read_text())
     declared = project["config"]
     assert project["stackConfigDir"] == "stacks"
     # Nothing is required project-wide: session stacks and pool stacks set different keys.
     assert all("default" in v for v in declared.values())
-    for stack in EXAMPLES:
-        keys = set(stack_file_config(stack))
-        assert keys <= set(declared), f"Pulumi.{stack}.yaml: undeclared {keys - set(declared)}"
-        assert "cluster-sessions:definition" in keys, f"Pulumi.{stack}.yaml names no definition"
+    for key in ("definition", "pool", "index", "stack-id", "made-by", "placement", "image",
+                "service-ports"):
+        assert f"cluster-sessions:{key}" in declared, key
 
 
 # --- the resource graph --------------------------------------------------------------------
@@ -197,8 +221,18 @@ def test_one_component_holds_providers_network_keys_and_one_container_per_host(r
     # the pids limit: one per agent that holds containers (pulumi_layer/limits.py)
     assert sorted(r.name for r in engine.of_type(LIMITS)) == sorted(
         f"{plan.name}-limits-{a}" for a in plan.agents)
+    # the bundles: one delivery per agent with file access (pulumi_layer/bundles.py)
+    assert sorted(r.name for r in engine.of_type(BUNDLES)) == sorted(
+        f"{plan.name}-bundles-{a}" for a in run.scratch_agents())
+    # the volumes it makes: one per volume and agent, labelled its own (pulumi_layer/volumes.py)
+    made = sorted({m.source for m in plan.mounts if m.type == "volume" and not m.listed})
+    volumes = engine.of_type(VOLUMES)
+    assert sorted(r.name for r in volumes) == sorted(
+        f"{plan.name}-volume-{a}/{v}" for a in plan.agents for v in made)
+    assert all(r.inputs["labels"] == volume_labels(plan) for r in volumes)
     others = {r.type for r in engine.registrations} - {TYPE_TOKEN, PROVIDER, NETWORK, KEYS,
-                                                         CONTAINER, STACK, LIMITS}
+                                                         CONTAINER, STACK, LIMITS, BUNDLES,
+                                                         VOLUMES}
     assert not others, f"unexpected resource types {others}"
 
 
@@ -212,7 +246,7 @@ def test_the_component_is_the_parent_of_every_resource_it_makes(run: Run):
 
 
 def test_each_agent_gets_a_provider_for_its_docker_host(run: Run):
-    pool = load_session(*definition_and_pool(run.config)).pool
+    pool = load_session(*definition_and_pool(run.config, run.stack)).pool
     for agent in pool.agents:
         if agent.name not in set(run.plan.agents) | {run.plan.network.agent}:
             continue
@@ -407,16 +441,18 @@ def test_container_resources_are_per_container_in_docker_units(run: Run):
 
 
 def test_mounts_are_binds_for_paths_and_volumes_for_names(run: Run):
-    own = {"volumeOptions": {"labels": [{"label": k, "value": v}  # made by the session
-                                        for k, v in volume_labels(run.plan).items()]}}
+    # no volumeOptions: the provider refuses them on an engine before API 1.45, and a volume
+    # the session makes is made, labelled, by its SessionVolume (test below)
     want = [
         {"target": m.target, "source": m.source, "readOnly": m.read_only,
-         "type": "bind" if m.source.startswith("/") else "volume",
-         **(own if not m.source.startswith("/") and not m.listed else {})}
+         "type": "bind" if m.source.startswith("/") else "volume"}
         for m in run.plan.mounts
     ]
     for c in run.plan.containers:
-        assert run.container(c.host).plain_inputs.get("mounts", []) == want
+        mine = [{"target": BUNDLE_DIR, "type": "bind", "readOnly": True,
+                 "source": host_dir(run.plan.scratch, derived_stack_id(run.stack), c.host)}
+                ] if c.agent in run.scratch_agents() else []
+        assert run.container(c.host).plain_inputs.get("mounts", []) == want + mine
 
 
 def test_labels_identify_session_host_role_and_stack(run: Run):
@@ -435,6 +471,31 @@ def test_labels_identify_session_host_role_and_stack(run: Run):
     assert {STACK_ID_LABEL, STACK_LABEL} <= {x["label"] for x in labels}
     assert MADE_BY_LABEL not in {x["label"] for x in labels}
     assert run.output("session")["stack_id"] == derived_stack_id(run.stack)
+
+
+def test_a_direct_up_from_a_fresh_clone_keeps_what_the_backend_recorded():
+    """Issue 41, item 2: ``pulumi up -s NAME`` where the stack's config keeps no decisions (a
+    fresh clone) runs with those its last update recorded in the backend (the ``kept``
+    output, read with the CLI: here the stand-in backend's), and records them again; a config
+    that keeps its own wins over nothing recorded."""
+    first = Run("train-demo")
+    kept = first.output("kept")
+    assert kept["stack-id"] == derived_stack_id("train-demo")
+    assert kept["definition"] == "sessions/train-demo.yaml"
+    recorded = {**kept, "stack-id": "0123456789abcdef", "made-by": "ci@runner-7"}
+    engine = Engine()
+    outputs = run_program(engine, "train-demo", {}, previous={"kept": (recorded, False)})
+    session, _ = outputs["session"]
+    assert session["stack_id"] == "0123456789abcdef"
+    assert outputs["kept"][0]["made-by"] == "ci@runner-7"
+    labels = {x["label"]: x["value"] for r in engine.registrations if r.type == CONTAINER
+              for x in r.plain_inputs["labels"]}
+    assert labels[STACK_ID_LABEL] == "0123456789abcdef"
+    assert labels[MADE_BY_LABEL] == "ci@runner-7"
+    # a record that is not one the program writes is ignored, never trusted in part
+    outputs = run_program(Engine(), "train-demo", {}, previous={
+        "kept": ({"stack-id": 7, "made-by": "x@y"}, False)})
+    assert outputs["session"][0]["stack_id"] == derived_stack_id("train-demo")
 
 
 def test_only_main1_publishes_the_definitions_ports(run: Run):
@@ -476,17 +537,20 @@ def test_the_bundle_is_one_secret_upload_and_a_label_digests_its_public_files(ru
     material = keystore.from_state(state)
     for c in run.plan.containers:
         reg = run.container(c.host)
-        uploads = reg.inputs["uploads"]
-        assert not is_secret(uploads), f"{reg.urn}: the whole upload list is secret"
-        assert [u["file"] for u in uploads] == [f"{BUNDLE_DIR}/bundle.pack"], reg.urn
-        (bundle,) = uploads
         files = render_container(run.plan, c, material)
-
-        # a secret, 0600 from the start: it holds the private keys
-        assert is_secret(bundle["content"]), f"{reg.urn}: the bundle is not secret"
-        assert bundle["permissions"] == "0600", f"{reg.urn}: the private keys are readable"
-        assert bundle["executable"] is False, reg.urn
-        text = bundle["content"]["value"]
+        if c.agent in run.scratch_agents():
+            # no upload: the agent's delivery carries it, as a secret (issue 45)
+            assert not reg.inputs.get("uploads"), f"{reg.urn}: uploaded besides the delivery"
+        else:
+            uploads = reg.inputs["uploads"]
+            assert not is_secret(uploads), f"{reg.urn}: the whole upload list is secret"
+            assert [u["file"] for u in uploads] == [f"{BUNDLE_DIR}/bundle.pack"], reg.urn
+            (bundle,) = uploads
+            # 0600 from the start: it holds the private keys
+            assert bundle["permissions"] == "0600", f"{reg.urn}: the private keys are readable"
+            assert bundle["executable"] is False, reg.urn
+        content, text = run.bundle_text(c.host)
+        assert is_secret(content), f"{reg.urn}: the bundle is not secret"
         assert _digest(text) == _digest(pack(files)), f"{reg.urn}: not pack() of the bundle"
         for key in (material.user, material.hosts[c.host]):
             # (booleans only: never print key material)
@@ -789,7 +853,7 @@ def test_the_program_builds_where_the_stack_s_kept_placement_says():
      r"\(size 2 -> 4\)\); nothing was changed"),
     (kept_config([["gone", []]] * 4), "agent gone it runs on is no longer in pool ssh-pair"),
     ({**FIXTURE_STACKS["spread-demo"], "cluster-sessions:placement": "[1]"},
-     "is not a placement sessionctl wrote"),
+     r"placement is '\[1\]', not a placement sessionctl wrote; nothing was created"),
 ])
 def test_a_kept_placement_that_no_longer_holds_is_refused_before_anything_is_made(config,
                                                                                   message):

@@ -79,6 +79,7 @@ def copy_project(destination: Path) -> Path:
 
 
 def install(env: dict[str, str], served: Path | None) -> subprocess.CompletedProcess:
+    """The real script (a build through the stand-in ``go`` where ``env`` has one)."""
     return subprocess.run(["bash", str(SCRIPT), VERSION],
                           env={**env, "SERVE": str(served) if served else ""},
                           capture_output=True, text=True, timeout=60)
@@ -110,6 +111,116 @@ def test_no_network_fails_with_the_reason(env):
     assert not (Path(env["PULUMI_HOME"]) / "bin").exists()
 
 
+# A stand-in for `go` (issue 42): `mod download` succeeds, `build ... -o OUT PKG` writes an OUT
+# that answers `version` with what -ldflags stamped (or fails for the package in $GO_FAIL),
+# `list -m -f {{.Dir}} MODULE` names a module directory holding the sdk's two Python scripts.
+FAKE_GO = """#!/bin/sh
+case $1 in
+version) echo "go version go1.99 linux/amd64" ;;
+mod) [ "$2 $3" = "download -json" ] && printf '{\n\t"Dir": "%s"\n}\n' "$UPSTREAM_DIR"; exit 0 ;;
+list) echo "$SDK_DIR" ;;
+build)
+    out= pkg= stamp=
+    while [ "$#" -gt 0 ]; do
+        case $1 in
+        (-o) out=$2; shift ;;
+        (-ldflags) stamp=${2##*Version=}; shift ;;
+        (-*) ;;
+        (*) pkg=$1 ;;
+        esac
+        shift
+    done
+    [ "$pkg" != "$GO_FAIL" ] || { echo "compile: something broke in $pkg" >&2; exit 1; }
+    # the built program: answers (-)version; as pulumi, installs a plugin where pulumi does
+    {
+        echo '#!/bin/sh'
+        echo "case \\$1 in (version|-version) echo $stamp ;;"
+        echo '(plugin) d=$PULUMI_HOME/plugins/resource-$4-v$5'
+        echo '    mkdir -p "$d" && cp "$7" "$d/pulumi-resource-$4" ;;'
+        echo 'esac'
+    } >"$out"
+    chmod 755 "$out" ;;
+esac
+"""
+
+
+@pytest.fixture
+def go_env(tmp_path: Path, env: dict[str, str]) -> dict[str, str]:
+    """``env`` with the stand-in ``go`` on PATH and the sdk module's directory it names."""
+    bin_dir = Path(env["PATH"].split(":")[0])
+    (bin_dir / "go").write_text(FAKE_GO)
+    (bin_dir / "go").chmod(0o755)
+    sdk = tmp_path / "sdk"
+    for script in ("python/cmd/pulumi-language-python-exec",
+                   "python/dist/pulumi-resource-pulumi-python"):
+        (sdk / script).parent.mkdir(parents=True, exist_ok=True)
+        (sdk / script).write_text("#!/bin/sh\n")
+    upstream = tmp_path / "upstream"  # the Terraform provider's module directory
+    (upstream / "internal" / "provider").mkdir(parents=True)
+    return {**env, "SDK_DIR": str(sdk), "UPSTREAM_DIR": str(upstream), "GO_FAIL": ""}
+
+
+def wrapper_version(module: str, required: str) -> str:
+    text = (PROJECT / "scripts" / "pulumi-build" / module / "go.mod").read_text()
+    return next(line.split()[1] for line in text.splitlines()
+                if line.split()[:1] == [required])
+
+
+def test_without_the_download_the_cli_and_language_host_are_built_from_go_modules(go_env):
+    result = install(go_env, None)
+    assert result.returncode == 0, result.stderr
+    assert "Could not resolve host" in result.stderr  # the download was tried first
+    cli = wrapper_version("cli", "github.com/pulumi/pulumi/pkg/v3")
+    langhost = wrapper_version("language-python", "github.com/pulumi/pulumi/sdk/v3")
+    for step in ("cli: download modules", "cli: go build pulumi",
+                 "language-python: go build pulumi-language-python"):
+        assert f"install-pulumi: {step}" in result.stderr
+    bin_dir = Path(go_env["PULUMI_HOME"]) / "bin"
+    assert sorted(p.name for p in bin_dir.iterdir()) == [
+        "pulumi", "pulumi-language-python", "pulumi-language-python-exec",
+        "pulumi-resource-pulumi-python"]
+    assert all(os.access(p, os.X_OK) for p in bin_dir.iterdir())
+    answers = {name: subprocess.run([bin_dir / name, "version"], capture_output=True,
+                                    text=True).stdout.strip()
+               for name in ("pulumi", "pulumi-language-python")}
+    assert answers == {"pulumi": cli, "pulumi-language-python": langhost}
+    again = install(go_env, None)  # what it built is kept: no second build
+    assert again.returncode == 0 and f"pulumi {cli} is already in" in again.stderr
+    assert "go build" not in again.stderr
+
+
+def test_with_a_docker_version_the_provider_plugin_is_built_and_installed(go_env):
+    result = subprocess.run(["bash", str(SCRIPT), VERSION, "5.2.0"], env=go_env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "install-pulumi: docker-provider: go build pulumi-resource-docker" in result.stderr
+    assert "not pulumi-docker's own build" in result.stderr  # said plainly
+    plugin = Path(go_env["PULUMI_HOME"]) / "plugins" / "resource-docker-v5.2.0"
+    assert subprocess.run([plugin / "pulumi-resource-docker", "-version"], capture_output=True,
+                          text=True).stdout.strip() == "5.2.0"
+    again = subprocess.run(["bash", str(SCRIPT), VERSION, "5.2.0"], env=go_env,
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and "go build" not in again.stderr
+    assert "the resource plugin docker 5.2.0 is already in" in again.stderr
+
+
+def test_a_failed_build_names_the_module_and_step_and_installs_nothing(go_env):
+    result = install({**go_env, "GO_FAIL": "github.com/pulumi/pulumi/pkg/v3/cmd/pulumi"}, None)
+    assert result.returncode == 1
+    cli = wrapper_version("cli", "github.com/pulumi/pulumi/pkg/v3")
+    assert (f"building failed: module github.com/pulumi/pulumi/pkg/v3@{cli}, step 'go build "
+            "pulumi'") in result.stderr
+    assert "compile: something broke" in result.stderr  # the log's end is shown
+    assert not (Path(go_env["PULUMI_HOME"]) / "bin").exists()
+
+
+def test_the_build_can_be_turned_off(go_env):
+    result = install({**go_env, "CLUSTER_SESSIONS_PULUMI_BUILD": "0"}, None)
+    assert result.returncode == 1 and "cannot download" in result.stderr
+    assert "go build" not in result.stderr
+    assert not (Path(go_env["PULUMI_HOME"]) / "bin").exists()
+
+
 def test_the_install_instructions_are_said_once_and_plainly():
     from cluster_sessions.driver.stacks import how_to_install
 
@@ -128,8 +239,10 @@ def test_setup_exits_1_when_the_cli_was_asked_for_and_cannot_be_downloaded(tmp_p
     copy = copy_project(tmp_path / "project")
     result = subprocess.run(
         ["bash", "scripts/setup.sh", "--no-engine", "--install-pulumi"], cwd=copy,
-        env={**os.environ, **env, "PATH": f"{env['PATH']}:/usr/sbin:/sbin:/usr/local/bin",
-             "SERVE": "", "CLUSTER_SESSIONS_BIN_DIR": str(tmp_path / "linked")},
+        # not /usr/local/bin: set-up (CI's too) links an installed pulumi there
+        env={**os.environ, **env, "PATH": f"{env['PATH']}:/usr/sbin:/sbin",
+             "SERVE": "", "CLUSTER_SESSIONS_BIN_DIR": str(tmp_path / "linked"),
+             "CLUSTER_SESSIONS_PULUMI_BUILD": "0"},  # no go build either
         capture_output=True, text=True, timeout=600)
     assert result.returncode == 1, result.stderr[-3000:]
     assert "the pulumi CLI could not be installed" in result.stderr

@@ -34,7 +34,7 @@ def definitions(tmp_path, image, names, **shape):  # noqa: F811
 
 @pytest.mark.docker
 def test_a_second_session_that_the_agent_cannot_hold_is_pending_until_the_first_goes(
-        emulated_automation, docker_client, image, tmp_path, capfd):  # noqa: F811
+        real_engine, docker_client, image, tmp_path, capfd):  # noqa: F811
     names = [unique("poola"), unique("poolb")]
     a, b = definitions(tmp_path, image, names, cpu=0.1, mem="600g", shmem="64m")
     assert cli.main(["up", a, "--yes"]) == 0, capfd.readouterr().err
@@ -72,7 +72,7 @@ def test_a_second_session_that_the_agent_cannot_hold_is_pending_until_the_first_
     assert cli.main(["up", b, "--yes"]) == 0, capfd.readouterr().err
     assert sorted(objects_of(docker_client, names[1])) == sorted(
         [f"{names[1]}-main1", f"{names[1]}-net"])
-    config = emulated_automation.stacks[names[1]].config
+    config = real_engine.stacks[names[1]].config
     recorded = json.loads(config[config_key(PLACEMENT_KEY)])
     assert recorded["slots"] == [["local", []]]
     assert cli.main(["destroy", b, "--yes"]) == 0
@@ -80,7 +80,7 @@ def test_a_second_session_that_the_agent_cannot_hold_is_pending_until_the_first_
 
 @pytest.mark.docker
 def test_a_queued_up_runs_when_the_holder_leaves(
-        emulated_automation, docker_client, image, tmp_path, capfd):  # noqa: F811
+        real_engine, docker_client, image, tmp_path, capfd):  # noqa: F811
     import asyncio
     import threading
 
@@ -136,7 +136,7 @@ def test_ctrl_c_leaves_the_queue_cleanly(docker_client, image, tmp_path):  # noq
     with Ledger.open(pool) as ledger:
         full = ledger.renewed("reservation", "someone", "", Holder("someone"), 60,
                               {"local": {"cpu": 100, "mem": 900 * 2**30, "gpus": []}})
-        proc = subprocess.Popen([sys.executable, "-m", "cluster_sessions.emulation.sessionctl",
+        proc = subprocess.Popen([sys.executable, "-m", "tests.standin.sessionctl",
                                  "up", path, "--yes", "--wait"], cwd=PROJECT, env=env,
                                 stderr=subprocess.PIPE, text=True)
         try:

@@ -558,8 +558,8 @@ def test_a_pool_bounds_every_session_s_logs_and_keeps_only_the_set_up_s_capabili
     p = pool(agent())
     assert (p.limits.log_max_size, p.limits.log_max_files) == (16 * 1024**2, 4)
     assert p.limits.pids_limit == 8192
-    assert p.privileges.capabilities == ("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID",
-                                         "SETUID", "SYS_CHROOT")
+    assert p.privileges.capabilities == ("AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER",
+                                         "KILL", "SETGID", "SETUID", "SYS_CHROOT")
     assert p.privileges.no_new_privileges is True
 
 

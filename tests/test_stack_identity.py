@@ -19,6 +19,7 @@ import pytest
 from cluster_sessions.agents.cleanup import Leftover
 from cluster_sessions.agents.engine import Owner
 from cluster_sessions.core.decisions import (
+    KEPT_OUTPUT,
     StackIdentity,
     derived_stack_id,
     stack_identity,
@@ -37,10 +38,10 @@ from cluster_sessions.core.names import (
 from cluster_sessions.driver import cli
 from cluster_sessions.driver import stack_identity as identity_mod
 from cluster_sessions.driver.errors import CommandError
-from cluster_sessions.emulation.automation import Backend
-from cluster_sessions.emulation.engine import STACKS, Engine, run_program
-from cluster_sessions.emulation.sessionctl import install
 from cluster_sessions.pulumi_layer.program import InvalidDefinition
+from tests.standin.automation import Backend
+from tests.standin.engine import STACKS, Engine, run_program
+from tests.standin.sessionctl import install
 
 from . import factories
 from .test_runtime import image, unique  # noqa: F401 (fixtures used by name)
@@ -213,11 +214,11 @@ def use_backend(monkeypatch, backend: Backend, state: Path) -> None:
     monkeypatch.setenv("PULUMI_BACKEND_URL", f"file://{state}")
 
 
-def first_up(emulated_automation, docker_client, tmp_path, image_tag, capsys):  # noqa: F811
+def first_up(real_engine, docker_client, tmp_path, image_tag, capsys):  # noqa: F811
     name, path = definition(tmp_path, image_tag)
     assert cli.main(["up", path, "--yes"]) == Exit.OK, capsys.readouterr().err
     capsys.readouterr()
-    config = emulated_automation.stacks[name].config
+    config = real_engine.stacks[name].config
     kept = config[config_key(STACK_ID_KEY)]
     before = snapshot(docker_client, name)
     containers, networks = before
@@ -241,16 +242,24 @@ def first_still_works_and_destroy_leaves_nothing(docker_client, name, path, caps
 
 @pytest.mark.docker
 def test_a_second_backend_with_the_same_name_is_refused_and_the_first_is_untouched(
-        emulated_automation, docker_client, image, tmp_path, capsys, monkeypatch):  # noqa: F811
-    name, path, kept, made_by, before = first_up(emulated_automation, docker_client, tmp_path,
+        real_engine, docker_client, image, tmp_path, capsys, monkeypatch):  # noqa: F811
+    name, path, kept, made_by, before = first_up(real_engine, docker_client, tmp_path,
                                                  image, capsys)
-    other = Backend()
-    use_backend(monkeypatch, other, tmp_path / "state-2")
+    from .conftest import STACKS, RealEngine
+
+    stack_file = STACKS / f"Pulumi.{name}.yaml"
+    saved = stack_file.read_bytes()
+    (tmp_path / "state-2").mkdir()
+    other = RealEngine(real_engine.pulumi, tmp_path / "state-2")  # the same CLI, its backend
+    monkeypatch.setenv("PULUMI_BACKEND_URL", other.env["PULUMI_BACKEND_URL"])
     try:
+        calls = len(real_engine.calls)  # the driver's calls, recorded whatever the backend
         for verb in (["up", path, "--yes"], ["preview", path]):
             assert cli.main(verb) == Exit.INVALID
             assert_refused_naming(capsys.readouterr().err, name, kept, made_by)
-        assert other.calls == ["list_stacks"] * 2  # no stack made, nothing swept or built
+        # no stack made, nothing swept or built
+        assert real_engine.calls[calls:] == ["list_stacks"] * 2
+        assert other.stack_names() == []
         assert snapshot(docker_client, name) == before
         # the verbs that look, from the other backend: nothing there is its stack's
         assert cli.main(["status", path, "--json"]) == Exit.ENGINE
@@ -260,7 +269,8 @@ def test_a_second_backend_with_the_same_name_is_refused_and_the_first_is_untouch
         assert cli.main(["logs", path]) == Exit.ENGINE
         assert "none of the containers" in capsys.readouterr().err
         # a stack of that name there, destroyed: its sweep leaves the holder's objects alone
-        other.open_stack(name, Path(path).parent, None, None)
+        # (the checkout's stack file is the first backend's: this one's stack shares it)
+        other.cli("stack", "init", name)
         assert cli.main(["destroy", path, "--yes"]) == Exit.OK, capsys.readouterr().err
         assert snapshot(docker_client, name) == before
         # the operator's sweep of another stack id leaves them too, and shows whose they are
@@ -270,36 +280,36 @@ def test_a_second_backend_with_the_same_name_is_refused_and_the_first_is_untouch
                          "--stack-id", "0123456789abcdef"]) == Exit.OK
         assert snapshot(docker_client, name) == before
     finally:
-        other.remove_all()
-    install(emulated_automation, monkeypatch.setattr)
-    monkeypatch.setenv("PULUMI_BACKEND_URL", f"file://{tmp_path / 'state'}")
+        other.remove_all()  # (which removes the stack file it would leave)
+        stack_file.write_bytes(saved)
+    monkeypatch.setenv("PULUMI_BACKEND_URL", real_engine.env["PULUMI_BACKEND_URL"])
     first_still_works_and_destroy_leaves_nothing(docker_client, name, path, capsys)
 
 
 @pytest.mark.docker
 def test_up_with_another_stack_name_is_refused_and_the_first_is_untouched(
-        emulated_automation, docker_client, image, tmp_path, capsys):  # noqa: F811
-    name, path, kept, made_by, before = first_up(emulated_automation, docker_client, tmp_path,
+        real_engine, docker_client, image, tmp_path, capsys):  # noqa: F811
+    name, path, kept, made_by, before = first_up(real_engine, docker_client, tmp_path,
                                                  image, capsys)
     assert cli.main(["up", path, "--yes", "--stack", "other"]) == Exit.INVALID
     assert_refused_naming(capsys.readouterr().err, name, kept, made_by)
     assert cli.main(["up", path, "--yes", "--stack", "other", "--json"]) == Exit.INVALID
     doc = json.loads(capsys.readouterr().out)  # CI's one document says why
     assert doc["result"] == "invalid" and f"stack id {kept}" in doc["error"], doc
-    assert "other" not in emulated_automation.stacks  # nothing created, not even the stack
+    assert "other" not in real_engine.stacks  # nothing created, not even the stack
     assert snapshot(docker_client, name) == before
     first_still_works_and_destroy_leaves_nothing(docker_client, name, path, capsys)
 
 
 @pytest.mark.docker
 def test_a_second_up_of_the_same_stack_keeps_its_id_and_changes_nothing(
-        emulated_automation, docker_client, image, tmp_path, capsys):  # noqa: F811
-    name, path, kept, made_by, before = first_up(emulated_automation, docker_client, tmp_path,
+        real_engine, docker_client, image, tmp_path, capsys):  # noqa: F811
+    name, path, kept, made_by, before = first_up(real_engine, docker_client, tmp_path,
                                                  image, capsys)
     assert cli.main(["up", path, "--yes", "--json"]) == Exit.OK
     doc = json.loads(capsys.readouterr().out)
     assert set(doc["changes"]) == {"same"}, doc["changes"]
-    config = emulated_automation.stacks[name].config
+    config = real_engine.stacks[name].config
     assert (config[config_key(STACK_ID_KEY)], config[config_key(MADE_BY_KEY)]) == (kept, made_by)
     assert snapshot(docker_client, name) == before
     first_still_works_and_destroy_leaves_nothing(docker_client, name, path, capsys)
@@ -331,7 +341,7 @@ def test_a_killed_first_up_keeps_its_id_and_the_next_up_sweeps_what_it_left(
     import subprocess
     import sys
 
-    from cluster_sessions.emulation.docker_builder import FAULT_ENV
+    from tests.standin.docker_builder import FAULT_ENV
 
     from .conftest import PROJECT
 
@@ -342,15 +352,22 @@ def test_a_killed_first_up_keeps_its_id_and_the_next_up_sweeps_what_it_left(
     name, path = definition(tmp_path, image)
     try:
         env = {**os.environ, FAULT_ENV: f"{name}-sub1:created:KILL"}
-        proc = subprocess.run([sys.executable, "-m", "cluster_sessions.emulation.sessionctl",
+        proc = subprocess.run([sys.executable, "-m", "tests.standin.sessionctl",
                                "up", path, "--yes"], cwd=PROJECT, env=env, capture_output=True,
                               text=True, timeout=300)
         assert proc.returncode == -9, proc.stderr
         left = snapshot(docker_client, name)
         ids = {c[4] for c in left[0]} | {n[3] for n in left[1]}
         assert len(ids) == 1 and valid_stack_id(next(iter(ids))), left
+        killed = docker_client.containers.list(all=True, filters={
+            "label": f"cluster-sessions.ledger-session={name}"})
+        assert killed, "the killed up left no reservation: the next check proves nothing"
         assert cli.main(["up", path, "--yes"]) == Exit.OK, capsys.readouterr().err
         assert "which the stack does not hold" in capsys.readouterr().err
+        # the killed up's reservation went with the next up of its stack (one up of a stack
+        # runs at a time): it holds nothing of the pool until its lease would have run out
+        assert docker_client.containers.list(all=True, filters={
+            "label": f"cluster-sessions.ledger-session={name}"}) == []
         now = snapshot(docker_client, name)
         assert len(now[0]) == 2 and {c[4] for c in now[0]} == ids
         assert cli.main(["destroy", path, "--yes"]) == Exit.OK
@@ -364,12 +381,12 @@ def test_a_killed_first_up_keeps_its_id_and_the_next_up_sweeps_what_it_left(
 
 @pytest.mark.docker
 def test_the_verbs_and_sweeps_of_a_stack_leave_another_stacks_object_of_its_name_alone(
-        emulated_automation, docker_client, image, tmp_path, capsys, monkeypatch):  # noqa: F811
+        real_engine, docker_client, image, tmp_path, capsys, monkeypatch):  # noqa: F811
     """A container labelled with the session's name and another stack's id (made behind our
     back, or in a race the pool lock is to close): ``status`` and ``ls`` do not count it, the
     next ``up`` is refused naming its maker, and even past the refusal ``up``'s and
     ``destroy``'s sweeps leave it."""
-    name, path, kept, _made_by, _before = first_up(emulated_automation, docker_client, tmp_path,
+    name, path, kept, _made_by, _before = first_up(real_engine, docker_client, tmp_path,
                                                    image, capsys)
     intruder = docker_client.containers.run(
         image, name=f"{name}-intruder", entrypoint=["sleep", "infinity"], detach=True,
@@ -422,8 +439,10 @@ def test_status_shows_only_its_stacks_containers_when_the_backend_says_which(
     file, plan, client = two_stacks_containers(tmp_path)
     backend = Backend(None)
     use_backend(monkeypatch, backend, tmp_path / "state")
-    backend.open_stack(plan.name, tmp_path, None, None).state.config[
-        config_key(STACK_ID_KEY)] = "0123456789abcdef"
+    state = backend.open_stack(plan.name, tmp_path, None, None).state
+    state.config[config_key(STACK_ID_KEY)] = "0123456789abcdef"
+    # the backend's word: the decisions its last up kept (a checkout's alone is not believed)
+    state.outputs[KEPT_OUTPUT] = ({STACK_ID_KEY: "0123456789abcdef"}, False)
     fake_connect(monkeypatch, "status", client)
     assert cli.main(["status", str(file), "--json"]) == Exit.ENGINE  # sub1 is missing
     rows = {r["host"]: r["state"] for r in json.loads(capsys.readouterr().out)["containers"]}

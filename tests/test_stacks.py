@@ -252,35 +252,42 @@ def test_confirmation_rules():
 class RecordingStack:
     """Records the config calls ``apply_config`` makes; runs nothing, returns nothing."""
 
-    def __init__(self, missing: set[str] = frozenset()):
+    def __init__(self):
         self.calls: list[tuple] = []
-        self.missing = missing
 
-    def set_config(self, key, value):
-        self.calls.append(("set", key, value.value, value.secret))
+    def set_all_config(self, config, *, path=False):
+        self.calls.append(("set", {k: (v.value, v.secret) for k, v in config.items()}, path))
 
-    def remove_config(self, key):
-        self.calls.append(("remove", key))
-        if key in self.missing:  # what `pulumi config rm` of an unset key raises, if it does
-            raise create_command_error(CommandResult("", f"configuration key '{key}' not found",
-                                                     255))
+    def remove_all_config(self, keys, *, path=False):
+        self.calls.append(("remove", list(keys), path))
 
 
-def test_apply_config_sets_the_definition_and_clears_an_old_pool(tmp_path):
-    stack = RecordingStack(missing={"cluster-sessions:pool", "cluster-sessions:index"})
+def test_apply_config_sets_the_definition_and_clears_an_old_pool_in_two_calls(tmp_path):
+    """One ``pulumi config set-all`` and one ``config rm-all`` (each call is a CLI process),
+    whatever the number of keys; keys as written, not as paths."""
+    stack = RecordingStack()
     stacks.apply_config(stack, stacks.stack_config(tmp_path / "stacks/sessions/a.yaml", None,
                                                    tmp_path))
-    assert stack.calls == [("set", "cluster-sessions:definition", "sessions/a.yaml", False),
-                           ("remove", "cluster-sessions:pool"),
-                           ("remove", "cluster-sessions:index")]
+    assert stack.calls == [
+        ("set", {"cluster-sessions:definition": ("sessions/a.yaml", False)}, False),
+        ("remove", ["cluster-sessions:pool", "cluster-sessions:index"], False)]
 
 
-def test_apply_config_sets_the_pool_when_given(tmp_path):
+def test_apply_config_sets_the_pool_when_given_and_removes_nothing_when_all_are_set(tmp_path):
     stack = RecordingStack()
     stacks.apply_config(stack, stacks.stack_config(tmp_path / "stacks/sessions/a.yaml",
                                                    tmp_path / "pools/lab.yaml", tmp_path))
-    assert stack.calls[1] == ("set", "cluster-sessions:pool",
-                              (tmp_path / "pools/lab.yaml").resolve().as_posix(), False)
+    (call, values, _), *rest = stack.calls
+    assert call == "set" and values["cluster-sessions:pool"] == (
+        (tmp_path / "pools/lab.yaml").resolve().as_posix(), False)
+    assert [c[0] for c in rest] in ([], ["remove"])
+    assert all(key not in values for c in rest for key in c[1])
+    stack = RecordingStack()
+    stacks.apply_config(stack, {"a:b": "1", "a:c": "2"})
+    assert [c[0] for c in stack.calls] == ["set"]
+    stack = RecordingStack()
+    stacks.apply_config(stack, {"a:b": None})
+    assert stack.calls == [("remove", ["a:b"], False)]
 
 
 def test_declining_or_no_answer_means_no(monkeypatch):
@@ -405,7 +412,8 @@ def test_the_missing_cli_message_names_exactly_the_verbs_that_print_it(
         "nocli", pool=str(pool), type="batch", command=["true"]))
     values = {"file": str(session), "files": str(session), "pool": str(pool),
               "session": "nocli", "old": str(session),
-              "new": str(session), "service": "web", "host": "main1", "image": "img"}
+              "new": str(session), "service": "web", "host": "main1", "image": "img",
+              "duration": "2h"}
     printed, named = set(), None
     for words, parser in leaf_verbs(cli.build_parser()):
         if words[0] in ("lab", "schema"):
@@ -691,3 +699,59 @@ def test_a_session_on_a_pool_with_an_agent_over_ssh_runs_eight_operations_at_onc
             assert "--parallel" not in args
         else:
             assert args[args.index("--parallel") + 1] == str(parallel)
+
+
+@pytest.mark.docker
+def test_pool_takes_a_name_everywhere_and_the_stack_keeps_the_file_it_names(
+        real_engine, tmp_path, capfd):
+    """Issue 41, item 3: `up FILE --pool NAME` (the README's lab command) looks the name up as
+    `pool:` does, like `plan` and `status`; the stack keeps the pool's file, not
+    `<checkout>/NAME`."""
+    from cluster_sessions.lab.image import ensure_image
+
+    from .test_runtime import unique
+
+    image = ensure_image(real_engine_client())
+    pool_name = unique("named")
+    (tmp_path / "pools").mkdir(exist_ok=True)
+    pool_file = factories.write(tmp_path / "pools" / f"{pool_name}.yaml",
+                                factories.pool(pool_name))
+    name = unique("pool-opt")
+    path = str(factories.write(tmp_path / f"{name}.yaml", factories.session(
+        name, image=image, cpu=0.25, mem="256m")))
+    try:
+        assert main(["plan", path, "--pool", pool_name]) == 0
+        assert main(["up", path, "--pool", pool_name, "--yes"]) == 0, capfd.readouterr().err
+        state = real_engine.stacks[name]
+        assert Path(state.config["cluster-sessions:pool"]).resolve() == pool_file.resolve()
+        assert main(["status", path, "--pool", pool_name]) == 0, capfd.readouterr().err
+    finally:
+        assert main(["destroy", path, "--pool", pool_name, "--yes"]) == 0
+
+
+def real_engine_client():
+    import docker
+
+    return docker.from_env()
+
+
+def test_preview_names_each_step_once_and_what_forces_a_replacement():
+    """Issue 41, item 11: a replacement's three engine steps are one `replace` line with the
+    keys that force it; an update names what it changes; a create names its resource."""
+    steps = [
+        {"op": "create-replacement", "type": "docker:index/container:Container",
+         "name": "s-main1", "diffs": ["upload", "labels"], "replace_keys": ["upload"]},
+        {"op": "replace", "type": "docker:index/container:Container", "name": "s-main1",
+         "diffs": ["upload", "labels"], "replace_keys": ["upload"]},
+        {"op": "delete-replaced", "type": "docker:index/container:Container",
+         "name": "s-main1"},
+        {"op": "update", "type": "pulumi-python:dynamic/cluster-sessions:ContainerLimits",
+         "name": "s-limits-local", "diffs": ["containers"]},
+        {"op": "create", "type": "docker:index/network:Network", "name": "s-net"},
+    ]
+    assert stack_settings.step_lines(steps) == [
+        "  replace  Container s-main1  (replaced: upload changed)",
+        "  update   ContainerLimits s-limits-local  (containers changed)",
+        "  create   Network s-net",
+    ]
+    assert stack_settings.step_lines([]) == []

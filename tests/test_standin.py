@@ -2,7 +2,7 @@
 the DIY backend's files, read by every later ``sessionctl`` process, and dynamic resources go
 through ``check``/``create``/``diff``/``update``/``delete`` as the engine drives them.
 
-Cross-process tests start ``python -m cluster_sessions.emulation.sessionctl`` for each verb,
+Cross-process tests start ``python -m tests.standin.sessionctl`` for each verb,
 on one file backend. The dynamic-provider tests run a program of their own under the mock
 engine with a provider that records every call it gets.
 """
@@ -25,10 +25,10 @@ from pulumi.runtime import rpc
 
 from cluster_sessions.agents import facts, gathering
 from cluster_sessions.agents.connectors import connector_for
-from cluster_sessions.emulation import provider as docker_provider
-from cluster_sessions.emulation.automation import Backend
-from cluster_sessions.emulation.engine import Engine, run_program
-from cluster_sessions.emulation.sessionctl import CONFIG_DIR_ENV
+from tests.standin import provider as docker_provider
+from tests.standin.automation import Backend
+from tests.standin.engine import Engine, run_program
+from tests.standin.sessionctl import CONFIG_DIR_ENV
 
 from . import factories
 from .conftest import PROJECT
@@ -44,7 +44,7 @@ def sessionctl(backend: Path, *argv: str, env: dict | None = None,
     environ = {**os.environ, "PULUMI_BACKEND_URL": f"file://{backend}",
                "PULUMI_CONFIG_PASSPHRASE": "test", CONFIG_DIR_ENV: str(backend / "config"),
                **(env or {})}
-    return subprocess.run([sys.executable, "-m", "cluster_sessions.emulation.sessionctl",
+    return subprocess.run([sys.executable, "-m", "tests.standin.sessionctl",
                            *argv], cwd=PROJECT, env=environ, capture_output=True, text=True,
                           timeout=timeout, check=False)
 

@@ -109,7 +109,7 @@ def secret_volume(docker_client, name: str, labels: dict | None = None) -> None:
 @pytest.mark.parametrize("labels", [None, {SESSION_LABEL: "someone-else"},
                                     {"com.example.app": "othersvc"}])
 def test_another_workloads_volume_is_refused_before_anything_is_created(
-        emulated_automation, docker_client, image, tmp_path, capfd, volumes,  # noqa: F811
+        real_engine, docker_client, image, tmp_path, capfd, volumes,  # noqa: F811
         labels):
     volume = f"{unique('h4-othersvc')}-data"
     volumes.append(volume)
@@ -119,14 +119,14 @@ def test_another_workloads_volume_is_refused_before_anything_is_created(
     err = capfd.readouterr().err
     assert f"{path}: mounts.0.source: on agent local: volume {volume} exists and is " in err, err
     assert "nothing was created" in err
-    assert f"up {path.stem}" not in emulated_automation.calls
+    assert f"up {path.stem}" not in real_engine.calls
     assert not docker_client.containers.list(all=True, filters={"name": path.stem})
     assert docker_client.volumes.get(volume).attrs["Labels"] in ({}, None, labels)
 
 
 @pytest.mark.docker
 def test_a_volume_the_session_makes_is_labelled_and_stays_its_own(
-        emulated_automation, docker_client, image, tmp_path, capfd, volumes):  # noqa: F811
+        real_engine, docker_client, image, tmp_path, capfd, volumes):  # noqa: F811
     volume = f"{unique('own')}-data"
     volumes.append(volume)
     path = definition(tmp_path, image, volume)
@@ -144,7 +144,7 @@ def test_a_volume_the_session_makes_is_labelled_and_stays_its_own(
 
 @pytest.mark.docker
 def test_a_volume_the_pool_lists_is_mounted_whoever_made_it(
-        emulated_automation, docker_client, image, tmp_path, capfd, volumes):  # noqa: F811
+        real_engine, docker_client, image, tmp_path, capfd, volumes):  # noqa: F811
     volume = f"{unique('shared')}-datasets"
     volumes.append(volume)
     secret_volume(docker_client, volume)

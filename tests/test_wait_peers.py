@@ -5,6 +5,7 @@ The sessions' own runs are in tests/test_readiness.py."""
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import socket
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 
 from cluster_sessions.core.keys import generate_session_keys
 from cluster_sessions.core.plan import build_plan
-from cluster_sessions.core.render import render_container
+from cluster_sessions.core.render import READINESS, TEMPLATES, render_container
 
 from .test_render import POOL, by_path, make_session
 
@@ -300,3 +301,41 @@ def test_at_the_timeout_a_held_probe_leaves_without_a_go(bash, tmp_path):
         assert [c["said"] for c in first.connections] == [BYE], first.connections
     finally:
         first.close()
+
+
+@pytest.mark.parametrize("shell", ["sh", "bash"])
+def test_the_go_and_the_probe_s_leaving_are_written_once_and_say_these_bytes(shell):
+    """The go's and the leaving's words come from render.py alone (``READINESS``): printf of
+    each is the ssh client's leaving sshd logs as ``Received disconnect ... :11: TEXT``, and no
+    template spells them, nor their texts."""
+    found = shutil.which(shell)
+    if found is None:
+        pytest.skip(f"no {shell} here")
+    for words, expected in ((READINESS.go, GO), (READINESS.bye, BYE)):
+        said = subprocess.run([found, "-c", 'printf "$1"', shell, words], capture_output=True,
+                              check=True).stdout
+        assert said == expected, said
+    for template in sorted(TEMPLATES.glob("*.j2")):
+        text = template.read_text()
+        for spelled in (READINESS.go_text, READINESS.probe_text, "\\044"):
+            assert spelled not in text, (template.name, spelled)
+
+
+def test_each_rule_of_the_readiness_table_names_tests_that_exist():
+    """docs/design-notes.md, "The readiness protocol, in one table": the last column of each
+    rule names, exactly, test functions of tests/ (``file.py::name``, ``::name`` for another of
+    the same file)."""
+    notes = (Path(__file__).resolve().parents[1] / "docs" / "design-notes.md").read_text()
+    table = notes.split("### The readiness protocol, in one table", 1)[1]
+    rows = [line for line in table.splitlines() if re.match(r"\| \d+ \|", line)]
+    assert [int(row.split("|")[1]) for row in rows] == list(range(1, len(rows) + 1))
+    here = Path(__file__).resolve().parent
+    for row in rows:
+        named, module = re.findall(r"`([^`]*::[^`]+)`", row.rsplit(" | ", 1)[1]), None
+        assert named, row
+        for ref in named:
+            file, name = ref.split("::")
+            module = file or module
+            assert module, ref
+            source = (here / module).read_text()
+            assert re.search(rf"^def {re.escape(name)}\(", source, re.MULTILINE), (module, name)

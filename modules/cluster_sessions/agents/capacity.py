@@ -24,10 +24,12 @@ Decisions:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from ..core import ledger as ledger_core
 from ..core.placement import Free
 from ..core.spec import Agent, Pool
 from ..core.units import format_size
@@ -78,6 +80,13 @@ class AgentReport:
     @property
     def swarm_role(self) -> str:
         return self.engine.swarm.role if self.engine else "-"
+
+    @property
+    def malformed(self) -> list[str]:
+        """One line per container label not believed (core.ledger): the agent is suspect."""
+        return [f"agent {self.name}: container {h.name} (session {h.session}): malformed "
+                f"label {why}; it counts only what its engine limits enforce"
+                for h in self.held for why in h.malformed]
 
     @property
     def sessions(self) -> list[str]:
@@ -191,7 +200,10 @@ def probe_agent(agent: Agent, *, exclude_session: Excluded = None, encryption: b
         return report
     report.engine = info.value
     if held.ok:
-        report.held = tuple(h for h in held.value if h.session not in excluded(exclude_session))
+        now = time.time()
+        report.held = tuple(h for h in held.value if h.session not in excluded(exclude_session)
+                            and not ledger_core.gave_back(h.state, h.expires_at, now,
+                                                          h.started_at))
     else:
         report.problems.append(held.error)  # type: ignore[arg-type]
     report.cpus = cpus.value if cpus.ok else None
@@ -210,6 +222,7 @@ def probe_agent(agent: Agent, *, exclude_session: Excluded = None, encryption: b
     _effective(agent, report)
     if held.ok:
         _held_free(report)
+        report.warnings += [line.split(": ", 1)[1] for line in report.malformed]
     return report
 
 

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.errors import EngineFailure, InvalidInput
 from ..core.names import DEFAULT_DOCKER_HOST, DOCKER_CLIENT_ENV
+from .docker_transport import one_pool_per_engine, retry_a_dropped_connection
 from .reach import LOCAL, SSH, reach_of
 
 if TYPE_CHECKING:
@@ -100,6 +101,12 @@ class Connector:
                              f"`{shown or cmd}` exited {rc}: {' / '.join(text[-3:])}")
         return out
 
+    def run_script(self, script: str, timeout: float | None = None) -> tuple[int, str, str]:
+        """``run``, with ``script`` reaching the agent's shell on its stdin, never in a
+        process's arguments (what ``ps`` and ``/proc/PID/cmdline`` show every user): for a
+        script that carries a secret. Over SSH every command already goes on stdin."""
+        return self.run(script, timeout)
+
     def close(self) -> None:
         pass
 
@@ -148,6 +155,18 @@ class LocalConnector(Connector):
         except subprocess.TimeoutExpired:
             raise AgentError(self.agent, TIMEOUT,
                              f"`{cmd}` did not finish within {limit:g}s") from None
+        return (proc.returncode, proc.stdout.decode(errors="replace"),
+                proc.stderr.decode(errors="replace"))
+
+    def run_script(self, script: str, timeout: float | None = None) -> tuple[int, str, str]:
+        limit = timeout or self.timeout
+        try:
+            inherited = {k: v for k, v in os.environ.items() if k not in DOCKER_CLIENT_ENV}
+            proc = subprocess.run(["/bin/sh", "-s"], env={**inherited, **self.env},
+                                  input=script.encode(), capture_output=True, timeout=limit)
+        except subprocess.TimeoutExpired:
+            raise AgentError(self.agent, TIMEOUT,
+                             f"a script did not finish within {limit:g}s") from None
         return (proc.returncode, proc.stdout.decode(errors="replace"),
                 proc.stderr.decode(errors="replace"))
 
@@ -482,9 +501,8 @@ class SSHConnector(Connector):
         with self._lock:
             self._relays.append(relay)
         client = docker.DockerClient(base_url=f"unix://{relay.path}", timeout=int(self.timeout))
-        from .engine import retry_a_dropped_connection
-
         retry_a_dropped_connection(client)  # an idle relayed connection the agent dropped
+        one_pool_per_engine(client)  # one channel per connection in use, not per URL
         return client
 
     def open_channel(self, command: str) -> Any:
@@ -552,6 +570,9 @@ class SSHConnector(Connector):
                 continue
         return None
 
+    def run_script(self, script: str, timeout: float | None = None) -> tuple[int, str, str]:
+        return _script_timeout(self, script, timeout)
+
     def run(self, cmd: str, timeout: float | None = None) -> tuple[int, str, str]:
         import paramiko
 
@@ -598,6 +619,16 @@ class SSHConnector(Connector):
         finally:
             chan.close()
         return rc, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def _script_timeout(connector: Connector, script: str, timeout: float | None
+                    ) -> tuple[int, str, str]:
+    try:
+        return connector.run(script, timeout)
+    except AgentError as exc:  # its message quotes the command: here a secret
+        if exc.cause == TIMEOUT:
+            raise AgentError(exc.agent, TIMEOUT, "a script did not finish in time") from None
+        raise
 
 
 class DialStdioRelay:

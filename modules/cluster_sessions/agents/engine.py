@@ -28,12 +28,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..core import ledger as ledger_core
+from ..core.errors import EngineFailure
+from ..core.ledger import container_holds
 from ..core.names import (
     CPU_LABEL,
+    EXPIRES_LABEL,
     GPUS_LABEL,
     HOST_LABEL,
     MADE_BY_LABEL,
     MEM_LABEL,
+    PROJECT_LABEL,
     ROLE_LABEL,
     SESSION_ID_LABEL,
     SESSION_LABEL,
@@ -41,6 +46,9 @@ from ..core.names import (
     STACK_LABEL,
     session_label_filter,
 )
+from ..core.spec import DEFAULT_PROJECT
+from .connectors import connector_for
+from .docker_transport import retry_a_dropped_connection
 
 Kind = Literal["container", "network"]
 _FULL_ID = re.compile(r"[0-9a-f]{64}")
@@ -57,11 +65,18 @@ class Owner:
     stack_id: str = ""
     stack: str = ""
     made_by: str = ""
+    # the project it counts to (core/governance.py): "default" without a label, "" when the
+    # label is not a project name (core.ledger.project_label: another tenant's data)
+    project: str = DEFAULT_PROJECT
 
 
 def owner_of(labels: Mapping[str, Any]) -> Owner:
+    try:
+        project = ledger_core.project_label(labels.get(PROJECT_LABEL))
+    except ValueError:
+        project = ""
     return Owner(str(labels.get(STACK_ID_LABEL, "") or ""), str(labels.get(STACK_LABEL, "") or ""),
-                 str(labels.get(MADE_BY_LABEL, "") or ""))
+                 str(labels.get(MADE_BY_LABEL, "") or ""), project)
 
 
 def of_stack(items: Sequence[Any], mine: Callable[[str], bool] | None) -> list[Any]:
@@ -90,13 +105,9 @@ class ContainerFacts:
     mem: int
     gpus: tuple[int, ...]
     owner: Owner = Owner()
-
-
-def _int(value: Any, default: int = 0) -> int:
-    try:
-        return int(str(value).strip())
-    except (TypeError, ValueError):
-        return default
+    malformed: tuple[str, ...] = ()  # "LABEL: why" for each resource label not believed
+    pid: int = 0  # its init process on the engine's host (``State.Pid``); 0 when not running
+    expires_at: int | None = None  # when its session's lifetime ends (core.ledger)
 
 
 def container_facts(attrs: Mapping[str, Any]) -> ContainerFacts:
@@ -110,19 +121,9 @@ def container_facts(attrs: Mapping[str, Any]) -> ContainerFacts:
     started = state.get("StartedAt") or None
     if started and str(started).startswith("0001-01-01"):  # never started
         started = None
-    try:
-        millicpu = round(float(labels[CPU_LABEL]) * 1000)
-    except (KeyError, ValueError):
-        millicpu = _int(host_cfg.get("NanoCpus")) // 1_000_000
-    mem = _int(labels.get(MEM_LABEL), -1)
-    if mem < 0:
-        mem = _int(host_cfg.get("Memory"))
-    gpu_label = labels.get(GPUS_LABEL)
-    if gpu_label is not None:
-        gpus = tuple(int(g) for g in str(gpu_label).split(",") if g.strip().isdigit())
-    else:
-        gpus = tuple(int(g) for req in host_cfg.get("DeviceRequests") or ()
-                     for g in (req.get("DeviceIDs") or ()) if str(g).isdigit())
+    # labels are other tenants' data: one strict reading, and the rule for a malformed one
+    # (what the engine enforces on it, else nothing), in core.ledger
+    held = container_holds(labels, host_cfg, CPU_LABEL, MEM_LABEL, GPUS_LABEL)
     return ContainerFacts(
         container_id=str(attrs.get("Id", "")),
         name=str(attrs.get("Name", "")).lstrip("/"),
@@ -136,11 +137,20 @@ def container_facts(attrs: Mapping[str, Any]) -> ContainerFacts:
         finished_at=(state.get("FinishedAt") or None) if ended else None,
         exit_code=state.get("ExitCode") if ended else None,
         image=str(config.get("Image", "")),
-        millicpu=millicpu,
-        mem=mem,
-        gpus=gpus,
+        millicpu=held.millicpu,
+        mem=held.mem,
+        gpus=held.gpus,
         owner=owner_of(labels),
+        malformed=held.malformed,
+        pid=_pid(state.get("Pid")),
+        expires_at=ledger_core.expiry_label(labels.get(EXPIRES_LABEL)),
     )
+
+
+def _pid(value: Any) -> int:
+    """``State.Pid`` as a pid: a positive int (JSON's number), else 0 (not a bool, a string)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) \
+        and 0 < value < 2**31 else 0
 
 
 @dataclass(frozen=True)
@@ -224,6 +234,53 @@ def published_by(client: Any) -> list[PublishedPort]:
     return out
 
 
+LIFETIME_UNTIL = "/run/cluster-session/lifetime-until"
+"""Where ``sessionctl extend`` writes a session's later end in each running container; its
+lifetime timer (templates/lifetime.sh.j2) reads it each time it wakes."""
+
+
+def lifetime_until(container: Any) -> int | None:
+    """The later end ``extend`` wrote into a running container, or None (read as root: the file
+    is root's; a value that is not digits is none)."""
+    result = container.exec_run(["/bin/cat", LIFETIME_UNTIL], user="root")
+    text = (result.output or b"").decode(errors="replace").strip()
+    return int(text) if result.exit_code == 0 and text.isdigit() and len(text) <= 12 else None
+
+
+def extend_lifetime(container: Any, until: int) -> None:
+    """Write ``until`` (epoch seconds) as the running container's lifetime's new end."""
+    result = container.exec_run(["/bin/sh", "-c", 'printf "%s\\n" "$1" > "$2"', "sh",
+                                 str(int(until)), LIFETIME_UNTIL], user="root")
+    if result.exit_code != 0:
+        raise EngineFailure(f"could not extend the lifetime of {container.name}: "
+                            f"{(result.output or b'').decode(errors='replace').strip()}")
+
+
+IDLE_SAMPLES = "/run/cluster-session/idle-samples"
+"""Where ``pool reap`` keeps its samples of a session between passes (core.idleness): in
+main1's run tmpfs, root's (the session user cannot write it, and a restart empties it)."""
+
+
+def idle_samples(client: Any, container_id: str) -> str:
+    """The samples ``pool reap`` kept in main1 ("" when none, or it cannot be read)."""
+    return read_in(client, container_id, ["/bin/cat", IDLE_SAMPLES], limit=1 << 16)
+
+
+def keep_idle_samples(client: Any, container_id: str, text: str) -> bool:
+    """Write ``text`` (core.idleness.format_samples) as main1's kept samples, as root, in one
+    rename (a reader never sees half of it); False when the container refused it."""
+    import docker.errors
+
+    script = 'umask 077 && printf "%s" "$1" > "$2.new" && mv -f "$2.new" "$2"'
+    try:
+        exec_id = client.api.exec_create(container_id, ["/bin/sh", "-c", script, "sh", text,
+                                                        IDLE_SAMPLES], user="0")["Id"]
+        client.api.exec_start(exec_id)
+        return client.api.exec_inspect(exec_id).get("ExitCode") == 0
+    except docker.errors.APIError:
+        return False
+
+
 def session_containers(client: Any, session: str | None = None,
                        mine: Callable[[str], bool] | None = None) -> list[Any]:
     """The SDK's container objects (all states, inspected) carrying our session label, of one
@@ -236,6 +293,15 @@ def session_containers(client: Any, session: str | None = None,
                                              or {}).stack_id)]
 
 
+def live_stacks(client: Any) -> set[str]:
+    """The stack ids this engine's containers and networks of ours carry (``pool sweep
+    --scratch``: a scratch directory of any other stack is of a stack that is gone)."""
+    ids = {owner_of((c.attrs.get("Config") or {}).get("Labels") or {}).stack_id
+           for c in session_containers(client)}
+    ids |= {owner_of(n.get("Labels") or {}).stack_id for n in session_network_attrs(client)}
+    return ids - {""}
+
+
 def volume_labels(client: Any, name: str) -> Mapping[str, str] | None:
     """The labels of the named volume ``name`` on this engine ({} when it has none), or None
     when there is no such volume."""
@@ -245,6 +311,35 @@ def volume_labels(client: Any, name: str) -> Mapping[str, str] | None:
         return client.api.inspect_volume(name).get("Labels") or {}
     except docker.errors.NotFound:
         return None
+
+
+def ensure_volume(client: Any, name: str, labels: Mapping[str, str], session: str,
+                  label: str) -> str:
+    """The named volume ``name`` made with ``labels`` if missing (``made``), or kept when it
+    is this session's own (``kept``); another's raises ValueError saying whose
+    (core.folders.volume_verdict). Made here rather than by a mount's ``volume_options``: the
+    docker provider refuses those on an engine before API 1.45 (Docker 26) whatever they hold
+    (kreuzwerker ``resource_docker_container_funcs.go``, "Setting VolumeOptions.Subpath
+    requires docker version 1.45 or higher"; docs/provider-fidelity.md)."""
+    import docker
+
+    from ..core.folders import volume_verdict
+
+    found = volume_labels(client, name)
+    problem = volume_verdict(found, session, label)
+    if problem:
+        raise ValueError(f"volume {name} {problem}")
+    if found is not None:
+        return "kept"
+    try:
+        client.api.create_volume(name, labels=dict(labels))
+    except docker.errors.APIError as exc:
+        raise ValueError(f"volume {name}: the engine did not make it: {exc}") from None
+    again = volume_labels(client, name)  # another made it meanwhile: whose is it?
+    problem = volume_verdict(again, session, label)
+    if problem:
+        raise ValueError(f"volume {name} {problem}")
+    return "made"
 
 
 def session_network_attrs(client: Any, session: str | None = None,
@@ -314,7 +409,6 @@ def set_pids_limit(client: Any, container_id: str, limit: int, *,
     ``sessionctl up``'s watch before its start): the engine keeps ``HostConfig`` only for an
     update it applied (it restores the old one when runc's fails), and an update of a running
     container runs ``runc update``, CPU taken from the session's own start-ups."""
-    from ..core.errors import EngineFailure
 
     if unless_held and _pids_limit(client, container_id) == limit:
         return limit
@@ -375,6 +469,63 @@ def follow_creations(client: Any, stack_id: str, limit: int) -> tuple[Any, list[
     return stream, waiting
 
 
+# --- what a container uses (agents/sampling.py; the arithmetic: core/stats.py) ---------------
+
+
+class Gone(EngineFailure):
+    """The container was removed between its listing and this call (the samplers say
+    ``gone``; it never reaches the command line)."""
+
+
+def container_stats(client: Any, container_id: str) -> Mapping[str, Any]:
+    """One stats document of a container (``stream=false``): ``one-shot`` where the engine has
+    it (API 1.41), so the engine answers at once instead of waiting a second for its own
+    second reading; the rate comes from two of these (:func:`cluster_sessions.core.stats.
+    cpu_percent`). :class:`Gone` when the container is no more."""
+    import docker.errors
+
+    try:
+        try:
+            return client.api.stats(container_id, stream=False, one_shot=True)
+        except docker.errors.InvalidVersion:
+            return client.api.stats(container_id, stream=False)
+    except docker.errors.APIError:  # no such container, or one being removed: an answer
+        raise Gone(container_id) from None  # about it, not about the agent
+    except ValueError:  # an empty body (JSONDecodeError): the engine ended the stream without
+        # a document, as for a container removed during the call (seen on the shared engine
+        # while another developer's session went); a broken connection is a ConnectionError
+        raise Gone(container_id) from None
+
+
+def log_tail(client: Any, container_id: str, lines: int) -> list[str]:
+    """The last ``lines`` lines the container wrote to stderr, each with the engine's
+    timestamp (where main1's sshd logs: ``sshd -D -e``, templates/setup.sh.j2)."""
+    import docker.errors
+
+    try:
+        raw = client.api.logs(container_id, stdout=False, stderr=True, timestamps=True,
+                              tail=lines)
+    except docker.errors.APIError:
+        raise Gone(container_id) from None
+    return raw.decode(errors="replace").splitlines()
+
+
+def read_in(client: Any, container_id: str, argv: Sequence[str], limit: int = 1 << 20) -> str:
+    """What ``argv`` prints when run in a running container as root, bounded (``cat`` of
+    ``/proc/net/tcp``: the container's own network namespace); "" when it fails."""
+    import docker.errors
+
+    try:
+        exec_id = client.api.exec_create(container_id, list(argv), stdout=True, stderr=False,
+                                         user="0")["Id"]
+        out = client.api.exec_start(exec_id, demux=False)
+    except docker.errors.NotFound:
+        raise Gone(container_id) from None
+    except docker.errors.APIError:  # not running, or no such program in the image
+        return ""
+    return (out or b"")[:limit].decode(errors="replace")
+
+
 # --- the pool's ledger: never-started marker containers (agents/pool_ledger.py) -------------
 
 
@@ -420,8 +571,6 @@ def open_client(agent: Any, timeout: float) -> Any:
     """A Docker client for the agent, through its connector (over SSH with the pool's key and
     known_hosts when the agent has them, else its docker_host), answering a ping.
     :func:`close_client` closes the connection too."""
-    from .connectors import connector_for
-
     connector = connector_for(agent, timeout=timeout)
     try:
         client = connector.docker_client()
@@ -432,24 +581,6 @@ def open_client(agent: Any, timeout: float) -> Any:
     client.connector = connector
     retry_a_dropped_connection(client)
     return client
-
-
-def retry_a_dropped_connection(client: Any) -> None:
-    """A call whose connection the agent dropped (``Connection reset by peer``: an idle pooled
-    connection closed on the agent's side, seen on the lab when a client sat idle through an
-    ``up``, e.g. the pool ledger's) is sent once more on a new connection. Only a dropped
-    connection: a timeout is not retried (a frozen engine must still time out once)."""
-    from urllib3.exceptions import ProtocolError
-    from urllib3.util.retry import Retry
-
-    class _OnceOnDrop(Retry):
-        def _is_read_error(self, err: Exception) -> bool:
-            return isinstance(err, ProtocolError)
-
-    retry = _OnceOnDrop(total=1, connect=1, read=1, status=0, other=0, redirect=False,
-                        allowed_methods=None, raise_on_status=False)
-    for adapter in client.api.adapters.values():
-        adapter.max_retries = retry
 
 
 def close_client(client: Any) -> None:

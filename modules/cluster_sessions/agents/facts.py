@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ..core import stats
 from . import engine
 from .connectors import (
     COMMAND_FAILED,
@@ -323,6 +324,29 @@ class Gpus(Fact[GpuProbe]):
         return GpuProbe(True, tuple(ids))
 
 
+class GpuUse(Fact["dict[int, stats.GpuReading] | None"]):
+    """Each GPU's utilisation and memory now (``nvidia-smi``'s documented CSV,
+    :data:`cluster_sessions.core.stats.NVIDIA_SMI_QUERY`), by index; None when the agent has no
+    ``nvidia-smi`` or it fails (no driver): the figures are unknown there, never 0 %."""
+
+    command = (f"if command -v nvidia-smi >/dev/null 2>&1; then {stats.NVIDIA_SMI_QUERY}; "
+               f"else echo '{NO_NVIDIA_SMI}'; fi")
+    what = "GPU use"
+
+    def parse(self, rc: int, out: str, err: str) -> dict[int, stats.GpuReading] | None:
+        if rc != 0:
+            return None
+        return self.process(out)
+
+    def process(self, output: str) -> dict[int, stats.GpuReading] | None:
+        if output.strip() == NO_NVIDIA_SMI:
+            return None
+        try:
+            return stats.nvidia_smi_gpus(output)
+        except stats.GpuOutputError:
+            return None
+
+
 # --- our containers and networks ------------------------------------------------------------
 
 
@@ -340,6 +364,10 @@ class HeldContainer:
     mem: int
     gpus: tuple[int, ...]
     owner: engine.Owner = engine.Owner()
+    malformed: tuple[str, ...] = ()  # its resource labels not believed (core.ledger)
+    expires_at: int | None = None  # its session's lifetime's end (core.ledger.gave_back)
+    started_at: str | None = None  # State.StartedAt (None: never started); the youngest
+    # session is preempted first (core/preemption.py)
 
 
 def held_from_inspect(data: Mapping[str, Any]) -> HeldContainer:
@@ -347,7 +375,9 @@ def held_from_inspect(data: Mapping[str, Any]) -> HeldContainer:
     c = engine.container_facts(data)
     return HeldContainer(container_id=c.container_id, name=c.name, session=c.session,
                          session_id=c.session_id, host=c.host or "", state=c.state,
-                         millicpu=c.millicpu, mem=c.mem, gpus=c.gpus, owner=c.owner)
+                         millicpu=c.millicpu, mem=c.mem, gpus=c.gpus, owner=c.owner,
+                         malformed=c.malformed, expires_at=c.expires_at,
+                         started_at=c.started_at)
 
 
 class SessionContainers(_DockerFact[tuple[HeldContainer, ...]]):

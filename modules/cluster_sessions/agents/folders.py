@@ -251,8 +251,7 @@ def volume_refusals(pool: Any, plan: Any) -> list[tuple[str, str]]:
     from .engine import volume_labels
     from .errors import AgentsUnusable
 
-    own = [(i, m.source) for i, m in enumerate(plan.mounts)
-           if m.folder is None and m.type == "volume" and not m.listed]
+    own = [(i, m.source) for i, m in enumerate(plan.mounts) if m.made]
     found: list[tuple[str, str]] = []
     for name in plan.agents if own else ():
         try:

@@ -7,8 +7,10 @@ never-started containers of an empty image (``MARKER_IMAGE``, imported on first 
 container name is reserved atomically by the engine (a second create of the name is refused
 with 409), which makes the lock a create-if-absent; labels carry the holder (host, pid,
 session, verb) and the lease. Leases are judged on the engine's own clock (its ``SystemTime``
-against the marker's ``Created``), so clients with skewed clocks agree; a holder on this host
-whose process is gone is known dead at once.
+against the marker's ``Created``), so clients with skewed clocks agree; a holder is dead only
+when its lease ran out (no pid or host name is believed: issue 47). What the markers mean
+(live per stack, the queue's order, what a malformed one counts as) is core.ledger's; this
+module only reads and writes them.
 
 - lock: one container per pool, held only while a placement is decided and its reservation
   written (seconds), its lease ``LOCK_LEASE``; an expired lock is broken (removed by id).
@@ -22,10 +24,10 @@ whose process is gone is known dead at once.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import hashlib
 import io
 import json
-import math
 import os
 import secrets
 import socket
@@ -37,14 +39,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ..core import ledger as ledger_core
 from ..core.errors import EngineFailure
 from ..core.names import (
     LEDGER_ARRIVAL_LABEL,
+    LEDGER_ASKS_LABEL,
+    LEDGER_CONTAINERS_LABEL,
     LEDGER_HOLDER_LABEL,
     LEDGER_HOLDS_LABEL,
     LEDGER_KIND_LABEL,
     LEDGER_LEASE_LABEL,
     LEDGER_POOL_LABEL,
+    LEDGER_PRIORITY_LABEL,
+    LEDGER_PROJECT_LABEL,
     LEDGER_SESSION_LABEL,
     LEDGER_STACK_LABEL,
     PROJECT,
@@ -59,6 +66,7 @@ MARKER_IMAGE = f"{PROJECT}/marker:1"
 LOCK_LEASE = 60.0  # seconds; a decision takes a probe of the pool and one create
 RESERVATION_LEASE = 90.0
 QUEUE_LEASE = 90.0
+REAP_LEASE = 300.0  # a reaper's claim on one session: its destroy takes seconds to minutes
 MAX_LEASE = 300.0  # the most any marker's label is believed
 
 KIND_LABEL = LEDGER_KIND_LABEL
@@ -95,68 +103,29 @@ def lock_name(pool: str) -> str:
     return f"{PROJECT}-lock-{_pool_key(pool)}"
 
 
+def who_runs_this() -> str:
+    """This process's user name as ``whoami`` says it (``$USER`` is unset under sudo -i, cron
+    and containers: its uid alone read as ``0@vm``); the uid only without a passwd entry."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid {os.getuid()}"
+
+
 @dataclass(frozen=True)
-class Holder:
-    """Who holds a lock, reservation or queue entry."""
+class Holder(ledger_core.Holder):
+    """Who holds a lock, reservation or queue entry: by default this process (its host, pid
+    and user are shown to others, never believed: liveness is the lease's,
+    core.ledger)."""
 
     session: str
     verb: str = "up"
     host: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)
-    user: str = field(default_factory=lambda: os.environ.get("USER") or str(os.getuid()))
-
-    def label(self) -> str:
-        return json.dumps({"session": self.session, "verb": self.verb, "host": self.host,
-                           "pid": self.pid, "user": self.user}, separators=(",", ":"))
-
-    @classmethod
-    def parse(cls, text: str) -> Holder | None:
-        try:
-            doc = json.loads(text)
-            return cls(str(doc["session"]), str(doc["verb"]), str(doc["host"]),
-                       int(doc["pid"]), str(doc["user"]))
-        except (ValueError, KeyError, TypeError):
-            return None
-
-    def describe(self) -> str:
-        return (f"sessionctl {self.verb} of session {self.session} ({self.user}@{self.host}, "
-                f"pid {self.pid})")
-
-    def dead(self) -> bool:
-        """Known dead: on this host, and its process is gone (elsewhere only its lease tells)."""
-        if self.host != socket.gethostname():
-            return False
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        return False
+    user: str = field(default_factory=who_runs_this)
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One marker of the ledger, as the engine shows it."""
-
-    kind: str
-    container_id: str
-    name: str
-    session: str
-    stack_id: str
-    holder: Holder | None
-    created: float  # the engine's clock, seconds since the epoch
-    lease: float
-    arrival: float  # queue entries: when the first entry of this wait was made
-    holds: Mapping[str, Any]
-
-    def expired(self, now: float) -> bool:
-        return now > self.created + self.lease or (self.holder is not None
-                                                   and self.holder.dead())
-
-    @property
-    def until(self) -> float:
-        return self.created + self.lease
+Entry = ledger_core.Entry
 
 
 def engine_time(text: str) -> float:
@@ -172,41 +141,19 @@ def engine_time(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
 
 
-def _seconds(text: str | None, default: float) -> float:
-    try:
-        value = float(text) if text else default
-    except ValueError:
-        return default
-    return value if math.isfinite(value) and value >= 0 else default
+_KEYS = {"kind": KIND_LABEL, "session": ENTRY_SESSION_LABEL, "stack": ENTRY_STACK_LABEL,
+         "holder": HOLDER_LABEL, "lease": LEASE_LABEL, "arrival": ARRIVAL_LABEL,
+         "holds": HOLDS_LABEL, "project": LEDGER_PROJECT_LABEL,
+         "containers": LEDGER_CONTAINERS_LABEL, "priority": LEDGER_PRIORITY_LABEL,
+         "asks": LEDGER_ASKS_LABEL}
 
 
-def _count(value: object) -> int:
-    return value if type(value) is int and value >= 0 else 0
-
-
-def entry_of(marker: MarkerFacts) -> Entry:
-    """A ledger entry from what the engine shows of its marker (agents.engine)."""
-    labels = marker.labels
-    holds: dict[str, dict[str, Any]] = {}
-    with contextlib.suppress(ValueError):
-        parsed = json.loads(labels.get(HOLDS_LABEL) or "{}")
-        for agent, held in (parsed.items() if isinstance(parsed, dict) else ()):
-            if isinstance(held, dict):
-                holds[str(agent)] = {"cpu": _count(held.get("cpu")),
-                                     "mem": _count(held.get("mem")),
-                                     "gpus": [g for g in held.get("gpus") or []
-                                              if type(g) is int and g >= 0],
-                                 "ports": [p for p in held.get("ports") or []
-                                           if type(p) is int and 0 < p < 65536]}
-    created = engine_time(marker.created)
-    # a lease is at most MAX_LEASE whatever a label says: a marker cannot hold a pool forever
-    lease = min(_seconds(labels.get(LEASE_LABEL), 0.0), MAX_LEASE)
-    arrival = _seconds(labels.get(ARRIVAL_LABEL), created)
-    return Entry(kind=labels.get(KIND_LABEL, ""), container_id=marker.container_id,
-                 name=marker.name, session=labels.get(ENTRY_SESSION_LABEL, ""),
-                 stack_id=labels.get(ENTRY_STACK_LABEL, ""),
-                 holder=Holder.parse(labels.get(HOLDER_LABEL, "")), created=created,
-                 lease=lease, arrival=arrival, holds=holds)
+def entry_of(marker: MarkerFacts, max_lease: float = MAX_LEASE) -> Entry:
+    """A ledger entry from what the engine shows of its marker (agents.engine); what its
+    labels mean is core.ledger's (a lease is at most ``max_lease`` whatever a label says: a
+    marker cannot hold a pool forever)."""
+    return ledger_core.entry_of(marker.labels, _KEYS, marker.container_id, marker.name,
+                                engine_time(marker.created), max_lease)
 
 
 def _empty_tar() -> bytes:
@@ -283,42 +230,51 @@ class Ledger:
             self.client.api.remove_container(container_id, force=True)
 
     def entries(self, kind: str | None = None) -> list[Entry]:
-        """Every marker of this pool (of ``kind``), oldest first."""
+        """Every marker of this pool (of ``kind``), first come first served."""
         labels = [f"{POOL_LABEL}={self.pool.name}"] + ([f"{KIND_LABEL}={kind}"] if kind else [])
-        found = [entry_of(m) for m in engine.ledger_markers(self.client, labels)]
-        return sorted(found, key=lambda e: (e.arrival, e.created, e.name))
+        return ledger_core.order(entry_of(m) for m in engine.ledger_markers(self.client, labels))
+
+    def read(self, kind: str, now: float | None = None) -> ledger_core.Live:
+        """The entries of ``kind`` as core.ledger judges them (live per stack, expired,
+        malformed); the expired ones are removed on the way."""
+        now = self.now() if now is None else now
+        judged = ledger_core.live(self.entries(kind), now)
+        for entry in judged.expired:
+            self._remove(entry.container_id)
+        return judged
 
     def live(self, kind: str, now: float | None = None) -> list[Entry]:
-        """The unexpired entries of ``kind``, one per session (the newest: a renewal makes
-        the new marker before it removes the old), oldest arrival first; expired ones are
-        removed on the way."""
-        now = self.now() if now is None else now
-        newest: dict[str, Entry] = {}
-        for entry in self.entries(kind):
-            if entry.expired(now):
-                self._remove(entry.container_id)
-            elif entry.session not in newest or entry.created > newest[entry.session].created:
-                newest[entry.session] = entry
-        return sorted(newest.values(), key=lambda e: (e.arrival, e.created, e.name))
+        """The live entries of ``kind``, one per stack, oldest arrival first."""
+        return list(self.read(kind, now).entries)
 
     # --- the lock ---------------------------------------------------------------------------
 
     def lock_holder(self) -> Entry | None:
         marker = engine.inspect_marker(self.client, lock_name(self.pool.name))
-        return entry_of(marker) if marker is not None else None
+        return entry_of(marker, LOCK_LEASE) if marker is not None else None
+
+    def remove_lock(self) -> Entry | None:
+        """Remove the pool's lock whoever holds it (``pool sweep --lock``: the operator's
+        answer to a forged or stuck one); the entry removed, or None when there was none."""
+        current = self.lock_holder()
+        if current is not None:
+            self._remove(current.container_id)
+        return current
 
     @contextlib.contextmanager
     def locked(self, holder: Holder, timeout: float = 300,
-               on_wait: Callable[[str], None] | None = None) -> Iterator[float]:
-        """Hold the pool's lock; yields the engine time it was taken at. An expired or dead
-        holder's lock is broken; a live one is waited for (``on_wait`` told once, with whom),
-        up to ``timeout`` seconds, then :class:`PoolBusy`."""
+               on_wait: Callable[[str], None] | None = None,
+               lease: float = LOCK_LEASE) -> Iterator[float]:
+        """Hold the pool's lock; yields the engine time it was taken at. A lock whose lease
+        ran out on the engine's clock is broken; a live one is waited for (``on_wait`` told
+        once, with whom), up to ``timeout`` seconds, then :class:`PoolBusy`. No lock is
+        believed for more than ``LOCK_LEASE``, whatever its label says."""
         name = lock_name(self.pool.name)
         deadline = time.monotonic() + timeout
         told = False
         while True:
             made = self._create(name, {KIND_LABEL: "lock", HOLDER_LABEL: holder.label(),
-                                       LEASE_LABEL: f"{LOCK_LEASE:g}",
+                                       LEASE_LABEL: f"{min(lease, LOCK_LEASE):g}",
                                        ENTRY_SESSION_LABEL: holder.session})
             if made is not None:
                 break
@@ -329,9 +285,11 @@ class Ledger:
                 self._remove(current.container_id)
                 continue
             who = current.holder.describe() if current.holder else "another client"
+            who += f" (lock marker {current.container_id[:12]})"
             if time.monotonic() > deadline:
                 raise PoolBusy(f"pool {self.pool.name} stayed locked by {who} for "
-                               f"{timeout:g}s; nothing was created")
+                               f"{timeout:g}s; nothing was created; if no such `up` runs, "
+                               f"`sessionctl pool sweep {self.pool.name} --lock` removes it")
             if not told and on_wait is not None:
                 on_wait(who)
                 told = True
@@ -366,13 +324,54 @@ class Ledger:
         """The lock taken at ``taken`` has not run out (check before writing a decision)."""
         return self.now() < taken + LOCK_LEASE
 
+    # --- reaping (sessionctl pool reap) -----------------------------------------------------
+
+    def claim_reap(self, stack_id: str, session: str, holder: Holder) -> str | None:
+        """Claim ending ``stack_id``'s session (``pool reap``): a marker named after the pool
+        and the stack, which the engine makes for one client only (409 for the next); its id,
+        or None when another reaper holds it. A claim whose lease (``REAP_LEASE``, on the
+        engine's clock) ran out is a dead reaper's: removed and taken."""
+        name = f"{PROJECT}-reap-{_pool_key(self.pool.name)}-{_pool_key(stack_id)}"
+        labels = {KIND_LABEL: "reap", ENTRY_SESSION_LABEL: session, ENTRY_STACK_LABEL: stack_id,
+                  HOLDER_LABEL: holder.label(), LEASE_LABEL: f"{REAP_LEASE:g}"}
+        for _ in range(2):
+            made = self._create(name, labels)
+            if made is not None:
+                return made
+            current = engine.inspect_marker(self.client, name)
+            if current is None:
+                continue  # released meanwhile
+            if not entry_of(current, REAP_LEASE).expired(self.now()):
+                return None
+            self._remove(current.container_id)
+        return None
+
+    def release_reap(self, marker_id: str) -> None:
+        self._remove(marker_id)
+
     # --- reservations and the queue -------------------------------------------------------
+
+    def drop_superseded(self, kind: str, stack_id: str, keep: str) -> None:
+        """Remove this stack's other entries of ``kind``: one ``up`` of a stack runs at a time
+        (the stack's own lock, driver/stack_lock.py), so any other is a killed ``up``'s, which
+        would otherwise hold its capacity, and show in ``ls`` and ``pool usage``, until its
+        lease ran out. Entries without a stack id (older markers) are nobody's to drop."""
+        if not stack_id:
+            return
+        for entry in self.entries(kind):
+            if entry.stack_id == stack_id and entry.container_id != keep:
+                self._remove(entry.container_id)
 
     def renewed(self, kind: str, session: str, stack_id: str, holder: Holder, lease: float,
                 holds: Mapping[str, Any] | None = None,
-                arrival: float | None = None) -> Renewed:
-        """A reservation or queue entry of ``session``, kept alive until closed."""
-        return Renewed(self, kind, session, stack_id, holder, lease, holds or {}, arrival)
+                arrival: float | None = None, project: str | None = None,
+                containers: int | None = None, priority: int | None = None,
+                asks: tuple[int, int, int] | None = None) -> Renewed:
+        """A reservation or queue entry of ``session`` (of ``project``: None, the default
+        policy's; a reservation of ``containers``; a queue entry asking ``asks``: millicpu,
+        mem, GPUs in all), kept alive until closed."""
+        return Renewed(self, kind, session, stack_id, holder, lease, holds or {}, arrival,
+                       project, containers, priority, asks)
 
 
 class Renewed:
@@ -381,7 +380,9 @@ class Renewed:
     it. A holder that dies stops renewing, and the entry runs out."""
 
     def __init__(self, ledger: Ledger, kind: str, session: str, stack_id: str, holder: Holder,
-                 lease: float, holds: Mapping[str, Any], arrival: float | None):
+                 lease: float, holds: Mapping[str, Any], arrival: float | None,
+                 project: str | None = None, containers: int | None = None,
+                 priority: int | None = None, asks: tuple[int, int, int] | None = None):
         self.ledger = ledger
         self.kind = kind
         self.labels = {KIND_LABEL: kind, ENTRY_SESSION_LABEL: session,
@@ -389,8 +390,17 @@ class Renewed:
                        LEASE_LABEL: f"{lease:g}",
                        HOLDS_LABEL: json.dumps(dict(holds), sort_keys=True,
                                                separators=(",", ":"))}
+        if project is not None:
+            self.labels[LEDGER_PROJECT_LABEL] = project
+        if containers is not None:
+            self.labels[LEDGER_CONTAINERS_LABEL] = str(containers)
+        if priority is not None:
+            self.labels[LEDGER_PRIORITY_LABEL] = str(priority)
+        if asks is not None:
+            self.labels[LEDGER_ASKS_LABEL] = ",".join(str(int(n)) for n in asks)
         self.lease = lease
         self.current = self._make(arrival)
+        ledger.drop_superseded(kind, stack_id, keep=self.current)
         entry = ledger._entry(self.current)
         self.arrival = arrival if arrival is not None else entry.created
         self._stop = threading.Event()

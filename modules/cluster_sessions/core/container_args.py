@@ -2,8 +2,8 @@
 
 The ``Session`` component passes these to ``docker.Container``/``docker.Network``
 (pulumi_layer/session.py), ``sessionctl diff`` compares the old plan's with the new one's to
-say what ``up`` replaces (core/review.py), and the emulation receives them as the registered
-inputs. Each value is spelled the way the provider reads it back (provider_facts), so an
+say what ``up`` replaces (core/review.py), and the tests' stand-in engine receives them as the
+registered inputs. Each value is spelled the way the provider reads it back (provider_facts), so an
 unchanged definition shows no change on the next ``up``.
 
 What is left out, because it needs the session's key material: the bundle upload and its
@@ -16,20 +16,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from .bundles import host_dir
 from .names import ENDPOINT_LABEL
 from .plan import (
     ClusterPlan,
     ContainerPlan,
     container_command,
     container_labels,
+    delivers_to_scratch,
     network_labels,
     runs_job,
     volume_labels,
 )
-from .provider_facts import cpus_argument, gpu_device_request
+from .provider_facts import capabilities_argument, cpus_argument, gpu_device_request
 from .render import pack_entrypoint_argv
 from .services import LOOPBACK  # main1's sshd and private services: the agent's loopback
-from .spec import RUN_DIR, RUN_TMPFS, SSH_PORT
+from .spec import BUNDLE_DIR, RUN_DIR, RUN_TMPFS, SSH_PORT
 
 MIB = 1024 * 1024
 MTU_OPTION = "com.docker.network.driver.mtu"
@@ -50,6 +52,15 @@ class MountArgs:
     read_only: bool
     # a volume of the session's own: the labels the engine gives it when the mount creates it
     volume_labels: tuple[tuple[str, str], ...] = ()
+
+
+def _bundle_mount(plan: ClusterPlan, c: ContainerPlan) -> tuple[MountArgs, ...]:
+    """The container's own directory of its agent's scratch root, read-only at BUNDLE_DIR,
+    where the entrypoint finds ``bundle.pack`` (core/bundles.py), when the agent delivers
+    there; else none (the provider uploads the pack)."""
+    if not delivers_to_scratch(plan, c.agent):
+        return ()
+    return (MountArgs(BUNDLE_DIR, host_dir(plan.scratch, plan.stack_id, c.host), "bind", True),)
 
 
 @dataclass(frozen=True)
@@ -151,9 +162,8 @@ def container_args(plan: ClusterPlan, c: ContainerPlan, endpoint: str = "") -> C
         shm_size=memory_mb(res.shmem),
         device_requests=tuple(r for r in [gpu_device_request(c.gpus)] if r),
         mounts=tuple(MountArgs(m.target, m.source, m.type, m.read_only,
-                               tuple(volume_labels(plan).items())
-                               if m.type == "volume" and not m.listed else ())
-                     for m in plan.mounts),
+                               tuple(volume_labels(plan).items()) if m.made else ())
+                     for m in plan.mounts) + _bundle_mount(plan, c),
         labels=_with_endpoint(container_labels(plan, c), endpoint),
         # A finished job stays finished: no restart policy, and must_run off, since the
         # provider starts a stopped container again on the next up (provider-fidelity.md).
@@ -170,8 +180,9 @@ def container_args(plan: ClusterPlan, c: ContainerPlan, endpoint: str = "") -> C
         log_driver=LOG_DRIVER,
         log_opts=(("max-file", str(plan.limits.log_max_files)),
                   ("max-size", str(plan.limits.log_max_size))),
-        capabilities_add=tuple(sorted(plan.privileges.capabilities)),
-        capabilities_drop=("ALL",),
+        # in the spelling the provider reads back (provider_facts.capabilities_argument)
+        capabilities_add=capabilities_argument(plan.privileges.capabilities),
+        capabilities_drop=capabilities_argument(("ALL",)),
         security_opts=(NO_NEW_PRIVILEGES,) if plan.privileges.no_new_privileges else (),
     )
 

@@ -26,11 +26,14 @@ import hashlib
 import json
 import re
 import secrets
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from .errors import InvalidInput
 from .images import pinned_reference, valid_digest
 from .names import (
+    EXPIRES_KEY,
     IMAGE_KEY,
     MADE_BY_KEY,
     PLACEMENT_KEY,
@@ -42,7 +45,51 @@ from .placement import Free, Placement, Slot, holds, take
 from .plan import ClusterPlan, place_sessions, request_of
 from .spec import Pool, Session
 
-KEPT_KEYS = (STACK_ID_KEY, MADE_BY_KEY, PLACEMENT_KEY, SERVICE_PORTS_KEY, IMAGE_KEY)
+KEPT_KEYS = (STACK_ID_KEY, MADE_BY_KEY, PLACEMENT_KEY, SERVICE_PORTS_KEY, IMAGE_KEY,
+             EXPIRES_KEY)
+KEPT_OUTPUT = "kept"
+"""The stack output in which the program records the kept decisions it ran with (short keys,
+config values as written): the backend's copy, the truth for every checkout (issue 41)."""
+
+
+def recover_kept(checkout: Mapping[str, str | None],
+                 backend: Mapping[str, object] | None) -> tuple[dict[str, str | None],
+                                                                list[str]]:
+    """What a stack decided, from the checkout's config (short keys) and its backend's last
+    ``kept`` output: the backend's value wins for every kept key it holds (a fresh clone has
+    none of them; a checkout that ran against another backend holds that one's), the
+    checkout's is used only where the backend has none (an ``up`` interrupted before its
+    first outputs). Returns the config to run with and a note per key taken from the backend
+    against a different checkout value. A backend record that is not a mapping of strings is
+    ignored (no record), never trusted in part."""
+    merged = dict(checkout)
+    if not isinstance(backend, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in backend.items()):
+        return merged, []
+    notes = []
+    for key in KEPT_KEYS:
+        value = backend.get(key)
+        if not value:
+            continue
+        had = checkout.get(key)
+        if had and had != value:
+            notes.append(f"{key}: the checkout's config says {had[:60]!r}, the stack's backend "
+                         f"{value[:60]!r}: using the backend's")
+        merged[key] = value
+    return merged, notes
+
+def carried(state: object, value: str) -> bool:
+    """Whether ``value`` is a string somewhere in ``state`` (a stack's exported resources, as
+    plain JSON): a resource the stack's backend holds carries it (a label, an input), so it
+    is this stack's own word, not only the checkout's. Pure."""
+    if isinstance(state, str):
+        return state == value
+    if isinstance(state, Mapping):
+        return any(carried(v, value) for v in state.values())
+    if isinstance(state, list | tuple):
+        return any(carried(v, value) for v in state)
+    return False
+
 
 _STACK_ID = re.compile(r"^[0-9a-f]{16}$")
 
@@ -110,13 +157,10 @@ def stack_identity(stack: str, recorded: Mapping[str, str | None] | None,
     if recorded is None:
         return StackIdentity(new_stack_id(), made_by if valid_made_by(made_by) else "",
                              new=True)
-    kept, who = recorded.get(STACK_ID_KEY), recorded.get(MADE_BY_KEY) or ""
-    if who and not valid_made_by(who):
-        raise ValueError(f"{MADE_BY_KEY} is {who[:80]!r}, not user@host")
+    who = read_kept(MADE_BY_KEY, recorded.get(MADE_BY_KEY)) or ""
+    kept = read_kept(STACK_ID_KEY, recorded.get(STACK_ID_KEY))
     if not kept:
         return StackIdentity(derived_stack_id(stack), who, adopted=True)
-    if not valid_stack_id(kept):
-        raise ValueError(f"{STACK_ID_KEY} is {kept[:80]!r}, not 16 hex digits")
     return StackIdentity(kept, who)
 
 
@@ -217,11 +261,6 @@ def replace_reason(kept: KeptPlacement | None, session: Session, pool: Pool) -> 
     return None
 
 
-def read_placement(value: str | None) -> KeptPlacement | None:
-    """The kept placement in a config value; None when absent. ValueError when malformed."""
-    return KeptPlacement.from_config(value) if value else None
-
-
 @dataclass(frozen=True)
 class KeptImage:
     """The definition's image reference ``ref`` resolved to ``digest``: a registry's manifest
@@ -252,11 +291,6 @@ class KeptImage:
         return cls(doc["ref"], doc["digest"], doc["local"])
 
 
-def read_image(value: str | None) -> KeptImage | None:
-    """The kept image in a config value; None when absent. ValueError when malformed."""
-    return KeptImage.from_config(value) if value else None
-
-
 def image_reason(kept: KeptImage | None, image: str, refresh: bool = False) -> str | None:
     """Why the definition's ``image`` must be resolved (again), or None when ``kept`` holds."""
     if refresh:
@@ -284,7 +318,8 @@ class Decided:
 
 def decide(copies: Sequence[Session], pool: Pool, free: Sequence[Free],
            kept: Mapping[str, KeptPlacement | None], after: str | None = None,
-           own_gpus: Mapping[str, Mapping[str, Collection[int]]] | None = None) -> Decided:
+           own_gpus: Mapping[str, Mapping[str, Collection[int]]] | None = None,
+           present: Collection[str] = ()) -> Decided:
     """Place ``copies`` on ``free`` (live free capacity, their own holdings left out): each
     keeps its kept placement where its shape is unchanged and what it names is still free
     (a running session always is: it holds it), else is placed anew beside the kept ones by
@@ -295,7 +330,11 @@ def decide(copies: Sequence[Session], pool: Pool, free: Sequence[Free],
     anew gets none of the GPU ids its own old containers hold. Pulumi replaces containers one
     at a time, so an old container may still run when a new one starts: given the old one's
     GPU, two containers would share it (the invariant: no GPU id held twice, at any moment).
-    Its cpu and memory are free to it: each old container goes before its replacement."""
+    Its cpu and memory are free to it: each old container goes before its replacement.
+
+    ``present``: the sessions whose own containers are all there, where their kept placement
+    says. Such a session keeps its placement while its shape is unchanged, whatever ``free``
+    says: it holds what it holds, and what others reserve or forge never moves it (issue 47)."""
     keep: dict[str, Placement] = {}
     notes: dict[str, str] = {}
     left = list(free)
@@ -304,7 +343,7 @@ def decide(copies: Sequence[Session], pool: Pool, free: Sequence[Free],
         reason = replace_reason(recorded, copy, pool)
         if reason is None and recorded is not None:
             request = request_of(copy.resources)
-            if holds(left, recorded.placement, request):
+            if copy.name in present or holds(left, recorded.placement, request):
                 keep[copy.name] = recorded.placement
                 left = take(left, recorded.placement, request)
                 notes[copy.name] = "kept"
@@ -320,3 +359,92 @@ def decide(copies: Sequence[Session], pool: Pool, free: Sequence[Free],
         free = [Free(f.name, f.millicpu, f.mem,
                      tuple(g for g in f.gpus if g not in busy.get(f.name, ()))) for f in free]
     return Decided(place_sessions(copies, pool, free, keep, after), notes)
+
+
+def decide_expiry(recorded: str | None, lifetime: int | None, now: float) -> int | None:
+    """When a session's lifetime ends: as its first ``up`` decided it (kept), else now plus
+    its lifetime (None: no lifetime). An ``up`` after the expiry (the session ended by
+    itself) starts it again with a lifetime of its own; a kept value that is not one we
+    write is decided anew."""
+    if lifetime is None:
+        return None
+    try:
+        kept = read_kept(EXPIRES_KEY, recorded)
+    except ValueError:
+        kept = None
+    if kept is not None and kept > now:
+        return kept
+    return int(now) + lifetime
+
+
+# --- the one reader of what a stack keeps ------------------------------------------------------
+
+
+class MalformedDecision(InvalidInput, ValueError):
+    """A kept value that is not one ``sessionctl`` writes (a hand-edited config): its key, the
+    value, what it should be, and what to do about it. Invalid input (exit 2), and a
+    ValueError for the callers that take any unreadable value as none."""
+
+    def __init__(self, key: str, value: str, expected: str, remedy: str):
+        self.key, self.value, self.expected, self.remedy = key, value, expected, remedy
+        super().__init__(f"{key} is {value[:80]!r}, not {expected}")
+
+
+def _expiry(value: str) -> int:
+    if not value.isascii() or not value.isdigit() or len(value) > 12:
+        raise ValueError(value)
+    return int(value)
+
+
+def _service_ports(value: str) -> dict[str, int]:
+    ports = json.loads(value)
+    if not isinstance(ports, dict) or not all(
+            isinstance(v, int) and 1 <= v <= 65535 for v in ports.values()):
+        raise ValueError(value)
+    return ports
+
+
+def _matching(valid: Callable[[object], bool]) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        if not valid(value):
+            raise ValueError(value)
+        return value
+    return parse
+
+
+DECIDED_AGAIN = "remove it and run `sessionctl up` (it decides it again)"
+KEPT_BY_SESSIONCTL = "remove it (`sessionctl up` keeps the one it wrote)"
+
+#: each kept key: how its value is read, what it must be, what to do with one that is not
+KEPT_FORMS: dict[str, tuple[Callable[[str], Any], str, str]] = {
+    STACK_ID_KEY: (_matching(valid_stack_id), "16 hex digits", KEPT_BY_SESSIONCTL),
+    MADE_BY_KEY: (_matching(valid_made_by), "user@host", KEPT_BY_SESSIONCTL),
+    PLACEMENT_KEY: (KeptPlacement.from_config, "a placement sessionctl wrote", DECIDED_AGAIN),
+    SERVICE_PORTS_KEY: (_service_ports, "a JSON object of service name to port",
+                        DECIDED_AGAIN),
+    IMAGE_KEY: (KeptImage.from_config, "an image sessionctl wrote", DECIDED_AGAIN),
+    EXPIRES_KEY: (_expiry, "seconds since the epoch", DECIDED_AGAIN),
+}
+
+
+def read_kept(key: str, value: str | None) -> Any:
+    """The decision a stack keeps under ``key`` (one of :data:`KEPT_KEYS`), read from its
+    config value: None when it keeps none; :class:`MalformedDecision` (a ValueError) for a
+    value ``sessionctl`` does not write. The one reader, for the program and the driver."""
+    if not value:
+        return None
+    parse, expected, remedy = KEPT_FORMS[key]
+    try:
+        return parse(value)
+    except (ValueError, TypeError):
+        raise MalformedDecision(key, value, expected, remedy) from None
+
+
+def read_kept_or_again(key: str, value: str | None, warn: Callable[[str], None]) -> Any:
+    """:func:`read_kept` where the decision can be made again: a malformed value is said
+    (``warn`` gets why) and taken as none."""
+    try:
+        return read_kept(key, value)
+    except MalformedDecision as exc:
+        warn(str(exc))
+        return None

@@ -436,6 +436,12 @@ def find_pool(ref: str, session_file: Path | None = None, *, given: bool = False
                 "its file was not read: name a pool there (`pool: local`), or ask the operator "
                 f"to add its directory to ${POOLS_ENV} or to run with --pool")
     found = next((c for c in candidates if _is_file(c, unusable)), None)
+    if found is None and not _is_path(ref):
+        # a pool is found by its name: a file `pool.yaml` holding `name: ncpool` is `ncpool`
+        by_name = [path for folder in dict.fromkeys(c.parent for c in candidates)
+                   for name, path in pools_in(folder)
+                   if name == ref and (given or inside(path, allowed))]
+        found = by_name[0] if by_name else None
     if found is None:
         looked = ", ".join(dict.fromkeys(str(c) for c in candidates)) or "nowhere"
         notes = "".join(f"; cannot look at {u}" for u in dict.fromkeys(unusable))
@@ -446,18 +452,39 @@ def find_pool(ref: str, session_file: Path | None = None, *, given: bool = False
     return found
 
 
+POOL_FILE_LIMIT = 1024 * 1024  # a pool file larger than this is not read when listing
+
+
+def pools_in(folder: Path) -> list[tuple[str, Path]]:
+    """The pools a folder holds, as (their ``name:``, their file), in file order: only YAML
+    files whose first document is ``kind: AgentPool`` (a definition kept beside them is not a
+    pool); a file that cannot be read or parsed is passed over (``validate`` names it)."""
+    found: list[tuple[str, Path]] = []
+    try:
+        files = sorted(f for f in folder.iterdir() if f.suffix in (".yaml", ".yml"))
+    except OSError:
+        return found
+    for path in files:
+        try:
+            if not path.is_file() or path.stat().st_size > POOL_FILE_LIMIT:
+                continue
+            doc = next(yaml.safe_load_all(path.read_text(encoding="utf-8")), None)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        if isinstance(doc, dict) and doc.get("kind") == "AgentPool":
+            name = doc.get("name")
+            found.append((name if isinstance(name, str) and name else path.stem, path))
+    return found
+
+
 def _pool_hint(ref: str, candidates: list[Path]) -> str:
-    """For a pool *name*, the pools that do exist where it was looked up, and the closest
-    (a typo is the usual cause, as with unknown keys)."""
+    """For a pool *name*, the pools that do exist where it was looked up (by their names), and
+    the closest (a typo is the usual cause, as with unknown keys)."""
     if _is_path(ref):
         return ""
     names: list[str] = []
     for folder in dict.fromkeys(c.parent for c in candidates):
-        try:
-            names += sorted(f.stem for f in folder.iterdir()
-                            if f.suffix in (".yaml", ".yml") and f.is_file())
-        except OSError:
-            continue
+        names += [name for name, _path in pools_in(folder)]
     names = list(dict.fromkeys(names))
     if not names:
         return ""

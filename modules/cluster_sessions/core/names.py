@@ -46,6 +46,19 @@ LEDGER_HOLDS_LABEL = f"{LABEL_PREFIX}.ledger-holds"
 # to name it when another stack wants the same session name, the stack's name and who made it.
 # Every verb touches only the objects carrying its own stack's id.
 STACK_ID_LABEL = f"{LABEL_PREFIX}.stack-id"
+# the project a session runs under (core/governance.py), on its containers, network and its
+# reservations and queue entries; absent: the pool's default policy
+PROJECT_LABEL = f"{LABEL_PREFIX}.project"
+LEDGER_PROJECT_LABEL = f"{LABEL_PREFIX}.ledger-project"
+# when the session's lifetime ends (epoch seconds): a container that is not running after it
+# holds nothing (core.ledger.expired_container)
+EXPIRES_LABEL = f"{LABEL_PREFIX}.expires-at"
+# how many containers a reservation's session will have (a project's containers quota)
+LEDGER_CONTAINERS_LABEL = f"{LABEL_PREFIX}.ledger-containers"
+# a queue entry's priority (0-100): believed up to its project's max_priority (core.ledger)
+LEDGER_PRIORITY_LABEL = f"{LABEL_PREFIX}.ledger-priority"
+# a queue entry's ask in all, "MILLICPU,MEM,GPUS": who may pass it (core.admission)
+LEDGER_ASKS_LABEL = f"{LABEL_PREFIX}.ledger-asks"
 STACK_LABEL = f"{LABEL_PREFIX}.stack"
 MADE_BY_LABEL = f"{LABEL_PREFIX}.made-by"
 #: on the short-lived, never started container that makes a data folder (agents/folders.py)
@@ -74,6 +87,10 @@ PLACEMENT_KEY = "placement"
 # the image every container runs, resolved once to a content digest (a registry's) or an image
 # ID (one only the agents hold), JSON {"ref", "digest", "local"}: core/decisions.py
 IMAGE_KEY = "image"
+# governance (core/governance.py): the project the operator's run granted, and when the
+# session's lifetime ends (epoch seconds), decided at its first `up`
+PROJECT_KEY = "project"
+EXPIRES_KEY = "expires-at"
 
 
 # The project's folder of stack configs and the files they name, beside Pulumi.yaml; the

@@ -18,40 +18,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .capacity_types import Free, Request
 from .selectors import DEFAULT_SELECTOR, Candidate, Criteria, select
 from .units import format_size
-
-UNLIMITED = 1 << 62
-
-
-@dataclass(frozen=True)
-class Request:
-    """What one container needs."""
-
-    millicpu: int
-    mem: int
-    gpus: int
-
-
-@dataclass(frozen=True)
-class Free:
-    """What one agent can still give, in pool order."""
-
-    name: str
-    millicpu: int
-    mem: int
-    gpus: tuple[int, ...] = ()
-
-    def fits_by(self, req: Request) -> dict[str, int]:
-        """How many containers fit, per resource."""
-        return {
-            "cpu": self.millicpu // req.millicpu,
-            "mem": self.mem // req.mem,
-            "gpu": len(self.gpus) // req.gpus if req.gpus else UNLIMITED,
-        }
-
-    def fits(self, req: Request) -> int:
-        return min(self.fits_by(req).values())
 
 
 @dataclass(frozen=True)

@@ -11,18 +11,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from .bundles import SCRATCH, UPLOAD, delivery_of, delivery_reason
 from .clusterenv import kernel_id, members, split_user_env, static_envs
 from .folders import folder_path, storage_of
 from .loader import Loaded
 from .names import (
     CPU_LABEL,
     ENCRYPTED_LABEL,
+    EXPIRES_LABEL,
     GPUS_LABEL,
     HOST_LABEL,
     KERNEL_ID_LABEL,
     MADE_BY_LABEL,
     MEM_LABEL,
     MTU_LABEL,
+    PROJECT_LABEL,
     ROLE_LABEL,
     SESSION_ID_LABEL,
     SESSION_LABEL,
@@ -34,6 +37,7 @@ from .problems import DefinitionError, Problem
 from .services import ALL_ADDRESSES, LOOPBACK, bind_address, service_url
 from .spec import (
     DEFAULT_COMMAND,
+    DEFAULT_PROJECT,
     SSH_PORT,
     Pool,
     PortRange,
@@ -42,6 +46,8 @@ from .spec import (
     SessionLimits,
     SessionPrivileges,
     agent_address,
+    clean_target,
+    is_loopback,
     mount_source_problems,
     slots_per_container,
 )
@@ -91,6 +97,12 @@ class PlannedMount:
     @property
     def type(self) -> str:
         return "bind" if self.source.startswith("/") else "volume"
+
+    @property
+    def made(self) -> bool:
+        """A named volume the session makes (the pool does not list it), labelled its own
+        (:func:`volume_labels`)."""
+        return self.folder is None and self.type == "volume" and not self.listed
 
     def as_dict(self) -> dict:
         extra = {"folder": self.folder, "storage": self.storage} if self.folder else {}
@@ -174,6 +186,17 @@ class ClusterPlan:
     # kept ``image``, core/decisions.py): ``repo@sha256:…`` or an image ID; "" in an offline
     # plan, whose containers name the definition's reference as it is
     pinned_image: str = ""
+    # when the session's lifetime ends (epoch seconds; core/governance.py): decided at its
+    # first ``up`` and kept in the stack's config; None: no lifetime (or an offline plan)
+    expires_at: int | None = None
+    # how each agent's bundles reach its containers (core/bundles.py): (agent, scratch |
+    # upload, why), in the order of ``agents``; and the pool's scratch root on the agents
+    deliveries: tuple[tuple[str, str, str], ...] = ()
+    scratch: str = ""
+
+    def delivery(self, agent: str | None) -> str:
+        """``scratch`` or ``upload`` for ``agent`` (upload when the plan does not say)."""
+        return next((d for a, d, _ in self.deliveries if a == agent), UPLOAD)
 
     @property
     def name(self) -> str:
@@ -238,11 +261,18 @@ def with_image(plan: ClusterPlan, pinned: str) -> ClusterPlan:
     return replace(plan, pinned_image=pinned)
 
 
+def with_expiry(plan: ClusterPlan, expires_at: int | None) -> ClusterPlan:
+    """``plan`` whose containers end their command at ``expires_at`` (templates/lifetime.sh)."""
+    return replace(plan, expires_at=expires_at)
+
+
 def identity_labels(plan: ClusterPlan) -> dict[str, str]:
     """The labels saying whose an object is (none in an offline plan)."""
     if not plan.stack_id:
         return {}
     labels = {STACK_ID_LABEL: plan.stack_id, STACK_LABEL: plan.stack}
+    if plan.session.project is not None:  # the default policy's sessions carry none
+        labels[PROJECT_LABEL] = plan.session.project
     if plan.made_by:
         labels[MADE_BY_LABEL] = plan.made_by
     return labels
@@ -284,6 +314,7 @@ def container_labels(plan: ClusterPlan, container: ContainerPlan) -> dict[str, s
         MEM_LABEL: str(plan.resources.mem),
         GPUS_LABEL: ",".join(map(str, container.gpus)),
         **identity_labels(plan),
+        **({EXPIRES_LABEL: str(plan.expires_at)} if plan.expires_at is not None else {}),
     }
 
 
@@ -298,9 +329,9 @@ def network_labels(plan: ClusterPlan) -> dict[str, str]:
 
 
 def volume_labels(plan: ClusterPlan) -> dict[str, str]:
-    """Labels of a named volume the session makes (one the pool does not list): the engine
-    gives them when the first container's mount creates it, and they are what says, on any
-    later ``up``, that the volume is this session's own (agents/folders.py)."""
+    """Labels of a named volume the session makes (``PlannedMount.made``): its SessionVolume
+    makes it with them (pulumi_layer/volumes.py), and they are what says, on any later
+    ``up``, that the volume is this session's own (agents/folders.py)."""
     return {SESSION_LABEL: plan.name}
 
 
@@ -461,6 +492,9 @@ def _plan(session: Session, pool: Pool, placement: Placement) -> ClusterPlan:
         services=_services(session, pool, containers[0].agent),
         limits=pool.limits,
         privileges=pool.privileges,
+        deliveries=tuple((a, delivery_of(pool.agent(a), pool), delivery_reason(pool.agent(a), pool))
+                         for a in dict.fromkeys(c.agent for c in containers if c.agent)),
+        scratch=clean_target(pool.scratch),
     )
 
 
@@ -473,6 +507,10 @@ def plan_to_dict(plan: ClusterPlan) -> dict:
         "type": plan.session.type,
         "mode": plan.mode,
         "status": plan.status,
+        # governance (contract 8): the project it runs under ("default": the pool's default
+        # policy), its priority
+        "project": plan.session.project or DEFAULT_PROJECT,
+        "priority": plan.session.priority,
         **({"reason": plan.reason} if plan.reason else {}),
         "image": plan.session.image,
         **({"image_pinned": plan.pinned_image} if plan.pinned_image else {}),
@@ -491,6 +529,9 @@ def plan_to_dict(plan: ClusterPlan) -> dict:
                    "pids_limit": plan.limits.pids_limit},
         "privileges": {"capabilities": list(plan.privileges.capabilities),
                        "no_new_privileges": plan.privileges.no_new_privileges},
+        # how each agent's bundles reach its containers (issue 45, core/bundles.py)
+        "delivery": {"scratch": plan.scratch,
+                     "agents": {a: {"delivery": d, "why": why} for a, d, why in plan.deliveries}},
         "containers": [
             {
                 "host": c.host,
@@ -515,3 +556,35 @@ def plan_to_dict(plan: ClusterPlan) -> dict:
             for c in plan.containers
         ],
     }
+
+
+def delivers_to_scratch(plan: ClusterPlan, agent: str | None) -> bool:
+    """Whether ``agent``'s containers bind-mount their bundle from its scratch root (a plan
+    without a stack id, offline, uploads)."""
+    return bool(plan.stack_id) and bool(plan.scratch) and plan.delivery(agent) == SCRATCH
+
+
+def public_warnings(plan: ClusterPlan) -> list[str]:
+    """What ``plan``, ``plan --markdown``, ``diff`` and ``status`` say of each binding beyond
+    the agent's loopback: every ``public: true`` service, and every port of ``ports`` (which
+    needs ``public: true`` for that: spec.is_loopback). One rule, whichever declared it."""
+    out = []
+    for s in plan.services:
+        if not s.public:
+            continue
+        where = ("every address of this machine (a local agent has no address of its own)"
+                 if s.bind == ALL_ADDRESSES else f"agent {s.agent}'s address {s.bind}")
+        out.append(f"service {s.name!r} is public: port {s.port} of main1 is published on "
+                   f"{where}, not on its loopback; anyone who reaches it reaches the app, with "
+                   "no login in front of it (Backend.AI's AppProxy would stand there)")
+    agent = plan.containers[0].agent if plan.containers else None
+    on = f"agent {agent}" if agent else "its agent"
+    for p in plan.session.ports:
+        if is_loopback(p.host_ip):
+            continue
+        where = (f"every address of {on}" if p.host_ip in (ALL_ADDRESSES, "::")
+                 else f"{on}'s address {p.host_ip}")
+        what = "sshd" if p.container == SSH_PORT and p.protocol == "tcp" else "whatever listens"
+        out.append(f"port {p.container}/{p.protocol} of main1 is public: published on {where}, "
+                   f"not on its loopback; anyone who reaches it reaches {what} there")
+    return out

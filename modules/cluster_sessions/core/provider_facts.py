@@ -83,6 +83,19 @@ def stable_cpus_near(cpu: float) -> float:
                 return candidate / 1000
 
 
+def capabilities_argument(names) -> tuple[str, ...]:
+    """What to pass as a container's ``capabilities.add``/``drop`` so that the provider reads
+    the same set back: the Docker client the provider is built with (docker/docker v28.5.2,
+    ``client/container_create.go`` ``normalizeCapabilities``) upper-cases each name, prefixes
+    ``CAP_`` (``ALL`` stays), drops duplicates and sorts before it creates the container, the
+    engine stores that, and the provider's read (rcf.go 870-878) writes it into the state. A
+    bare ``CHOWN`` therefore differs from the refreshed state on every ``up``, and
+    ``capabilities`` is ForceNew: every container was replaced (seen through the real engine,
+    issue 42)."""
+    spelled = {n.upper() if n.upper() == "ALL" or n.upper().startswith("CAP_")
+               else "CAP_" + n.upper() for n in names}
+    return tuple(sorted(spelled))
+
 
 GPU_DRIVER = "nvidia"  # Docker's own device driver for NVIDIA GPUs (what `--gpus` selects)
 

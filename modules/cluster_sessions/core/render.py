@@ -80,8 +80,7 @@ LAYOUT: tuple[tuple[str, str, int], ...] = (
     ("as-user.sh", "as-user.sh.j2", PUBLIC_MODE),
     ("wait-peers.sh", "wait-peers.sh.j2", PUBLIC_MODE),
     ("wait-peers.bash", "wait-peers.bash.j2", PUBLIC_MODE),
-    ("ready-gate.sh", "ready-gate.sh.j2", PUBLIC_MODE),
-    ("command.sh", "command.sh.j2", PUBLIC_MODE),
+        ("command.sh", "command.sh.j2", PUBLIC_MODE),
     ("ssh-session.sh", "ssh-session.sh.j2", EXEC_MODE),
     ("profile.sh", "profile.sh.j2", PUBLIC_MODE),
     ("sshd_config", "sshd_config.j2", PUBLIC_MODE),
@@ -90,6 +89,14 @@ LAYOUT: tuple[tuple[str, str, int], ...] = (
     ("ssh/authorized_keys", "authorized_keys.j2", PUBLIC_MODE),
     ("cluster-hosts.sh", "cluster-hosts.sh.j2", PUBLIC_MODE),
 )
+# The session's lifetime (issue 44, core/governance.py): only in the bundle of a session that
+# has one; setup.sh sources it in place of starting CMD itself.
+LIFETIME = ("lifetime.sh", "lifetime.sh.j2", PUBLIC_MODE)
+LIFETIME_EXIT = 124
+"""main1's (every container's) exit code when the session's lifetime ended it: as timeout(1)
+says a time limit ended a command."""
+LIFETIME_GRACE = 10
+"""Seconds between the TERM at the expiry and the KILL."""
 # Files that list every host: the entrypoint derives them at start from BACKENDAI_CLUSTER_HOSTS
 # (cluster-hosts.sh), so the bundle a container is sent does not grow with the session. Only a
 # bundle written to a directory (``sessionctl render --out``, which may be mounted read-only)
@@ -98,13 +105,61 @@ HOSTFILES: tuple[tuple[str, str, int], ...] = (
     ("hostfile", "hostfile.j2", PUBLIC_MODE),
     ("hostfile.hydra", "hostfile.hydra.j2", PUBLIC_MODE),
 )
-# A sub waits for main1's "go" said at its sshd (wait-peers.sh), and logs in to main1's gate
-# instead when main1 has not probed it GATE_ASK_AFTER s after it started (main1 probes a peer
-# still missing at least every second, and starts a probe unanswered for 3 s again: so main1
-# is done already, or not there, or cannot say "go"); a probed sub waits for the go until 2 s
-# before its readiness.timeout (at N = 32 on the lab, a sub probed early waited 25 s for the
-# last agent's containers: any shorter patience sends those subs to the gate).
-GATE_ASK_AFTER = 5
+
+
+def _disconnect(text: str) -> str:
+    """An ssh client's polite leaving, as a printf format (octal escapes): its identification
+    line, then SSH_MSG_DISCONNECT (1) with reason 11 and ``text``, unencrypted (padding to a
+    multiple of 8, at least 4 bytes). sshd logs it as ``Received disconnect from ADDR port
+    P:11: TEXT [preauth]``, and no error."""
+    payload = b"\x01" + (11).to_bytes(4, "big") + len(text).to_bytes(4, "big") + text.encode() \
+        + (0).to_bytes(4, "big")
+    padding = -(5 + len(payload)) % 8
+    padding += 8 if padding < 4 else 0
+    packet = (1 + len(payload) + padding).to_bytes(4, "big") + bytes([padding]) + payload \
+        + bytes(padding)
+    return "SSH-2.0-cluster-session-probe\\r\\n" + "".join(
+        chr(b) if chr(b).isalnum() or chr(b) in " -" else f"\\{b:03o}" for b in packet)
+
+
+@dataclass(frozen=True)
+class ReadinessProtocol:
+    """The readiness protocol's values shared by its two shells' scripts (wait-peers.sh and
+    wait-peers.bash) and setup.sh, decided here once: docs/design-notes.md, "The readiness
+    protocol, in one table", says which rule each is in. The templates read them as ``ready``."""
+
+    ask_after: int = 5
+    """Rule 10: a sub not probed this many seconds after its start logs in to main1's gate
+    (main1 probes a peer still missing at least every second, and starts a probe unanswered
+    for 3 s again: so main1 is done already, or not there, or cannot say go)."""
+    margin: int = 2
+    """Rules 10, 11: a probed sub waits for the go until this many seconds before its
+    readiness.timeout (at N = 32 on the lab, a sub probed early waited 25 s for the last
+    agent's containers: any shorter patience sends those subs to the gate), and then asks the
+    gate, which waits until as long after it, so that main1's reasons are what it reports."""
+    deciding: int = 30
+    """Rule 11: the seconds more a gate waits while main1 works out its reasons."""
+    tries: int = 3
+    """Rule 5: the go, said up to this many times..."""
+    try_pause: str = "0.2"
+    """... this many seconds apart."""
+    code: int = 75
+    """Rule 12: the exit code of a wait whose time is up (EX_TEMPFAIL)."""
+    go_text: str = "cluster-session-go"
+    """Rule 5: the go's text, as the sub's sshd logs it."""
+    probe_text: str = "readiness probe"
+    """Rules 4, 12, 13: the text of a probe that leaves without a go."""
+
+    @property
+    def go(self) -> str:
+        return _disconnect(self.go_text)
+
+    @property
+    def bye(self) -> str:
+        return _disconnect(self.probe_text)
+
+
+READINESS = ReadinessProtocol()
 USER_KEY = "ssh/id_cluster"
 HOST_KEY = "ssh/ssh_host_ed25519_key"
 HOST_CERT = HOST_KEY + "-cert.pub"
@@ -164,8 +219,10 @@ def session_hosts_joined(hosts: Sequence[str]) -> str:
 # A whole line of shell or ssh-file comment, except a shellcheck directive: dropped from the
 # templates of the bundle a container is sent (it keeps each file's first line, which says what
 # made it), so the upload stays small (issue 22: at most 32 KiB, whatever the session's size).
-# Only the templates' own text is touched, never an interpolated value.
-_COMMENT_LINE = re.compile(r"^[ \t]*#(?!!| shellcheck )[^\n]*\n", re.MULTILINE)
+# Only the templates' own text is touched, never an interpolated value. A template's long notes
+# are Jinja comments ("{##" ... "##}" lines around them): kept in the template, in no rendered
+# copy; the "##}" that ends one is Jinja's, not a shell comment.
+_COMMENT_LINE = re.compile(r"^[ \t]*#(?!!| shellcheck |#\})[^\n]*\n", re.MULTILINE)
 
 
 def without_comment_lines(source: str) -> str:
@@ -431,7 +488,7 @@ def _host_keys(plan: ClusterPlan, keys: SessionKeys) -> Mapping[str, KeyPair]:
 # per session, not once per container (render time grows linearly with the size).
 SHARED = frozenset({"ssh/config", "ssh/known_hosts", "ssh/authorized_keys", "hostfile",
                     "hostfile.hydra"})
-_TEMPLATES = {path: template for path, template, _ in LAYOUT + HOSTFILES}
+_TEMPLATES = {path: template for path, template, _ in LAYOUT + HOSTFILES + (LIFETIME,)}
 _last_shared: list = []  # [plan, keys, env, {path: text}]: the last session rendered
 
 
@@ -480,16 +537,21 @@ def render_container(plan: ClusterPlan, container: ContainerPlan,
         "job": runs_job(plan, container),
         "root_path": ROOT_PATH,
         "readiness_timeout": session.readiness.timeout,
-        "ask_after": GATE_ASK_AFTER,
+        "ready": READINESS,
         "default_command": list(DEFAULT_COMMAND),
         "default_master_port": DEFAULT_MASTER_PORT,
         "user_public_key": keys.user.public_openssh,
         "ca_public_key": keys.ca.public_openssh,
+        "expires_at": plan.expires_at,
+        "grace": LIFETIME_GRACE,
+        "code": LIFETIME_EXIT,
     }
     context["hosts_joined"] = _hosts_joined(plan)
     env = _ENV if directory else _COMPACT_ENV
     shared = _shared(plan, keys, context, env)
     layout = LAYOUT + HOSTFILES if directory else LAYOUT
+    if plan.expires_at is not None:
+        layout += (LIFETIME,)
     # a sent bundle's scripts are all run by /bin/sh: no mode that needs a chmod at unpacking
     files = [RenderedFile(path, shared[path] if path in shared
                           else env.get_template(template).render(context),

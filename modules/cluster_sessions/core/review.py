@@ -45,13 +45,12 @@ from .decisions import Shape
 from .flowchart import Box, placement_chart
 from .keys import KeyPair, SessionKeys
 from .names import CLUSTER_ENV_PREFIX, ENDPOINT_LABEL
-from .plan import ClusterPlan, ContainerPlan
+from .plan import ClusterPlan, ContainerPlan, public_warnings
 from .provider_facts import CONTAINER_FORCE_NEW, NETWORK_FORCE_NEW, NETWORK_IGNORED
 from .render import public_digest, render_container
-from .services import public_warnings
 from .spec import Session
 from .terminal import printable
-from .units import format_size
+from .units import format_duration, format_size
 
 CLUSTER_PREFIX = CLUSTER_ENV_PREFIX
 # Values of variables whose names look like credentials are not repeated in the review.
@@ -186,6 +185,11 @@ def definition_fields(plan: ClusterPlan) -> dict[str, Value]:
         "readiness.timeout": f"{s.readiness.timeout}s",
         "restart": s.restart,
         "distributed.master_port": str(s.distributed.master_port) if s.distributed else "(unset)",
+        # governance (issue 44): the project it runs under (as granted), what it asks
+        "project": s.project or "default",
+        "lifetime": format_duration(s.lifetime) if s.lifetime else "(policy's)",
+        "priority": str(s.priority),
+        "preemptible": "true" if s.preemptible else "false",
     }
     rest = {path: value for path, value in _model_fields(Session, s)
             if path not in NOT_ROWS and path not in spelled

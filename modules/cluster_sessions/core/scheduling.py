@@ -197,3 +197,32 @@ def over_commitments(declared: Sequence[Free], containers: Iterable[ContainerHol
             if n > 1:
                 found.append(f"{agent}: GPU {gpu} held {n} times, by {holders}")
     return found
+
+
+@dataclass(frozen=True)
+class Holding:
+    """Who holds something on an agent, as a pending reason names them (issue 41)."""
+
+    agent: str
+    session: str
+    made_by: str  # "" when its labels do not say
+    reserved: bool = False  # a reservation of an ``up`` under way, not containers
+
+
+def who_holds(holdings: Iterable[Holding], agents: Sequence[str], most: int = 4) -> str:
+    """``held on A by s1 (made by u@h), s2 (being placed); on B by ...``: who holds what
+    each agent of ``agents`` lacks, at most ``most`` holders per agent; "" when nobody."""
+    per: dict[str, dict[str, str]] = {}
+    for h in holdings:
+        how = ", ".join(filter(None, (f"made by {h.made_by}" if h.made_by else "",
+                                      "being placed" if h.reserved else "")))
+        per.setdefault(h.agent, {}).setdefault(h.session, how)
+    parts = []
+    for agent in agents:
+        found = per.get(agent)
+        if not found:
+            continue
+        names = [f"{s} ({how})" if how else s for s, how in sorted(found.items())]
+        more = f" and {len(names) - most} more" if len(names) > most else ""
+        parts.append(f"on {agent} by {', '.join(names[:most])}{more}")
+    return f"held {'; '.join(parts)}" if parts else ""

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import Literal, get_args
 
-if TYPE_CHECKING:  # placement imports this module
-    from .placement import Free, Request
+from .capacity_types import Free, Request
 
 Selector = Literal["concentrated", "dispersed", "roundrobin"]
 SELECTORS: tuple[str, ...] = get_args(Selector)

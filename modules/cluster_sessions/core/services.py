@@ -14,12 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from .spec import SSH_PORT, PortRange, Service, is_loopback
-
-if TYPE_CHECKING:
-    from .plan import ClusterPlan
+from .spec import PortRange, Service
 
 LOOPBACK = "127.0.0.1"
 ALL_ADDRESSES = "0.0.0.0"
@@ -84,29 +80,3 @@ def service_url(protocol: str, address: str, port: int) -> str:
     """``http://ADDR:PORT/`` (https too), ``tcp://ADDR:PORT`` for plain TCP; IPv6 bracketed."""
     host = f"[{address}]" if ":" in address else address
     return f"{protocol}://{host}:{port}" + ("/" if protocol in ("http", "https") else "")
-
-
-def public_warnings(plan: ClusterPlan) -> list[str]:
-    """What ``plan``, ``plan --markdown``, ``diff`` and ``status`` say of each binding beyond
-    the agent's loopback: every ``public: true`` service, and every port of ``ports`` (which
-    needs ``public: true`` for that: spec.is_loopback). One rule, whichever declared it."""
-    out = []
-    for s in plan.services:
-        if not s.public:
-            continue
-        where = ("every address of this machine (a local agent has no address of its own)"
-                 if s.bind == ALL_ADDRESSES else f"agent {s.agent}'s address {s.bind}")
-        out.append(f"service {s.name!r} is public: port {s.port} of main1 is published on "
-                   f"{where}, not on its loopback; anyone who reaches it reaches the app, with "
-                   "no login in front of it (Backend.AI's AppProxy would stand there)")
-    agent = plan.containers[0].agent if plan.containers else None
-    on = f"agent {agent}" if agent else "its agent"
-    for p in plan.session.ports:
-        if is_loopback(p.host_ip):
-            continue
-        where = (f"every address of {on}" if p.host_ip in (ALL_ADDRESSES, "::")
-                 else f"{on}'s address {p.host_ip}")
-        what = "sshd" if p.container == SSH_PORT and p.protocol == "tcp" else "whatever listens"
-        out.append(f"port {p.container}/{p.protocol} of main1 is public: published on {where}, "
-                   f"not on its loopback; anyone who reaches it reaches {what} there")
-    return out

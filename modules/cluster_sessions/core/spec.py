@@ -31,7 +31,15 @@ from .names import CLUSTER_ENV_PREFIX, DEFAULT_DOCKER_HOST, DEFAULT_MASTER_PORT,
 from .provider_facts import cpus_argument, cpus_read_back, stable_cpus_near
 from .selectors import DEFAULT_SELECTOR, Selector
 from .terminal import is_hidden
-from .units import MAX_BYTES, format_size, parse_size, size_json_schema
+from .units import (
+    MAX_BYTES,
+    duration_json_schema,
+    format_duration,
+    format_size,
+    parse_duration,
+    parse_size,
+    size_json_schema,
+)
 
 MAX_SESSION_NAME = 64
 SESSION_NAME = re.compile(rf"^(?=.{{4,{MAX_SESSION_NAME}}}$)\w[\w.-]*\w$", re.ASCII)
@@ -63,6 +71,8 @@ SERVICE_PROTOCOLS = ("http", "https", "tcp")  # what the URL of a service starts
 MAX_SERVICES = 64
 BUNDLE_DIR = "/opt/cluster-session"
 """Where one container's rendered files are mounted or uploaded (possibly read-only)."""
+DEFAULT_SCRATCH = "/var/lib/cluster-sessions"
+"""The pool's ``scratch`` unless it names another: the bundles' directory on every agent."""
 RUN_DIR = "/run/cluster-session"
 """Where the entrypoint puts what sshd and ssh sessions read: sshd_config, the host key, the
 saved environment, the ForceCommand wrapper. Root-owned; rewritten at every start. A sent
@@ -146,6 +156,14 @@ UserId = Annotated[int, Field(strict=True), AfterValidator(_user_id), WithJsonSc
     {"type": "integer", "anyOf": [{"minimum": low, "maximum": high}
                                   for low, high in USER_ID_RANGES]}, mode="validation")]
 Port = Annotated[int, Field(strict=True, ge=1, le=65535)]
+Duration = Annotated[int, BeforeValidator(parse_duration),
+                     PlainSerializer(format_duration, return_type=str),
+                     WithJsonSchema(duration_json_schema(), mode="validation")]
+Priority = Annotated[int, Field(strict=True, ge=0, le=100)]
+Percent = Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]
+PROJECT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}", re.ASCII)
+DEFAULT_PROJECT = "default"
+"""What a session that names no project runs under: the pool's ``policies.default``."""
 NonEmpty = Annotated[str, Field(strict=True, min_length=1)]
 
 
@@ -263,6 +281,13 @@ class Session(_Model):
                         Field(max_length=MAX_SERVICES)] = ()
     readiness: Readiness = Readiness()
     restart: Literal["no", "on-failure", "always", "unless-stopped"] = "unless-stopped"
+    # governance (DESIGN contract 8; core/governance.py): the project claimed (the operator's
+    # --project / CLUSTER_SESSIONS_PROJECT wins), a lifetime at most the policy's, a priority
+    # at most the project's, and whether a higher priority may end it (batch only)
+    project: NonEmpty | None = None
+    lifetime: Duration | None = None
+    priority: Priority = 0
+    preemptible: StrictBool = False
 
 
 class Capacity(_Model):
@@ -344,13 +369,15 @@ LINUX_CAPABILITIES = frozenset((
     "WAKE_ALARM"))
 """What Docker's ``--cap-add`` names (capabilities(7) without ``CAP_``)."""
 SESSION_CAPABILITIES = (
-    "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID", "SYS_CHROOT")
+    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID", "SYS_CHROOT")
 """What a session's root (the set-up and sshd) keeps by default; every other capability is
 dropped (docs/threat-model.md, class 7, measured on the real entrypoint): CHOWN and FOWNER for
 the set-up's chown and install into the user's home, DAC_OVERRIDE to write into a home only
 its user may enter, KILL for the init (root) to pass `docker stop`'s signal on to the user's
 job, SETUID/SETGID for setpriv and sshd to become the user, SYS_CHROOT for sshd's privilege
-separation."""
+separation, AUDIT_WRITE for sshd's login record: Debian's sshd (built with Linux audit) runs
+as root and drops every session with a pty when the record cannot be written (openssh
+audit-linux.c; tests/test_pty_login.py)."""
 MIN_LOG_SIZE = MIB
 MAX_LOG_SIZE = 1024 * MIB
 
@@ -392,9 +419,64 @@ class SessionPrivileges(_Model):
 
 
 class Scheduler(_Model):
-    """How the pool's agents are chosen (core.selectors; docs/scheduling.md)."""
+    """How the pool's agents are chosen (core.selectors; docs/scheduling.md), and how long a
+    waiting session may be passed by smaller ones that fit (core.admission)."""
 
     selector: Selector = DEFAULT_SELECTOR
+    backfill_for: Duration = 600
+
+
+class Quota(_Model):
+    """What one project's sessions may hold at once in the pool, in all (containers live and
+    reservations of ``up``s under way), and how many may wait in its queue; a limit left out
+    is no limit (Backend.AI's ``total_resource_slots``, ``max_concurrent_sessions``,
+    ``max_pending_session_count``)."""
+
+    cpu: Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)] | None = None
+    mem: Memory | None = None
+    gpus: Annotated[int, Field(strict=True, ge=0, le=1_000_000)] | None = None
+    containers: Annotated[int, Field(strict=True, ge=0, le=1_000_000)] | None = None
+    sessions: Annotated[int, Field(strict=True, ge=0, le=1_000_000)] | None = None
+    pending: Annotated[int, Field(strict=True, ge=0, le=1_000_000)] | None = None
+
+
+class IdlePolicy(_Model):
+    """When an interactive session is idle (issue 44 part 4): no login or service connection
+    for ``timeout`` and its use under the thresholds, after ``grace`` from its start."""
+
+    timeout: Duration
+    cpu_below: Percent = 5.0
+    gpu_below: Percent = 5.0
+    grace: Duration = 1800
+
+
+class Policy(_Model):
+    """A project's (or the default's) policy: where its definitions may live, its quota, the
+    longest and the default lifetime of its sessions, when they are idle, the highest priority
+    they may ask."""
+
+    definitions: Annotated[tuple[NonEmpty, ...], BeforeValidator(_listed)] = ()
+    quota: Quota = Quota()
+    max_lifetime: Duration | None = None
+    default_lifetime: Duration | None = None  # a session that asks none; else max_lifetime
+    idle: IdlePolicy | None = None
+    max_priority: Priority = 0
+
+
+class Policies(_Model):
+    """The pool's governance (DESIGN contract 8): the default policy, the projects by name."""
+
+    default: Policy = Policy()
+    projects: dict[str, Policy] = {}
+    # a session pending for capacity may end `preemptible: true` batch sessions of a lower
+    # priority (core/preemption.py, driver/placing.py ``placed``)
+    preemption: StrictBool = False
+
+    def of(self, project: str | None) -> Policy:
+        """The policy a session of ``project`` (None: the default) runs under."""
+        if project is None or project == DEFAULT_PROJECT:
+            return self.default
+        return self.projects[project]
 
 
 class Pool(_Model):
@@ -421,6 +503,12 @@ class Pool(_Model):
     scheduler: Scheduler = Scheduler()
     # The registry credentials the agents pull sessions' images with (agents/images.py).
     registry_auth: RegistryAuth | None = None
+    # The operator's directory on every agent that holds the sessions' bundles
+    # (<scratch>/<stack id>/<host>/, core/bundles.py): made by `pool check --fix` / `pool up`,
+    # only the pool's SSH user (and root) may enter it; no session may mount a path in it.
+    scratch: NonEmpty = DEFAULT_SCRATCH
+    # Projects, their quotas, lifetimes, idle rules and priorities (core/governance.py).
+    policies: Policies = Policies()
 
     def agent(self, name: str) -> Agent:
         return next(a for a in self.agents if a.name == name)
@@ -498,6 +586,12 @@ def session_problems(session: Session) -> list[tuple[str, str]]:
         found.append(("image", "must not contain whitespace"))
     found += _text_problems(session)
     res = session.resources
+    if session.preemptible and session.type != "batch":
+        found.append(("preemptible", "applies to batch sessions only (type: batch): an "
+                      "interactive session is someone's work in progress"))
+    if session.project is not None and not PROJECT_NAME.fullmatch(session.project):
+        found.append(("project", "must be a project name: lowercase letters, digits, '_' or "
+                      "'-', starting with a letter or digit (at most 63)"))
     if res.shmem >= res.mem:
         found.append(("resources.shmem", f"must be smaller than resources.mem "
                       f"({format_size(res.shmem)} >= {format_size(res.mem)})"))
@@ -710,7 +804,11 @@ def mount_source_problems(session: Session, pool: Pool) -> list[tuple[str, str]]
         if mount.source is None or not mount.source.startswith("/") or _dotdot(mount.source):
             continue  # a volume name, or a problem session_problems names
         source = clean_target(mount.source)
-        if not any(_covers(root, source) for root in roots):
+        if _covers(clean_target(pool.scratch), source):  # (an ancestor: not a mount source)
+            found.append((f"mounts.{i}.source", f"{mount.source} is in the pool's scratch "
+                          f"root {pool.scratch} (every session's bundles, with their keys): no "
+                          "session may mount it or a path in it"))
+        elif not any(_covers(root, source) for root in roots):
             found.append((f"mounts.{i}.source", f"{mount.source}: {_allowed_sources(pool)}"))
     return found
 
@@ -743,6 +841,11 @@ def clean_target(path: str) -> str:
     if not path.startswith("/"):
         return path
     return "/" + posixpath.normpath(path).lstrip("/")
+
+
+def _overlaps(a: str, b: str) -> bool:
+    """Whether one of two host paths is the other or below it."""
+    return _covers(a, b) or _covers(b, a)
 
 
 def _covers(outer: str, inner: str) -> bool:
@@ -925,10 +1028,74 @@ def pool_problems(pool: Pool) -> list[tuple[str, str]]:
             found.append((f"volumes.{i}", f"{volume!r} is not a volume name (letters, digits, "
                           "'_', '.', '-', starting with a letter or digit)"))
     found += _storage_problems(pool)
+    found += _scratch_problems(pool)
     found += _privilege_problems(pool.privileges)
+    found += _policy_problems(pool.policies)
     if pool.swarm and pool.swarm.manager not in names:
         found.append(("swarm.manager", f"{pool.swarm.manager!r} is not one of the pool's agents "
                       f"({', '.join(names)})"))
+    return found
+
+
+def _plain_root(path: str) -> bool:
+    """An absolute path other than ``/`` without ``..`` (other roots have a problem of their
+    own, said once)."""
+    return path.startswith("/") and not _dotdot(path) and clean_target(path) != "/"
+
+
+def _scratch_problems(pool: Pool) -> list[tuple[str, str]]:
+    """The scratch root: absolute, no ``..``, not ``/``, and apart from every
+    path the pool lets a session mount (mount_sources, storage roots): a session that could
+    mount it would read every session's keys, or put a link that decides what another mounts.
+    Named volumes are names (the engine's own directory), never a path in it."""
+    root = pool.scratch
+    if not root.startswith("/") or _dotdot(root) or clean_target(root) == "/":
+        return [("scratch", "must be an absolute host directory other than '/', without '..'")]
+    if _hidden(root) or any(c in root for c in ",:"):
+        return [("scratch", "must not contain control characters, ',' or ':'")]
+    root = clean_target(root)
+    if len(root.encode()) > 1024:
+        return [("scratch", "is too long: at most 1024 bytes")]
+    # what is on its way on the agent (no link; the root the SSH user's, 0700) is checked
+    # there, at every delivery (agents/bundles.py)
+    found: list[tuple[str, str]] = []
+    for i, source in enumerate(pool.mount_sources):
+        if _plain_root(source) and _overlaps(clean_target(source), root):
+            found.append((f"mount_sources.{i}", f"{source} overlaps the pool's scratch root "
+                          f"{root} (every session's bundles): they must be separate "
+                          "directories"))
+    for name, storage in pool.storage.items():
+        if _plain_root(storage) and _overlaps(clean_target(storage), root):
+            found.append((f"storage.{name}", f"{storage} overlaps the pool's scratch root "
+                          f"{root} (every session's bundles): they must be separate "
+                          "directories"))
+    return found
+
+
+def _policy_problems(policies: Policies) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    named = [("policies.default", policies.default)] + [
+        (f"policies.projects.{name}", policy) for name, policy in policies.projects.items()]
+    for name in policies.projects:
+        if name == DEFAULT_PROJECT:
+            found.append((f"policies.projects.{name}", f"{DEFAULT_PROJECT!r} is the policy of "
+                          "sessions that name no project (policies.default): give the project "
+                          "another name"))
+        elif not PROJECT_NAME.fullmatch(name):
+            found.append((f"policies.projects.{name}", "must be a project name: lowercase "
+                          "letters, digits, '_' or '-', starting with a letter or digit"))
+    if policies.default.definitions:
+        found.append(("policies.default.definitions", "the default policy is for definitions "
+                      "that name no project, wherever they live: list directories under a "
+                      "project"))
+    for path, policy in named:
+        for i, where in enumerate(policy.definitions):
+            if _hidden(where) or "\0" in where:
+                found.append((f"{path}.definitions.{i}", NO_CONTROLS))
+        if (policy.default_lifetime is not None and policy.max_lifetime is not None
+                and policy.default_lifetime > policy.max_lifetime):
+            found.append((f"{path}.default_lifetime", f"{format_duration(policy.default_lifetime)}"
+                          f" is above max_lifetime ({format_duration(policy.max_lifetime)})"))
     return found
 
 

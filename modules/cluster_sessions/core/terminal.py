@@ -94,6 +94,27 @@ def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
             for row in cells]
 
 
+_HOME = "\x1b[H"  # the cursor to the top left corner
+_ERASE_LINE = "\x1b[K"  # the rest of the line
+_ERASE_BELOW = "\x1b[J"  # the rest of the screen
+
+
+def redraw(lines: Sequence[str], stream: TextIO | None = None) -> None:
+    """``lines`` drawn again from the terminal's top left corner, each line's old rest and
+    what was below erased (``sessionctl top``'s refresh in place). The three cursor
+    sequences are the only ones written and are fixed here; the lines themselves go through
+    the guard (:func:`printable` them first), so no data moves the cursor."""
+    out = stream or sys.stdout
+    raw = out.stream if isinstance(out, TerminalGuard) else out
+    raw.write(_HOME)
+    for line in lines:
+        out.write(line)
+        raw.write(_ERASE_LINE)
+        out.write("\n")
+    raw.write(_ERASE_BELOW)
+    out.flush()
+
+
 _SGR = "\x1b\\[[0-9;]*m"
 _SUSPECT = re.compile(f"{_SGR}|[^\n\t\x20-\x7e]")  # what may need escaping, and colours
 
@@ -109,8 +130,10 @@ class TerminalGuard:
 
     def __init__(self, stream: TextIO):
         self.stream = stream
+        self.written = 0  # characters written through it (a --json verb's document, or none)
 
     def write(self, text: str) -> int:
+        self.written += len(text)
         safe = _SUSPECT.sub(_guard_char, text)
         try:
             self.stream.write(safe)

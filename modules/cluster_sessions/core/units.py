@@ -72,3 +72,49 @@ def format_size(size: int) -> str:
         if size % factor == 0:
             return f"{size // factor}{unit}"
     return str(size)
+
+
+_DURATION_FACTORS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+DURATION_PATTERN = r"(?P<num>[0-9]{1,9})(?P<unit>[smhd])"
+_DURATION = re.compile(DURATION_PATTERN)
+MAX_DURATION = 366 * 86400  # a year and a day: far beyond any session's lifetime
+
+
+def parse_duration(value: object, maximum: int = MAX_DURATION) -> int:
+    """Whole seconds from ``90s``, ``30m``, ``8h``, ``2d`` or a plain integer of seconds
+    (governance: lifetimes, idle timeouts, grace periods)."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as 30m or 8h, not a boolean")
+    if isinstance(value, int):
+        seconds = value
+    elif isinstance(value, str):
+        match = _DURATION.fullmatch(value)
+        if not match:
+            raise ValueError(f"{value!r} is not a duration; use whole seconds, or a number "
+                             "with s, m, h or d (e.g. 30m, 8h)")
+        seconds = int(match["num"]) * _DURATION_FACTORS[match["unit"]]
+    else:
+        raise ValueError("expected a duration such as 30m or 8h")
+    if seconds <= 0:
+        raise ValueError("must be greater than zero")
+    if seconds > maximum:
+        raise ValueError(f"is too long: at most {format_duration(maximum)}")
+    return seconds
+
+
+def format_duration(seconds: int) -> str:
+    """``8h``, ``90m``, ``45s``: the largest unit (up to hours) that divides it."""
+    for unit in ("h", "m"):
+        if seconds and seconds % _DURATION_FACTORS[unit] == 0:
+            return f"{seconds // _DURATION_FACTORS[unit]}{unit}"
+    return f"{seconds}s"
+
+
+def duration_json_schema(maximum: int = MAX_DURATION) -> dict:
+    """What :func:`parse_duration` accepts, for ``sessionctl schema``."""
+    return {
+        "anyOf": [{"type": "string", "pattern": "^" + DURATION_PATTERN.replace("?P<num>", "")
+                   .replace("?P<unit>", "") + "$"},
+                  {"type": "integer", "minimum": 1, "maximum": maximum}],
+        "description": "a duration: whole seconds, or a number with s, m, h or d (e.g. 8h)",
+    }

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from ..core.loader import Loaded
 from ..core.placement import Free
-from ..core.plan import ClusterPlan, plan_to_dict, session_copies
-from ..core.services import public_warnings
+from ..core.plan import ClusterPlan, plan_to_dict, public_warnings, session_copies
+from ..core.problems import DefinitionError, Problem
 from ..core.spec import Pool, Session, json_schema
 from ..core.terminal import dumps, guarded, printable, table
 from ..core.units import format_size
@@ -26,6 +26,7 @@ from .errors import INTERRUPTED, ClusterSessionsError, Exit, outcome
 from .logs import drop_output
 from .session_args import (
     EPILOG,
+    add_project_arg,
     add_session_args,
     load_definition,
     nonempty,
@@ -34,9 +35,10 @@ from .session_args import (
 )
 
 
-def probed_free(args: argparse.Namespace, loaded: Loaded) -> tuple[list[Free], list]:
+def probed_free(args: argparse.Namespace, loaded: Loaded) -> tuple[list[Free], list, list]:
     """Live free capacity (``plan --probe``), said on stderr: which pool, what it found; with
-    the agents' reports, from which the swarm's readiness is judged."""
+    the agents' reports, from which the swarm's readiness is judged, and the live
+    reservations (what a project's quota counts too)."""
     from ..agents.capacity import free_of, probe_pool
     from ..agents.pool_ledger import Ledger
     from .placing import live_free
@@ -58,11 +60,33 @@ def probed_free(args: argparse.Namespace, loaded: Loaded) -> tuple[list[Free], l
     for f in free:
         print(f"  {printable(f.name)}: cpu {f.millicpu / 1000:g}, mem {format_size(f.mem)}, "
               f"gpus {','.join(map(str, f.gpus)) or '-'}", file=sys.stderr)
-    return free, reports
+    return free, reports, reservations
+
+
+def problem_dict(problem: Problem) -> dict[str, str]:
+    return {"file": problem.file, "path": problem.path, "message": problem.message}
+
+
+def error_document(verb: str, code: int, exc: BaseException) -> dict[str, object]:
+    """What a ``--json`` verb prints when it stops on an error before its own document:
+    the verb, the result the exit code means, the message, and each definition problem."""
+    results = {Exit.INVALID: "invalid", Exit.PENDING: "pending", Exit.MISSING: "missing"}
+    doc: dict[str, object] = {"verb": verb, "result": results.get(code, "failed"),
+                              "error": str(exc)}
+    if isinstance(exc, DefinitionError):
+        doc["problems"] = [problem_dict(p) for p in exc.problems]
+    return doc
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    problems = validate_files([Path(f) for f in args.files])
+    problems = validate_files([Path(f) for f in args.files], args.project)
+    if args.json:
+        bad = {p.file for p in problems}
+        print(json.dumps({"valid": not problems,
+                          "files": [{"file": f, "valid": f not in bad} for f in args.files],
+                          "problems": [problem_dict(p) for p in problems]},
+                         indent=2, ensure_ascii=False))
+        return Exit.INVALID if problems else Exit.OK
     for problem in problems:
         print(problem, file=sys.stderr)
     if problems:
@@ -73,8 +97,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    loaded = load_definition(Path(args.file), Path(args.pool) if args.pool is not None else None)
-    free, reports = probed_free(args, loaded) if args.probe else (None, [])
+    loaded = load_definition(Path(args.file), Path(args.pool) if args.pool is not None else None,
+                             project=args.project)
+    free, reports, reservations = probed_free(args, loaded) if args.probe else (None, [], [])
     sel = select(loaded, args.index, free)
     plans = [p for _, p in sel.chosen]
     pending = sel.pending.reason if sel.pending is not None else None
@@ -91,6 +116,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
                                      for p in plans)), None)
         if unready is not None:  # all of a count wait, as when one does not fit
             pending, problems = unready
+            plans = [dataclasses.replace(p, status="pending", reason=pending) for p in plans]
+    if args.probe and pending is None:
+        # the project's quota, as `up` judges it (the sessions' own holdings left out)
+        from .placing import quota_error
+
+        over = quota_error(loaded.pool, [p.session for p in sel.plans], reports, reservations,
+                           {p.name: "" for p in sel.plans})
+        if over is not None:
+            pending = str(over).removeprefix("pending: ").split("; nothing was created")[0]
             plans = [dataclasses.replace(p, status="pending", reason=pending) for p in plans]
     if args.json:
         from ..core.plan import with_image
@@ -135,6 +169,9 @@ def plan_table(plan: ClusterPlan, name_from_file: bool = False) -> str:
         lines.append(f"network  {net.driver} {net.name} on {net.agent}"
                      + (f", mtu {net.mtu}" if net.mtu else "")
                      + (", encrypted" if net.encrypted else ""))
+    for agent, delivery, why in plan.deliveries:  # issue 45: how the bundles get there
+        where = f" into {plan.scratch}" if delivery == "scratch" else ""
+        lines.append(f"bundles  {agent}: {delivery}{where} ({why})")
     for m in plan.mounts:
         what = (f"folder {m.folder} ({m.source}: made if missing, kept after destroy)"
                 if m.folder else m.source)
@@ -193,6 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Check definitions; print one line per problem as "
                        "FILE: dotted.path: message. Exit 0 if all are valid, else 2.")
     p.add_argument("files", nargs="+", metavar="FILE", type=nonempty)
+    p.add_argument("--json", action="store_true",
+                   help="print {valid, files: [{file, valid}], problems: [{file, path, "
+                   "message}]} on stdout instead of lines (exit codes unchanged)")
+    add_project_arg(p)
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("plan", help="show where each container goes (--json: and its env)",
@@ -288,6 +329,9 @@ def _main(argv: list[str] | None) -> int:
         code, lines = outcome(args.verb, exc)
         for line in lines:
             print(line, file=sys.stderr)
+        if getattr(args, "json", False) and not getattr(sys.stdout, "written", 1):
+            # a --json verb stopped before its own document: CI still gets one on stdout
+            print(json.dumps(error_document(args.verb, code, exc), ensure_ascii=False))
         return code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..agents.images import pull_everywhere, registry_auth, resolve
-from ..core.decisions import KeptImage, image_reason, read_image
+from ..core.decisions import KeptImage, image_reason, read_kept, read_kept_or_again
 from ..core.errors import ClusterSessionsError
 from ..core.images import PullProgress, tenths_crossed
 from ..core.names import IMAGE_KEY, STACKS_DIR, config_key
@@ -136,12 +136,11 @@ def decide_images(verb: str, pool: Pool, pool_file: Path | None, plans: Sequence
     resolved: dict[tuple[str, tuple[str, ...]], tuple[KeptImage, str]] = {}
     for plan in plans:
         config = recorded.get(plan.name) or {}
-        try:
-            kept = read_image(config.get(config_key(IMAGE_KEY)))
-        except (ValueError, TypeError):
-            print(f"sessionctl {verb}: {plan.name}: the recorded image is not one sessionctl "
-                  "wrote; resolving it again", file=sys.stderr)
-            kept = None
+        kept = read_kept_or_again(
+            IMAGE_KEY, config.get(config_key(IMAGE_KEY)),
+            lambda why, name=plan.name: print(f"sessionctl {verb}: {name}: recorded "
+                                              f"{printable(why)}; resolving it again",
+                                              file=sys.stderr))
         reason = image_reason(kept, plan.session.image, refresh)
         if reason is None and kept is not None:
             out[plan.name] = (kept, "kept")
@@ -189,7 +188,8 @@ def recorded_image(project: Path | None, plan: Any) -> str:
     path = project / STACKS_DIR / f"Pulumi.{plan.name}.yaml"
     try:
         doc = yaml.safe_load(path.read_text()) or {}
-        kept = read_image(str((doc.get("config") or {}).get(config_key(IMAGE_KEY)) or ""))
+        kept = read_kept(IMAGE_KEY, str((doc.get("config") or {}).get(config_key(IMAGE_KEY))
+                                        or ""))
     except (OSError, ValueError, TypeError, AttributeError, yaml.YAMLError):
         return ""
     if kept is None or image_reason(kept, plan.session.image) is not None:

@@ -35,11 +35,14 @@ JOB_KEYS = ("session", "exit", "result", "job_exit_code")
 
 
 def _engine_args(args: argparse.Namespace, verb: str) -> argparse.Namespace:
-    """``up``/``destroy`` as ``run`` calls them: live engine output, on stderr with ``--json``
-    (whose stdout is ``run``'s one document)."""
+    """``up``/``destroy`` as ``run`` calls them: live engine output, always on stderr: stdout
+    is the job's (main1's log, ``run FILE | head -1``), or with ``--json`` ``run``'s one
+    document. (The stand-in engine printed nothing; the real CLI's "Updating (stack):" came
+    first on stdout.)"""
     return argparse.Namespace(verb=verb, file=args.file, pool=args.pool, index=args.index,
                               stack=args.stack, json=False, yes=True, diff=False,
-                              output_to_stderr=args.json)
+                              output_to_stderr=True,
+                              **({"wait": getattr(args, "wait", None)} if verb == "up" else {}))
 
 
 def _summary(sel: Selected, connect: Connect, stack: str | None = None
@@ -156,6 +159,8 @@ def _run(args: argparse.Namespace, engine_verb: EngineVerb | None,
 
 
 def register(subparsers) -> None:
+    from .placing import parse_duration
+
     p = needs_pulumi(verb_parser(
         subparsers, "run", "up a batch session, wait for its job, destroy it; exit 0, 5 or 6",
         "For CI: `sessionctl up --yes`, then `sessionctl wait` (main1's log, prefixed), then "
@@ -165,6 +170,11 @@ def register(subparsers) -> None:
         "and destroys otherwise; either way it exits 130, as every verb does on Ctrl-C."))
     add_session_args(p)
     add_timeout(p, "give up waiting after S seconds (exit 6; the session is destroyed)")
+    p.add_argument("--wait", nargs="?", type=parse_duration, const=float("inf"),
+                   metavar="DURATION",
+                   help="when the pool cannot hold the session now, queue for it as `up --wait` "
+                   "does (first come, first served) instead of exiting 3; DURATION (90s, 10m, "
+                   "2h) bounds the wait for capacity, not the job's (--timeout)")
     p.add_argument("--keep", action="store_true", help="do not destroy the session afterwards")
     p.add_argument("--keep-on-failure", action="store_true",
                    help="keep the session when the job failed or was lost, to look into it")

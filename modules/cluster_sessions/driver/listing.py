@@ -18,7 +18,10 @@ from the agents' engines by label, as ``status`` does, and judged by the same fu
   labelled with the session (an ``up`` interrupted before the stack recorded them): named, with
   what to run (``up`` again converges, ``destroy`` removes them);
 - ``empty`` (EMPTY): the stack holds nothing, its agents hold nothing of it, and no job was
-  recorded (destroyed, or never up: a pending session creates nothing).
+  recorded (destroyed, or never up: a pending session creates nothing);
+- ``expired`` (EXPIRED): its lifetime ended (:func:`expired_state`);
+- ``preempted`` (PREEMPTED): a higher-priority session's ``up`` ended it through its stack's
+  destroy, which recorded by whom and the priorities on the stack (:func:`preempted_row`).
 
 A pool stack (``sessionctl pool up``: its config names a pool file) is not a session: never a
 row, whether or not its swarm is formed.
@@ -37,12 +40,12 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import os
 import shlex
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,16 +53,18 @@ from ..agents.engine import session_containers
 from ..agents.facts import HeldContainer, held_from_inspect
 from ..core.decisions import stack_identity
 from ..core.loader import load_file
-from ..core.names import STACK_ID_KEY, STACKS_DIR
+from ..core.names import STACK_ID_KEY, STACKS_DIR, config_key
 from ..core.problems import did_you_mean
+from ..core.render import LIFETIME_GRACE
 from ..core.services import ALL_ADDRESSES, LOOPBACK, service_url
 from ..core.spec import Agent, Pool
 from ..core.terminal import printable, table
 from ..core.usage import Usage, agent_usage, usage_text, usage_to_dict
-from . import history, stack_settings, stacks
+from . import ending, history, stack_settings, stacks
 from .errors import ClusterSessionsError, CommandError, Exit
 from .observe import Connect, Found, connect, disconnect, found_from_attrs, unreachable_cause
 from .session_args import needs_pulumi, verb_parser
+from .stack_records import unfinished_text
 from .status import Planned, host_faults, planned_rows, short_time
 
 PHASE_OF = {
@@ -73,6 +78,12 @@ PHASE_OF = {
     "empty": "empty",
     "queued": "pending",  # waiting in its pool's queue (`up --wait`)
     "placing": "pending",  # an `up` holds a reservation for it: its containers are coming
+    # its lifetime ended (core/governance.py): its containers ended their command by
+    # themselves and hold nothing; the next `up` starts it again, `destroy` removes it
+    "expired": "expired",
+    # ended by a higher priority on a pool with policies.preemption (core/preemption.py): its
+    # stack's destroy wrote why (driver/ending.py); the next `up` starts it again
+    "preempted": "preempted",
 }
 PHASES = tuple(dict.fromkeys(PHASE_OF.values()))
 
@@ -100,6 +111,15 @@ class Listed:
     # what its containers are created from: the pinned image (``repo@sha256:…`` or an image
     # ID, issue 33) as the stack's outputs say; "" when not known
     image: str = ""
+    # `ls --sample` (issue 43): the mean cpu % and GPU % of its containers now, and since when
+    # an idle session was last used (main1's start or last login), epoch seconds
+    used: dict[str, Any] | None = None
+    idle_since: float | None = None
+    # governance (contract 8): its project ("default": the pool's default policy), priority,
+    # and when its lifetime ends (epoch seconds, None: none)
+    project: str = "default"
+    priority: int = 0
+    expires_at: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "phase", PHASE_OF[self.state])
@@ -255,6 +275,9 @@ def listed(stack: str, outputs: Mapping[str, Any], project: Path, connect: Conne
     kind = session.get("type", "interactive")
     seen = session_state(kind, planned_from_outputs(session["name"], hosts, agent_info), found,
                          unreachable)
+    expires_at = session.get("expires_at")
+    expires_at = expires_at if isinstance(expires_at, int) and expires_at >= 0 else None
+    seen = expired_state(seen, expires_at, time.time())
     if (seen.state == "down" and record is not None
             and record.session_id == session.get("id")):
         return from_record(record, "its containers are gone")
@@ -269,7 +292,51 @@ def listed(stack: str, outputs: Mapping[str, Any], project: Path, connect: Conne
                   duration_s=duration_s(seen.started, seen.finished), faults=seen.faults,
                   services=listed_services(value("services") or {}, found,
                                            hosts[0] if hosts else ""),
-                  image=str(session.get("image") or ""))
+                  image=str(session.get("image") or ""),
+                  project=str(session.get("project") or "default"),
+                  priority=int(session.get("priority") or 0), expires_at=expires_at)
+
+
+def expired_state(seen: Observed, expires_at: int | None, now: float) -> Observed:
+    """A session past its lifetime whose containers do not run is EXPIRED, with its reason
+    (its containers ended their command by themselves: templates/lifetime.sh). A restart
+    policy starts them again, to exit at once: a main1 "running" since after the expiry, or
+    anything after the grace, is that restart, not the session's command."""
+    if expires_at is None or now < expires_at or seen.state == "unreachable":
+        return seen
+    start = parse_stamp(seen.started)
+    restarted = start is not None and start.timestamp() >= expires_at
+    if seen.state == "running" and not restarted and now < expires_at + LIFETIME_GRACE + 5:
+        return seen
+    when = datetime.fromtimestamp(expires_at, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    return replace(seen, state="expired", detail=f"its lifetime ended at {when}: its "
+                   "containers ended the command; `up` starts it again, `destroy` removes it")
+
+
+def preempted_row(row: Listed, config: Mapping[str, Any]) -> Listed | None:
+    """An empty stack whose session was preempted (its destroy recorded it on the stack:
+    driver/ending.py): PREEMPTED, with the reason (by whom, the two priorities); None when
+    there is no record."""
+    record = ending.read_preempted(config.get(config_key(ending.PREEMPTED_KEY)))
+    if record is None:
+        return None
+    return replace(row, name=record["session"], type=record["type"], state="preempted",
+                   phase="", detail=ending.preempted_text(record), project=record["project"],
+                   priority=record["priority"])
+
+
+def time_left(row: Listed, now: float) -> str:
+    """What is left of a session's lifetime, for the table: ``3h12m``, ``40s``, ``EXPIRED``,
+    ``-`` (no lifetime)."""
+    if row.expires_at is None:
+        return "-"
+    left = int(row.expires_at - now)
+    if left <= 0:
+        return "EXPIRED"
+    hours, rest = divmod(left, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else (f"{minutes}m{seconds:02d}s" if minutes
+                                                   else f"{seconds}s")
 
 
 def shown_path(path: Path) -> Path:
@@ -280,7 +347,8 @@ def shown_path(path: Path) -> Path:
         return path.resolve()
 
 
-def left_behind(row: Listed, config: Mapping[str, str], project: Path) -> Listed | None:
+def left_behind(row: Listed, config: Mapping[str, str], project: Path,
+                resources: int = 0) -> Listed | None:
     """A session stack that holds nothing, as its agents see it: what is labelled with the
     session there (an ``up`` interrupted before the stack recorded it) is a ``leftover`` row
     naming it and what to run; an agent that does not answer makes it ``unreachable``. None
@@ -307,9 +375,11 @@ def left_behind(row: Listed, config: Mapping[str, str], project: Path) -> Listed
     shown = printable(shlex.join([str(shown_path(path)),
                                   *(["--pool", str(shown_path(stacks_dir / pool))] if pool else []),
                                   *(["--index", str(index)] if index else [])]))
+    holds = (unfinished_text(resources) if resources
+             else "the stack holds nothing (left by an interrupted up)")
     if found:
-        detail = ("the stack holds nothing, its agents hold " + ", ".join(map(str, found))
-                  + f" (left by an interrupted up): `sessionctl up {shown}` converges, "
+        detail = (f"{holds}; its agents hold " + ", ".join(map(str, found))
+                  + f": `sessionctl up {shown}` converges, "
                   f"`sessionctl destroy {shown}` removes them")
         return dataclasses.replace(row, name=session.name, type=session.type, agents=agents,
                                    state="leftover", detail=detail, phase="")
@@ -317,6 +387,11 @@ def left_behind(row: Listed, config: Mapping[str, str], project: Path) -> Listed
         return dataclasses.replace(row, state="unreachable", phase="", detail="the stack "
                                    "holds nothing; leftovers could not be looked for: "
                                    + "; ".join(map(str, errors)))
+    if resources:  # what the agents hold is all the stack's, but the up never finished
+        return dataclasses.replace(row, name=session.name, type=session.type,
+                                   state="leftover", phase="", detail=f"{holds}: `sessionctl "
+                                   f"up {shown}` converges, `sessionctl destroy {shown}` "
+                                   "removes it")
     return None
 
 
@@ -390,12 +465,18 @@ def with_waiting(rows: list[Listed], pools: Mapping[str, Pool]) -> list[Listed]:
     return out
 
 
-def listing_table(rows: Sequence[Listed]) -> str:
+def listing_table(rows: Sequence[Listed], sampled: bool = False) -> str:
+    from .top import idle_cell, used_cell
+
+    extra = ("USED", "IDLE-SINCE") if sampled else ()
+    now = time.time()
     return "\n".join(table(
-        ("NAME", "TYPE", "MODE", "SIZE", "AGENTS", "STATE", "STARTED", "ENDED", "DURATION",
-         "DETAIL"),
+        ("NAME", "TYPE", "MODE", "SIZE", "AGENTS", "STATE", "PROJECT", "PRIO", "LEFT",
+         "STARTED", "ENDED", "DURATION", *extra, "DETAIL"),
         ((r.name, r.type, r.mode, str(r.size), ",".join(r.agents) or "-", r.phase.upper(),
+          r.project, str(r.priority), time_left(r, now),
           short_time(r.started), short_time(r.finished), format_duration(r.duration_s),
+          *((used_cell(r.used), idle_cell(r)) if sampled else ()),
           (f"{r.state}: {r.detail}" if r.detail else r.state))
          for r in rows)))
 
@@ -418,14 +499,10 @@ def parse_states(value: str) -> tuple[str, ...]:
 
 
 def cmd_ls(args: argparse.Namespace, connect: Connect = connect) -> int:
-    project = stacks.find_project([Path.cwd(), Path(__file__).resolve().parent])
-    if project is None:
-        raise CommandError(f"no Pulumi project {stacks.PROJECT_NAME!r} (Pulumi.yaml) found "
-                           "above the current directory or the installed package", Exit.MISSING)
-    settings = stacks.engine_settings(os.environ, project)
-    pulumi = stacks.find_pulumi(os.environ)
-    if pulumi is None:
-        raise CommandError(stacks.how_to_install(), Exit.MISSING)
+    project, settings, pulumi = stacks.project_engine(
+        [Path.cwd(), Path(__file__).resolve().parent],
+        f"no Pulumi project {stacks.PROJECT_NAME!r} (Pulumi.yaml) found above the current "
+        "directory or the installed package")
     workspace: Any = None
     summaries: list[Any] = []
     if settings.state_dir is None or settings.state_dir.exists():  # else: before the first up
@@ -441,6 +518,7 @@ def cmd_ls(args: argparse.Namespace, connect: Connect = connect) -> int:
     records = history.history_dir(settings, project)
     holdings = Holdings()
     pools: dict[str, Pool] = {}
+    sampled_agents: dict[str, dict[str, Agent]] = {}  # `--sample`: session -> its agents
     for summary in sorted(summaries, key=lambda s: s.name):
         outputs = workspace.stack_outputs(summary.name)
         if outputs and "session" not in outputs:
@@ -450,26 +528,43 @@ def cmd_ls(args: argparse.Namespace, connect: Connect = connect) -> int:
         if pool is not None:
             pools.setdefault(pool.name, pool)
         row = listed(summary.name, outputs, project, connect, records, holdings)
+        if args.sample and row.phase == "running" and isinstance(session, Mapping):
+            agent_info = getattr(outputs.get("agents"), "value", outputs.get("agents")) or {}
+            sampled_agents[row.name] = stack_agents(session, agent_info, project)
         if row.state == "empty":  # held nothing: a pool stack, or what an interrupted up left
             config = {k: getattr(v, "value", v)
                       for k, v in workspace.get_all_config(summary.name).items()}
             if config.get(stack_settings.CONFIG_POOL_DEFINITION):
                 continue  # a pool stack whose swarm is gone (`pool destroy`)
-            row = left_behind(row, config, project) or row
+            row = (left_behind(row, config, project, summary.resource_count or 0)
+                   or preempted_row(row, config) or row)
         rows.append(row)
     rows = with_waiting(rows, pools)
     if args.state:
         rows = [r for r in rows if r.phase in args.state]
+    elif not args.all:  # a destroyed session's stack holds nothing: shown with --all
+        hidden = sum(r.state == "empty" for r in rows)
+        rows = [r for r in rows if r.state != "empty"]
+        if hidden and not args.json:
+            print(f"({hidden} empty stack{'s' if hidden != 1 else ''} not shown: --all shows "
+                  "them; `sessionctl destroy FILE --remove` removes one)", file=sys.stderr)
+    if args.sample:
+        from .top import sample_listed
+
+        rows = sample_listed(rows, sampled_agents)
     usage = holdings.usage()
     if args.json:
-        json.dump({"backend": settings.backend_url, "sessions": [asdict(r) for r in rows],
+        sampled_only = () if args.sample else ("used", "idle_since")  # `--sample`'s keys
+        json.dump({"backend": settings.backend_url,
+                   "sessions": [{k: v for k, v in asdict(r).items() if k not in sampled_only}
+                                for r in rows],
                    "usage": [{"pool": pool, "agents": [usage_to_dict(u) for u in agents]}
                              for pool, agents in usage]},
                   sys.stdout, indent=2, ensure_ascii=False)
         print()
         return Exit.OK
     if rows:
-        print(listing_table(rows))
+        print(listing_table(rows, sampled=args.sample))
     else:
         shown = f" {','.join(args.state)}" if args.state else ""
         print(f"no{shown} sessions in {settings.backend_url}", file=sys.stderr)
@@ -486,7 +581,9 @@ def register(subparsers) -> None:
         "from the engines now: RUNNING; FINISHED (a batch job: exit code, start, end, "
         "duration; after `run` or `destroy` removed its containers, as `wait`/`run` recorded "
         "it); ERROR (the fault `status` reports: a host missing, exited, restarting or dead, "
-        "or a job lost); UNKNOWN (an agent did not answer); EMPTY (destroyed, or never up). "
+        "or a job lost); UNKNOWN (an agent did not answer); EMPTY (destroyed, or never up); "
+        "PENDING (queued, or its containers coming); EXPIRED (its lifetime ended); PREEMPTED "
+        "(a higher priority ended it: by whom, and the priorities). "
         "Under the table, per pool, what the listed sessions hold on each agent against its "
         "declared capacity (`sessionctl pool usage POOL` counts every session on the agents). "
         "Needs the pulumi CLI to read the backend (exit 4 without it).",
@@ -497,6 +594,13 @@ def register(subparsers) -> None:
                    "table; each session has state and phase, exit_code, started, finished, "
                    "duration_s, faults, recorded, image (what its containers run: repo@sha256:… "
                    "or an image ID)")
+    p.add_argument("--all", action="store_true",
+                   help="also the EMPTY stacks (destroyed, or never up), hidden by default")
+    p.add_argument("--sample", action="store_true",
+                   help="also measure the running sessions (two stats readings a second apart, "
+                   "every agent at once): USED (mean cpu %% of the allocated cores, and of "
+                   "the GPUs) and IDLE-SINCE (an idle session's last login or start); in "
+                   "--json, `used` and `idle_since` per session")
     p.add_argument("--state", type=parse_states, metavar="PHASE[,PHASE]",
                    help=f"only sessions in these phases: {', '.join(PHASES)} (any case)")
     p.set_defaults(func=cmd_ls)

@@ -156,7 +156,7 @@ Mine = Callable[[str], bool]
 def own_objects(stack: str, definition: Path) -> Mine | None:
     """Which stack-id labels are ``stack``'s (``StackIdentity.owns``), read from the backend;
     none when the backend has no such stack; None (any) without the ``pulumi`` CLI."""
-    from .stack_identity import read_identity
+    from .stack_records import read_identity
     from .stack_settings import project_starts
 
     try:

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.governance import PROJECT_ENV, governed, operator_project
 from ..core.loader import (
     POOLS_ENV,
     Loaded,
@@ -85,6 +86,13 @@ def add_session_args(p: argparse.ArgumentParser) -> None:
                    "`pool` is: in $CLUSTER_SESSIONS_POOLS, then the project's stacks/pools")
     p.add_argument("--index", metavar="I", type=positive_index,
                    help="with `count: K`: only session I (<name>-I) of the K; default: all")
+    add_project_arg(p)
+
+
+def add_project_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--project", metavar="PROJECT", type=nonempty, default=None,
+                   help="the operator's project for this run (CI: who asked): it wins over "
+                   f"the definition's `project:`; default ${PROJECT_ENV}")
 
 
 @dataclass(frozen=True)
@@ -131,16 +139,20 @@ def pool_dirs() -> tuple[Path, ...]:
 
 
 def load_definition(file: Path, pool: Path | None = None,
-                    dirs: Sequence[Path] | None = None) -> Loaded:
-    """A session definition and its pool, valid and usable together, or DefinitionError.
-    ``dirs``: the operator's pool directories, by default :func:`pool_dirs`."""
-    return check_usable(load_session(file, pool,
-                                     pool_dirs=pool_dirs() if dirs is None else dirs))
+                    dirs: Sequence[Path] | None = None, project: str | None = None) -> Loaded:
+    """A session definition and its pool, valid and usable together, its project the one it
+    may run under (core.governance), or DefinitionError. ``dirs``: the operator's pool
+    directories, by default :func:`pool_dirs`; ``project``: the operator's ``--project``
+    (else ``$CLUSTER_SESSIONS_PROJECT``)."""
+    return governed(check_usable(load_session(file, pool,
+                                              pool_dirs=pool_dirs() if dirs is None else dirs)),
+                    operator_project(project))
 
 
-def validate_files(paths: Sequence[Path]) -> list[Problem]:
+def validate_files(paths: Sequence[Path], project: str | None = None) -> list[Problem]:
     """Every problem of every file (``sessionctl validate``); a session file is checked together
-    with its pool."""
+    with its pool, and its project claim with the operator's (``project``, else the
+    environment's)."""
     problems: list[Problem] = []
     sessions: list[tuple[Path, Session]] = []
     for path in paths:
@@ -148,7 +160,8 @@ def validate_files(paths: Sequence[Path]) -> list[Problem]:
             obj = load_file(path)
             if isinstance(obj, Session):
                 sessions.append((path, obj))
-                check_usable(with_pool(obj, path, pool_dirs=pool_dirs()))
+                governed(check_usable(with_pool(obj, path, pool_dirs=pool_dirs())),
+                         operator_project(project))
         except DefinitionError as exc:
             problems.extend(exc.problems)
     return problems + same_sessions(sessions)
@@ -182,7 +195,8 @@ def same_sessions(definitions: Sequence[tuple[Path, Session]]) -> list[Problem]:
 
 def selected(args: argparse.Namespace, free: Sequence[Free] | None = None) -> Selected:
     """Load ``args.file`` (with ``args.pool``), plan all its sessions, pick ``args.index``."""
-    loaded = load_definition(Path(args.file), Path(args.pool) if args.pool else None)
+    loaded = load_definition(Path(args.file), Path(args.pool) if args.pool else None,
+                             project=getattr(args, "project", None))
     return select(loaded, getattr(args, "index", None), free)
 
 

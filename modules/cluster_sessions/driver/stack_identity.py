@@ -10,8 +10,9 @@ A stack's identity is a kept decision (:mod:`cluster_sessions.core.decisions`: `
 - :func:`refuse_held_names`: before anything is swept or created, an ``up``/``preview`` of a
   session whose name objects of another stack hold on the pool is invalid input (exit 2),
   naming the holder by its labels (stack id, stack name, who made it) and what it holds;
-- :func:`read_identity`: for the verbs that only look (``status``, ``logs``, ``wait``,
-  ``run``), the identity of the stack they look at, read from the backend.
+- for the verbs that only look, the identity read from the backend is
+  :func:`cluster_sessions.driver.stack_records.read_identity` (above the stack runner it reads
+  the backend through, as this module is below it).
 
 Why a name and not only the objects: containers and the network are named after the session
 (``NAME-main1``, the network), so two stacks of one name cannot both run on a pool; before
@@ -21,7 +22,6 @@ stack ids, the second ``up`` took the first's objects for its own leftovers and 
 from __future__ import annotations
 
 import getpass
-import os
 import re
 import socket
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -130,35 +130,3 @@ def refuse_held_names(definition: Path, pool: Pool,
             problems.append(holder_refusal(definition, plan.name, pool.name, held))
     if problems:
         raise CommandError("\n".join(problems), Exit.INVALID)
-
-
-# --- the verbs that look -----------------------------------------------------------------------
-
-
-def read_identity(stack: str, starts: Sequence[Path]) -> StackIdentity | None:
-    """The identity of ``stack`` in the configured backend, for a verb that only looks; None
-    when the backend has no such stack (then no object on the pool is its). Raises
-    CommandError 4 without the ``pulumi`` CLI or the project, 1 when the backend cannot be
-    read, 2 for a kept value we did not write."""
-    from pulumi import automation as auto
-
-    from . import stacks as engine
-
-    project = engine.find_project(starts)
-    if project is None:
-        raise CommandError(f"no Pulumi project {engine.PROJECT_NAME!r} (Pulumi.yaml) found: "
-                           "it says which stack's objects are this session's", Exit.MISSING)
-    settings = engine.engine_settings(os.environ, project)
-    pulumi = engine.find_pulumi(os.environ)
-    if pulumi is None:
-        raise CommandError(engine.how_to_install(), Exit.MISSING)
-    workspace = engine.open_workspace(project, settings, pulumi)
-    short = stack.rsplit("/", 1)[-1]
-    try:
-        if short not in {s.name for s in workspace.list_stacks()}:
-            return None
-        config = {k: v.value for k, v in workspace.get_all_config(stack).items()}
-    except auto.errors.CommandError as exc:
-        raise CommandError(f"could not read the config of stack {stack}: {exc}",
-                           Exit.ENGINE) from None
-    return identities({stack: stack}, {stack: config}, "")[stack]

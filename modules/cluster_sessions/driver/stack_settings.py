@@ -24,6 +24,7 @@ from ..core.names import (
     POOL_DEFINITION_KEY,
     POOL_KEY,
     PROJECT,
+    PROJECT_KEY,
     STACKS_DIR,
     config_key,
 )
@@ -36,6 +37,7 @@ PROJECT_NAME = PROJECT
 CONFIG_DEFINITION = config_key(DEFINITION_KEY)
 CONFIG_POOL = config_key(POOL_KEY)
 CONFIG_INDEX = config_key(INDEX_KEY)
+CONFIG_PROJECT = config_key(PROJECT_KEY)
 CONFIG_POOL_DEFINITION = config_key(POOL_DEFINITION_KEY)
 OWNER_KEYS = (CONFIG_DEFINITION, CONFIG_POOL_DEFINITION)
 """The config keys that say which file a stack is made from: a session's definition, or a
@@ -82,15 +84,21 @@ def config_path(file: Path, stacks_dir: Path) -> str:
 
 
 def stack_config(definition: Path, pool: Path | None, project: Path,
-                 index: int | None = None) -> dict[str, str | None]:
+                 index: int | None = None, governed: str | None = None
+                 ) -> dict[str, str | None]:
     """The stack config a run sets; ``None`` means "remove the key" (no stale pool from before).
-    ``index``: which of a ``count``'s sessions the stack runs."""
+    ``index``: which of a ``count``'s sessions the stack runs; ``governed``: the project the
+    run's session runs under (core.governance, checked with the operator's word): the program
+    runs it as that project, as the operator's own (``default``: the default policy)."""
     stacks = project / STACKS_DIR
-    return {
+    config = {
         CONFIG_DEFINITION: config_path(definition, stacks),
         CONFIG_POOL: config_path(pool, stacks) if pool is not None else None,
         CONFIG_INDEX: str(index) if index is not None else None,
     }
+    if governed is not None:
+        config[CONFIG_PROJECT] = governed
+    return config
 
 
 def owner_conflict(stack: str, recorded: Mapping[str, str],
@@ -98,9 +106,13 @@ def owner_conflict(stack: str, recorded: Mapping[str, str],
     """Why a run that sets ``wanted`` must not take over ``stack``, whose config holds
     ``recorded``; None when the stack is new or made from the same file. A different
     definition that maps to the same stack (``name: sweep`` with ``count: 2`` and another
-    file's ``name: sweep-2``) would otherwise replace the other session's containers."""
-    mine = {k: wanted.get(k) for k in OWNER_KEYS}
-    theirs = {k: recorded.get(k) for k in OWNER_KEYS}
+    file's ``name: sweep-2``) would otherwise replace the other session's containers.
+
+    An empty value is no value: the real CLI's ``pulumi config --json`` (what
+    ``get_all_config`` reads) lists every key ``Pulumi.yaml`` declares with its default, ``""``
+    here, beside the stack's own."""
+    mine = {k: wanted.get(k) or None for k in OWNER_KEYS}
+    theirs = {k: recorded.get(k) or None for k in OWNER_KEYS}
     if not any(theirs.values()) or theirs == mine:
         return None
     other = theirs[CONFIG_DEFINITION] or f"pool file {theirs[CONFIG_POOL_DEFINITION]}"
@@ -328,6 +340,35 @@ def summary_document(verb: str, stack: str, session: str, backend: str | None, r
     return doc
 
 
+REPLACE_OPS = ("replace", "create-replacement", "delete-replaced", "discard-replaced")
+
+
+def step_lines(steps: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per resource the engine's steps touch, as ``pulumi preview --diff`` names
+    them: the step (a replacement's three steps are one ``replace``), the kind and name, and
+    what forces a replacement or what an update changes (pure)."""
+    merged: dict[str, dict[str, Any]] = {}
+    for step in steps:
+        name = str(step.get("name", ""))
+        row = merged.setdefault(name, {"op": step.get("op", ""), "type": step.get("type", ""),
+                                       "keys": [], "diffs": []})
+        if step.get("op") in REPLACE_OPS:
+            row["op"] = "replace"
+        for key in ("keys", "diffs"):
+            source = "replace_keys" if key == "keys" else "diffs"
+            row[key] += [k for k in step.get(source) or () if k not in row[key]]
+    lines = []
+    for name, row in merged.items():
+        kind = str(row["type"]).rsplit(":", 1)[-1] or "resource"
+        line = f"  {row['op']:<8} {kind} {name}"
+        if row["op"] == "replace" and row["keys"]:
+            line += f"  (replaced: {', '.join(row['keys'])} changed)"
+        elif row["diffs"]:
+            line += f"  ({', '.join(row['diffs'])} changed)"
+        lines.append(line)
+    return lines
+
+
 class EventLog:
     """Collects what the engine reports as structured events: per-resource steps (for the
     ``--json`` summary and the PR comment) and error diagnostics (for the failure message)."""
@@ -350,7 +391,7 @@ class EventLog:
                 if diffs:
                     step["diffs"] = diffs
                 keys = list(getattr(meta, "keys", None) or [])
-                if keys and "replace" in op:
+                if keys and op in REPLACE_OPS:
                     step["replace_keys"] = keys
                 with self._lock:
                     self.steps.append(step)

@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import shlex
@@ -47,6 +48,7 @@ import shutil
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -59,23 +61,37 @@ from ..agents.early_limits import early_pids_limits
 from ..agents.folders import bind_refusals, folder_refusals, volume_refusals
 from ..agents.pool_ledger import Ledger, PoolBusy
 from ..agents.reach import LOCAL, SSH, reach_of
-from ..core.decisions import StackIdentity, kept_placement
+from ..core.decisions import (
+    KEPT_OUTPUT,
+    StackIdentity,
+    carried,
+    decide_expiry,
+    kept_placement,
+    recover_kept,
+)
 from ..core.errors import ClusterSessionsError
+from ..core.governance import lifetime_of
 from ..core.loader import Loaded
 from ..core.names import (
+    CONFIG_NAMESPACE,
     DEFAULT_DOCKER_HOSTS,
+    DEFINITION_KEY,
     DOCKER_CLIENT_ENV,
+    EXPIRES_KEY,
     IMAGE_KEY,
     PLACEMENT_KEY,
     SERVICE_PORTS_KEY,
+    STACK_ID_KEY,
+    STACK_ID_LABEL,
     STACKS_DIR,
     config_key,
 )
-from ..core.plan import ClusterPlan, with_image
-from ..core.spec import Agent, Pool
-from . import service_ports, stack_identity
+from ..core.plan import ClusterPlan, with_expiry, with_image
+from ..core.spec import DEFAULT_PROJECT, Agent, Pool, clean_target
+from ..core.terminal import printable
+from . import ending, service_ports, stack_identity
 from .errors import CommandError, Exit
-from .placing import parse_duration, placed, recorded_placements
+from .placing import Preemption, parse_duration, placed, recorded_placements
 from .session_args import EPILOG, add_session_args, needs_pulumi, selected
 from .stack_lock import StackBusy, stack_lock
 from .stack_settings import (
@@ -101,6 +117,7 @@ from .stack_settings import (
     split_command_error,
     stack_config,
     stack_name_for,
+    step_lines,
     summary_document,
 )
 
@@ -129,6 +146,20 @@ def find_pulumi(environ: Mapping[str, str]) -> Path | None:
     home = Path(environ.get("PULUMI_HOME") or Path(environ.get("HOME", "~")) / ".pulumi")
     installed = home.expanduser() / "bin" / "pulumi"
     return installed if installed.is_file() and os.access(installed, os.X_OK) else None
+
+
+def project_engine(starts: Sequence[Path], missing: str) -> tuple[Path, EngineSettings, Path]:
+    """The project found from ``starts``, its engine settings and the ``pulumi`` CLI, for a
+    verb that reads the backend; CommandError 4 without the project (``missing`` says what it
+    is for) or the CLI (how to install it)."""
+    project = find_project(starts)
+    if project is None:
+        raise CommandError(missing, Exit.MISSING)
+    settings = engine_settings(os.environ, project)
+    pulumi = find_pulumi(os.environ)
+    if pulumi is None:
+        raise CommandError(how_to_install(), Exit.MISSING)
+    return project, settings, pulumi
 
 
 def docker_answers(agent: Agent, timeout: float = 5) -> str | None:
@@ -173,6 +204,23 @@ def unreachable_local_agents(plan: ClusterPlan, loaded: Loaded,
     return missing
 
 
+def cli_command(pulumi: Path | None) -> Any:
+    """The CLI the workspace runs (:mod:`.pulumi_cli`: Ctrl-C passed on, the CLI waited for):
+    ``pulumi`` from ``PATH``, or the installed one that is not on it (``~/.pulumi/bin``). One
+    per CLI and process: making one runs ``pulumi version`` (a process), and a verb opens a
+    workspace or stack several times."""
+    found = shutil.which("pulumi")
+    root = str(pulumi.parent.parent) if pulumi is not None and found != str(pulumi) else None
+    return _command_for(root, found)
+
+
+@functools.lru_cache(maxsize=8)
+def _command_for(root: str | None, found: str | None) -> Any:
+    from . import pulumi_cli
+
+    return pulumi_cli.InterruptibleCommand(root=root)  # None: `pulumi` from PATH (``found``)
+
+
 def open_stack(stack: str, project: Path, settings: EngineSettings, pulumi: Path | None,
                create: bool = True) -> Any:
     """Create or select the stack of the local program in ``project``.
@@ -182,12 +230,9 @@ def open_stack(stack: str, project: Path, settings: EngineSettings, pulumi: Path
     """
     from pulumi import automation as auto
 
-    command = None
     try:
-        if pulumi is not None and shutil.which("pulumi") != str(pulumi):
-            # Installed but not on PATH (~/.pulumi/bin): point the workspace at it.
-            command = auto.PulumiCommand(root=str(pulumi.parent.parent))
-        opts = auto.LocalWorkspaceOptions(env_vars=settings.env, pulumi_command=command)
+        opts = auto.LocalWorkspaceOptions(env_vars=settings.env,
+                                          pulumi_command=cli_command(pulumi))
         if create:
             return auto.create_or_select_stack(stack, work_dir=str(project), opts=opts)
         return auto.select_stack(stack, work_dir=str(project), opts=opts)
@@ -205,11 +250,8 @@ def open_workspace(project: Path, settings: EngineSettings, pulumi: Path | None)
     from pulumi import automation as auto
 
     try:
-        command = None
-        if pulumi is not None and shutil.which("pulumi") != str(pulumi):
-            command = auto.PulumiCommand(root=str(pulumi.parent.parent))
         return auto.LocalWorkspace(work_dir=str(project), env_vars=settings.env,
-                                   pulumi_command=command)
+                                   pulumi_command=cli_command(pulumi))
     except FileNotFoundError:
         raise CommandError(how_to_install(), Exit.MISSING) from None
     except auto.InvalidVersionError as exc:
@@ -218,14 +260,19 @@ def open_workspace(project: Path, settings: EngineSettings, pulumi: Path | None)
 
 
 def apply_config(stack: Any, config: Mapping[str, str | None]) -> None:
+    """The stack's config as ``config`` says (``None``: not set), in one CLI call for what is
+    set and one for what is removed: each call is a ``pulumi`` process (0.1-0.3 s), and an
+    ``up`` keeps about ten keys (docs/benchmarks.md). ``config rm-all`` of a key not set
+    leaves it so (the CLI's ``config.Map.Remove``)."""
     from pulumi import automation as auto
 
-    for key, value in config.items():
-        if value is not None:
-            stack.set_config(key, auto.ConfigValue(value=value))
-            continue
-        with contextlib.suppress(auto.errors.CommandError):  # not set: nothing to remove
-            stack.remove_config(key)
+    values = {key: auto.ConfigValue(value=value) for key, value in config.items()
+              if value is not None}
+    if values:
+        stack.set_all_config(values)
+    removed = [key for key, value in config.items() if value is None]
+    if removed:
+        stack.remove_all_config(removed)
 
 
 class Terminal:
@@ -357,7 +404,7 @@ class Target:
     # destroy could not finish (returns the message)
     after_destroy: Callable[[Callable[..., dict[str, Any]]], None] | None = None
     partly_destroyed: Callable[[str], str] | None = None
-    before_up: Callable[[Any], None] | None = None  # given the stack, before ``up``
+    before_up: Callable[..., None] | None = None  # given the stack and verb, before up/destroy
     # given the plan as placed and pinned, the context ``up`` itself runs in (a session's:
     # its pids limits as soon as its containers exist, agents/early_limits.py)
     while_up: Callable[[ClusterPlan], contextlib.AbstractContextManager] | None = None
@@ -421,11 +468,18 @@ def run_stacks(args: argparse.Namespace, verb: str, sel: Any, stacks: dict[str, 
     its config) and no chosen session name held by another stack, then the verb on each chosen
     stack in turn."""
     definition = Path(args.file)
-    pool_file = Path(args.pool) if args.pool else None
+    # --pool takes what pool: takes (a name or a path): the stack keeps the file it resolved to
+    pool_file = sel.loaded.pool_file if args.pool else None
     stacks_dir = prepared.project / STACKS_DIR
     configs = {plan.name: stack_config(definition, pool_file, prepared.project,
-                                       index if sel.counted else None)
+                                       index if sel.counted else None,
+                                       sel.loaded.session.project or DEFAULT_PROJECT)
                for index, plan in sel.chosen}
+    for config in configs.values():  # a preempted session's record (driver/ending.py):
+        if verb == "destroy" and getattr(args, "preempted", None):  # written by its destroy
+            config[config_key(ending.PREEMPTED_KEY)] = args.preempted
+        elif verb in ("up", "destroy"):  # gone once it is up again, or destroyed by hand
+            config[config_key(ending.PREEMPTED_KEY)] = None
     pending = sel.pending
     placing = verb in ("preview", "up") and pending is None
     with contextlib.ExitStack() as held:
@@ -459,13 +513,15 @@ def run_stacks(args: argparse.Namespace, verb: str, sel: Any, stacks: dict[str, 
             sel, targets = with_live_placement(
                 args, verb, sel, targets, recorded, held, report_all,
                 prepared.settings.backend_url, ledger,
-                {name: w.stack_id for name, w in who.items()}, refuse_held)
+                {name: w.stack_id for name, w in who.items()}, refuse_held,
+                preemption_for(verb, sel.loaded.pool, prepared))
             # Every agent the plans use answers, and is what each plan assumes (swarm
             # membership, encryption support) before anything is created: no half-made session.
             mine = [p.name for p in sel.plans]
             for agents in dict.fromkeys(p.agents for _, p in sel.chosen):
                 preflight(sel.loaded.pool, agents, exclude_session=mine)
             refuse_unusable_folders(definition, sel)
+            refuse_unusable_scratch(sel)
             sel, targets = with_pinned_image(args, verb, sel, targets, recorded, report_all,
                                              prepared.settings.backend_url)
         return run_targets(args, verb, sel, targets, prepared, docs, emit_docs)
@@ -475,7 +531,8 @@ def with_live_placement(args: argparse.Namespace, verb: str, sel: Any, targets: 
                         recorded: Mapping[str, Mapping[str, str]], held: contextlib.ExitStack,
                         report_all: Callable[..., None], backend: str,
                         ledger: Ledger, stack_ids: Mapping[str, str],
-                        under_lock: Callable[[], None]) -> tuple[Any, list]:
+                        under_lock: Callable[[], None],
+                        preempt: Preemption | None = None) -> tuple[Any, list]:
     """``sel`` and ``targets`` placed on the pool's live free capacity (driver.placing): each
     session keeps the placement its stack recorded while its shape is unchanged, else is
     placed anew; for ``up`` under the pool's lock, with reservations ``held`` until the
@@ -488,7 +545,7 @@ def with_live_placement(args: argparse.Namespace, verb: str, sel: Any, targets: 
     try:
         result = held.enter_context(placed(
             ledger, [p.session for _, p in sel.chosen], kept, stack_ids, reserve=verb == "up",
-            wait=getattr(args, "wait", None), under_lock=under_lock))
+            wait=getattr(args, "wait", None), under_lock=under_lock, preempt=preempt))
     except CommandError as exc:
         if exc.code == Exit.PENDING:
             report_all("pending", backend=backend, reason=str(exc).removeprefix("pending: "))
@@ -511,11 +568,44 @@ def with_live_placement(args: argparse.Namespace, verb: str, sel: Any, targets: 
             what = ("keeps its placement" if note == "kept"
                     else f"placed on live capacity ({note})")
             print(f"sessionctl {verb}: {plan.name} {what}: {where}{more}", file=sys.stderr)
+    # the lifetime: decided at the first up (kept), again after it ended (core.decisions)
+    lifetime = lifetime_of(sel.loaded.session, pool.policies.of(sel.loaded.session.project))
+    now = time.time()
+    expiry = {p.name: decide_expiry((recorded.get(stack_of[p.name]) or {}).get(
+        config_key(EXPIRES_KEY)), lifetime, now) for p in decided.plans}
+    by_name = {name: with_expiry(p, expiry[name]) for name, p in by_name.items()}
     sel = dataclasses.replace(sel, plans=tuple(by_name.get(p.name, p) for p in sel.plans))
     targets = [(by_name[plan.name], dataclasses.replace(target, config={
-        **target.config, **kept_config(by_name[plan.name], pool, result.ports.get(plan.name))}))
+        **target.config, **kept_config(by_name[plan.name], pool, result.ports.get(plan.name)),
+        config_key(EXPIRES_KEY): (str(expiry[plan.name]) if expiry[plan.name] is not None
+                                  else None)}))
         if plan.name in by_name else (plan, target) for plan, target in targets]
     return sel, targets
+
+
+def preemption_for(verb: str, pool: Pool, prepared: Prepared) -> Preemption | None:
+    """For an ``up`` on a pool with ``policies.preemption``: the pool's session stacks of this
+    backend (read when a preemption is considered, kept 30 s: each is checked against the
+    engines again), and the end of one through ``sessionctl destroy`` of its stack, which
+    writes the record of its preemption (driver/ending.py) as ``pool reap`` ends one."""
+    if verb != "up" or not pool.policies.preemption:
+        return None
+    read: list[tuple[float, list[ending.Candidate]]] = []
+
+    def candidates() -> list[ending.Candidate]:
+        if not read or time.monotonic() - read[0][0] > 30:
+            workspace = open_workspace(prepared.project, prepared.settings, prepared.pulumi)
+            found = ending.candidates(pool, workspace, prepared.project, lambda line: print(
+                printable(f"sessionctl up: {line}"), file=sys.stderr))
+            read[:] = [(time.monotonic(), found)]
+        return read[0][1]
+
+    def end(candidate: ending.Candidate, record: Mapping[str, object]) -> None:
+        code = cmd_stack(ending.destroy_args(candidate, record))
+        if code != Exit.OK:
+            raise CommandError(f"destroy exited {code}", Exit(code))
+
+    return Preemption(candidates, end)
 
 
 def with_pinned_image(args: argparse.Namespace, verb: str, sel: Any, targets: list,
@@ -619,6 +709,36 @@ def interrupted_up(args: argparse.Namespace, sel: Any, plan: ClusterPlan) -> str
     return text
 
 
+def refuse_unusable_scratch(sel: Any) -> None:
+    """Before anything is created: every agent that delivers bundles into its scratch root
+    (core/bundles.py) has it, as a delivery needs it (the SSH user's, 0700, no link on its
+    way, some room on its disk); else an engine failure (exit 1) naming each agent and the
+    path, and nothing is made (agents/bundles.py check_root)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..agents.bundles import check_root
+    from ..agents.connectors import AgentError, connector_for
+    from ..core.bundles import SCRATCH
+
+    pool = sel.loaded.pool
+    agents = list(dict.fromkeys(a for _, plan in sel.chosen for a in plan.agents
+                                if plan.delivery(a) == SCRATCH))
+
+    def check(name: str) -> str | None:
+        try:
+            with connector_for(pool.agent(name)) as conn:
+                check_root(conn, clean_target(pool.scratch))
+        except AgentError as exc:
+            return str(exc)
+        return None
+
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(agents)))) as workers:
+        found = [p for p in workers.map(check, agents) if p]
+    if found:
+        raise CommandError("\n".join(printable(p) for p in found) + "\nnothing was created",
+                           Exit.ENGINE)
+
+
 def refuse_unusable_folders(definition: Path, sel: Any) -> None:
     """Before anything is created: a data folder that some agent's storage holds as a link,
     a file or another user's directory, a host path whose way on some agent holds a link or a
@@ -652,9 +772,11 @@ def refuse_taken_stacks(targets: Sequence[Target], prepared: Prepared
             read[target.stack] = None
             if target.stack.rsplit("/", 1)[-1] not in existing:
                 continue
-            recorded = {k: v.value for k, v in workspace.get_all_config(target.stack).items()}
+            checkout = {k: v.value for k, v in workspace.get_all_config(target.stack).items()}
+            recorded = recovered(workspace, target.stack, checkout)
             read[target.stack] = recorded
-            problem = owner_conflict(target.stack, recorded, target.config)
+            problem = owner_conflict(target.stack, checkout if recorded is None else recorded,
+                                     target.config)
             if problem:
                 problems.append(problem)
     except auto.errors.CommandError as exc:
@@ -662,6 +784,46 @@ def refuse_taken_stacks(targets: Sequence[Target], prepared: Prepared
     if problems:
         raise CommandError("\n".join(problems), Exit.INVALID)
     return read
+
+
+def recovered(workspace: Any, stack: str, checkout: Mapping[str, str]) -> dict[str, str] | None:
+    """The config a stack runs with: the checkout's, with every kept decision the stack's
+    backend recorded at its last update (its ``kept`` output) in place of the checkout's
+    (core.decisions.recover_kept): a fresh clone, or a checkout that ran against another
+    backend, makes the same session as the one that made it. Each contradiction is said.
+
+    None (the stack is taken as new: a new identity, every decision made again) when the
+    backend recorded no decisions and holds nothing, or objects labelled with another stack
+    id than the checkout's:
+    the checkout's stack file is then another backend's word (one checkout, two backends, a
+    stack of the same name), and its id would make this stack's ``destroy`` sweep the other
+    backend's session (the stand-in kept each backend's config apart; the real CLI keeps it
+    in the checkout). An ``up`` interrupted before the backend recorded anything is taken as
+    new too: what it left is then held by "another stack", said with the sweep that removes
+    it."""
+    found = workspace.stack_outputs(stack).get(KEPT_OUTPUT)
+    record = found.value if found is not None else None
+    prefix = f"{CONFIG_NAMESPACE}:"
+    short = {k.removeprefix(prefix): v for k, v in checkout.items() if k.startswith(prefix)}
+    claimed = short.get(STACK_ID_KEY)
+    held = ((workspace.export_stack(stack).deployment or {}).get("resources", [])
+            if record is None and claimed else [])
+    # believed: some resource carries it, or the stack holds only what carries no stack id
+    # at all (its providers: an up interrupted before its first labelled object)
+    if record is None and claimed and not carried(held, claimed) and (
+            not held or carried(held, STACK_ID_LABEL)):
+        print(f"sessionctl: stack {stack}: the checkout's config names stack id "
+              f"{printable(claimed[:60])}, which nothing this backend's stack holds carries "
+              "(another backend's stack file?): the stack is taken as new", file=sys.stderr)
+        return None
+    merged, notes = recover_kept(short, record)
+    for note in notes:
+        print(f"sessionctl: stack {stack}: {printable(note)}", file=sys.stderr)
+    config = {**checkout, **{config_key(k): v for k, v in merged.items() if v is not None}}
+    if isinstance(record, Mapping) and isinstance(record.get(DEFINITION_KEY), str):
+        # whose file the stack is made from: the backend knows it when the checkout does not
+        config.setdefault(config_key(DEFINITION_KEY), record[DEFINITION_KEY])
+    return config
 
 
 def session_target(args: argparse.Namespace, pool: Pool, plan: ClusterPlan, stack: str,
@@ -694,7 +856,7 @@ def session_target(args: argparse.Namespace, pool: Pool, plan: ClusterPlan, stac
             f"What is left stays in the stack: run `sessionctl destroy {args.file}` again once "
             f"the agents answer ({sweep_hint} removes leftovers by label)."])
 
-    def before_up(stack_: Any) -> None:
+    def before_up(stack_: Any, verb: str = "up") -> None:
         """An ``up`` killed while creating leaves that object on the engine but not in the
         stack (the CLI drops an interrupted create): it would clash by name with the one this
         ``up`` makes, or be a second network. Remove what is labelled with the session and
@@ -703,10 +865,10 @@ def session_target(args: argparse.Namespace, pool: Pool, plan: ClusterPlan, stac
         held = {r.get("id") for r in deployment.get("resources", []) if r.get("id")}
         swept = sweep(pool, plan.name, keep=held, mine=mine)
         for item in swept.removed:
-            print(f"sessionctl up: {plan.name}: removed {item.kind} {item.name} on agent "
+            print(f"sessionctl {verb}: {plan.name}: removed {item.kind} {item.name} on agent "
                   f"{item.agent}, which the stack does not hold (left by an interrupted run)",
                   file=sys.stderr)
-        if swept.remaining:
+        if swept.remaining and verb == "up":  # destroy goes on: after_destroy says the rest
             raise StackFailed(swept.summary(), Exit.ENGINE, summary_document(
                 "up", stack, plan.name, None, "failed", error=swept.summary()))
 
@@ -755,14 +917,19 @@ def run_stack(args: argparse.Namespace, verb: str, target: Target,
             raise StackFailed(f"no stack {name!r} in {backend}; run `{target.up_hint}` first",
                               Exit.ENGINE, summary("failed")) from None
         apply_config(stack, target.config)
-        if verb == "up" and target.before_up is not None:
-            target.before_up(stack)
+        if verb in ("up", "destroy") and target.before_up is not None:
+            # what an interrupted run left and the stack does not hold goes first: for up it
+            # would clash by name; for destroy it keeps the network in use ("has active
+            # endpoints") and the destroy from finishing
+            target.before_up(stack, verb)
         outputs: Mapping[str, Any] = {}
         if prepared.ask_first:
             preview = (stack.preview(**kwargs("preview")) if verb == "up"
                        else stack.preview_destroy(**kwargs("preview_destroy")))
             counts = change_counts(preview.change_summary)
             shown = ", ".join(f"{n} {op}" for op, n in counts.items()) or "no changes"
+            for line in step_lines(events.steps):
+                print(line, file=sys.stderr)
             question = "Apply these changes" if verb == "up" else "Destroy these resources"
             if not ask(f"{question} to stack {name} ({shown})?"):
                 raise StackFailed(f"{shown_verb} declined: nothing was changed", Exit.ENGINE,
@@ -791,10 +958,31 @@ def run_stack(args: argparse.Namespace, verb: str, target: Target,
                           summary("failed", error=text)) from None
     if verb == "destroy" and target.after_destroy is not None:
         target.after_destroy(summary)
+    if verb == "destroy" and getattr(args, "remove", False):
+        remove_stack(prepared, name, summary)
     if not args.json:
         shown = ", ".join(f"{n} {op}" for op, n in changes.items()) or "no changes"
+        if verb == "preview":  # each step and why, as `pulumi preview --diff` names them
+            for line in step_lines(events.steps):
+                print(line, file=sys.stderr)
         print(f"sessionctl {shown_verb}: stack {name}: {shown}", file=sys.stderr)
     return summary("succeeded", changes=changes, outputs=masked_outputs(outputs))
+
+
+def remove_stack(prepared: Prepared, name: str, summary: Callable[..., dict[str, Any]]) -> None:
+    """``destroy --remove``: the emptied stack leaves the backend (``pulumi stack rm``), as a
+    user who is done with a session expects; a stack that still holds resources is kept."""
+    from pulumi import automation as auto
+
+    workspace = open_workspace(prepared.project, prepared.settings, prepared.pulumi)
+    try:
+        workspace.remove_stack(name)
+    except auto.errors.CommandError as exc:
+        text = engine_error_message([], *split_command_error(str(exc)))
+        raise StackFailed(f"stack {name} was destroyed but not removed:\n{text}", Exit.ENGINE,
+                          summary("failed", error=text)) from None
+    print(f"sessionctl destroy: removed stack {name} from {prepared.settings.backend_url}",
+          file=sys.stderr)
 
 
 HELP = {
@@ -837,6 +1025,11 @@ def register(subparsers) -> None:
                            "(first come, first served; progress on stderr; Ctrl-C leaves the "
                            "queue) instead of exiting 3; DURATION (90s, 10m, 2h) bounds the "
                            "wait, then exit 3 with the reason")
+        if verb == "destroy":
+            p.add_argument("--remove", action="store_true",
+                           help="after the destroy, remove the stack itself from the backend "
+                           "(`pulumi stack rm`): its history and kept decisions go, and `ls` "
+                           "no longer lists it; a destroy that did not finish keeps it")
         if verb in ("preview", "up"):
             p.add_argument("--refresh-image", action="store_true",
                            help="resolve the definition's image to its registry's current "

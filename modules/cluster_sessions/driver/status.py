@@ -13,11 +13,12 @@ import argparse
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
-from ..core.plan import ClusterPlan, ServicePlan
-from ..core.services import public_warnings
+from ..core.plan import ClusterPlan, ServicePlan, public_warnings
 from ..core.terminal import dumps, printable, table
+from . import ending
 from .errors import Exit
 from .observe import (
     Connect,
@@ -30,6 +31,8 @@ from .observe import (
     survey,
 )
 from .session_args import add_session_args, selected, verb_parser
+from .stack_records import preempted_record, unfinished_up
+from .stack_settings import project_starts
 
 
 @dataclass(frozen=True)
@@ -56,11 +59,14 @@ class Report:
     network: NetworkState
     unreachable: Mapping[str, str]
     services: tuple[ServicePlan, ...] = ()  # host_port as main1's engine publishes it
+    unfinished: str | None = None  # the stack's last up did not finish (stack_identity)
+    preempted: str | None = None  # a higher priority ended it (driver/ending.py): why
 
     @property
     def faults(self) -> list[str]:
-        """:func:`host_faults` of this report's rows."""
-        return host_faults(self.plan.session.type, self.rows)
+        """:func:`host_faults` of this report's rows, after the stack's own fault."""
+        stack = [f"stack: {self.unfinished}"] if self.unfinished else []
+        return stack + host_faults(self.plan.session.type, self.rows)
 
     @property
     def ok(self) -> bool:
@@ -157,6 +163,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         "unreachable": dict(report.unreachable),
         "faults": report.faults,
         "services": [s.to_dict() for s in report.services],
+        "unfinished": report.unfinished,
+        "preempted": report.preempted,
     }
 
 
@@ -184,6 +192,11 @@ def report_table(report: Report) -> str:
     plan, net = report.plan, report.network
     lines = [f"session  {plan.name}  (id {plan.session_id}): plan {plan.status}, "
              f"{containers_summary(report)}"]
+    if report.unfinished:
+        lines.append(f"stack    {report.unfinished}: `sessionctl up` converges, "
+                     "`sessionctl destroy` removes it all")
+    if report.preempted:
+        lines.append(f"preempted {report.preempted}")
     if plan.pending:
         lines.append(f"pending  {plan.reason}")
     where = f" on {net.agent}" if net.agent else ""
@@ -214,7 +227,13 @@ def cmd_status(args: argparse.Namespace, connect: Connect = connect) -> int:
         try:
             plan = placed_as_found(plan, sel.loaded, found.found)
             net = network_state(plan, found.clients, found.unreachable, found.mine)
-            reports.append(status_report(plan, found.found, net, found.unreachable))
+            report = status_report(plan, found.found, net, found.unreachable)
+            why = unfinished_up(plan.name, project_starts(Path(args.file)))
+            gone = not any(r.planned and r.state != "missing" for r in report.rows)
+            record = (preempted_record(plan.name, project_starts(Path(args.file)))
+                      if gone else None)
+            reports.append(replace(report, unfinished=why, preempted=(
+                ending.preempted_text(record) if record is not None else None)))
         finally:
             found.close()
     if args.json:

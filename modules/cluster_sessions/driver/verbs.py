@@ -23,6 +23,8 @@ MODULES: list[str] = [
     "cluster_sessions.driver.lab_verbs",
     "cluster_sessions.driver.access",
     "cluster_sessions.driver.open_verb",
+    "cluster_sessions.driver.top",
+    "cluster_sessions.driver.extend_verb",
 ]
 
 

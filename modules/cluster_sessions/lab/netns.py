@@ -92,7 +92,7 @@ from .network import (
     netns_exists,
     remove_network,
 )
-from .pool_file import POOL_FILE_HEADER, storage_root, write_pool
+from .pool_file import POOL_FILE_HEADER, scratch_root, storage_root, write_pool
 from .processes import (
     LabError,
     alive,
@@ -453,6 +453,7 @@ def _forget(lay: Layout, agents: int, pool_file: str | None, progress: Progress,
         path.unlink(missing_ok=True)
     for k in range(1, agents + 1):
         shutil.rmtree(lay.agent_dir(k), ignore_errors=True)
+    shutil.rmtree(scratch_root(lay.state_dir), ignore_errors=True)  # bundles: of no session now
     storage = storage_root(lay.state_dir)
     with contextlib.suppress(OSError):  # its data folders outlive sessions, and the lab too
         storage.rmdir()

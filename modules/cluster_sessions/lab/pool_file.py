@@ -48,6 +48,8 @@ def pool_document(info: LabInfo, name: str = "lab") -> dict:
         # one host directory, seen by every agent's engine (they share this machine's
         # filesystem, as agents share an NFS mount): the data folders' root
         "storage": {"data": str(storage_root(info.state_dir))},
+        # the bundles' directory (issue 45): the agents' one filesystem, the SSH user's
+        "scratch": str(scratch_root(info.state_dir)),
     }
 
 
@@ -57,8 +59,34 @@ def storage_root(state_dir: Path) -> Path:
     return Path(state_dir) / "storage"
 
 
+LAB_SCRATCH_PARENT = Path("/var/lib/cluster-sessions-lab")
+
+
+def scratch_root(state_dir: Path) -> Path:
+    """The lab's scratch root (core/bundles.py): the pool's SSH user's, 0700, made here as
+    root would on a real agent (the SSH user cannot make a directory in a root's one). Not in
+    the state directory, which the SSH user may not be able to reach (a test's is under
+    pytest's 0700 directory): in a root's 0755 directory of its own, one per lab."""
+    import hashlib
+
+    digest = hashlib.sha256(str(Path(state_dir).resolve()).encode()).hexdigest()[:12]
+    return LAB_SCRATCH_PARENT / digest
+
+
+def make_scratch(state_dir: Path, user: str) -> None:
+    import pwd
+
+    root = scratch_root(state_dir)
+    LAB_SCRATCH_PARENT.mkdir(mode=0o755, exist_ok=True)
+    os.chmod(LAB_SCRATCH_PARENT, 0o755)
+    root.mkdir(mode=0o700, exist_ok=True)
+    entry = pwd.getpwnam(user)
+    os.chown(root, entry.pw_uid, entry.pw_gid)
+    os.chmod(root, 0o700)
+
 
 def write_pool(info: LabInfo) -> None:
+    make_scratch(info.state_dir, info.user)  # the agents' one, whoever writes the pool file
     if info.pool_file is None:
         return
     storage_root(info.state_dir).mkdir(mode=0o755, exist_ok=True)

@@ -14,42 +14,30 @@ from collections.abc import Mapping
 from typing import Any
 
 import pulumi
-from pulumi.dynamic import (
-    CheckFailure,
-    CheckResult,
-    CreateResult,
-    DiffResult,
-    ReadResult,
-    ResourceProvider,
-    UpdateResult,
-)
+from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, UpdateResult
 
-from ..agents.connectors import agent_props, connector_from_props
+from ..agents.connectors import agent_props
 from ..agents.folders import ensure_folder
 from ..core.folders import folder_name_problem
 from ..core.spec import Agent
-from .swarm import unknown
+from .engine_resource import EngineResourceProvider, engine_client, unknown
 
 COMMAND_TIMEOUT = 120.0
-# A change to these is another directory: a new resource (the old one's delete leaves it).
-REPLACES = ("root", "folder", "agent")
 
 
 def _ensure(props: Mapping[str, Any]) -> dict[str, Any]:
-    with connector_from_props(props["agent"], timeout=COMMAND_TIMEOUT) as conn:
-        client = conn.docker_client()
-        try:
-            outcome = ensure_folder(client, props["image"], props["root"], props["folder"],
-                                    int(props["uid"]), int(props["gid"]))
-        finally:
-            client.close()
+    with engine_client(props["agent"], COMMAND_TIMEOUT) as client:
+        outcome = ensure_folder(client, props["image"], props["root"], props["folder"],
+                                int(props["uid"]), int(props["gid"]))
     return {**props, "outcome": outcome}
 
 
-class DataFolderProvider(ResourceProvider):
+class DataFolderProvider(EngineResourceProvider):
     """Makes (or adopts) one data folder on one agent; delete leaves it."""
 
     INPUTS = ("agent", "image", "root", "folder", "uid", "gid")
+    # A change to these is another directory: a new resource (the old one's delete leaves it).
+    REPLACES = ("root", "folder", "agent")
 
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> CheckResult:
         failures = []
@@ -65,20 +53,11 @@ class DataFolderProvider(ResourceProvider):
         outs = _ensure(props)
         return CreateResult(f"{props['agent']['name']}:{props['root']}/{props['folder']}", outs)
 
-    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        changed = [k for k in self.INPUTS if unknown(news.get(k)) or olds.get(k) != news.get(k)]
-        return DiffResult(changes=bool(changed), replaces=[k for k in changed if k in REPLACES],
-                          stables=[], delete_before_replace=False)
-
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         # another owner or image: the folder is checked (and made, if it went) again
         return UpdateResult(_ensure(news))
 
-    def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
-        return ReadResult(id_, props)
-
-    def delete(self, _id: str, _props: dict[str, Any]) -> None:
-        """Nothing: a data folder outlives its sessions."""
+    # read: the state's (base); delete: nothing, a data folder outlives its sessions (base)
 
 
 class DataFolder(pulumi.dynamic.Resource):

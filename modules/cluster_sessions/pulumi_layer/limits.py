@@ -21,24 +21,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pulumi
-from pulumi.dynamic import (
-    CheckFailure,
-    CheckResult,
-    CreateResult,
-    DiffResult,
-    ReadResult,
-    ResourceProvider,
-    UpdateResult,
-)
+from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, UpdateResult
 
-from ..agents.connectors import agent_props, connector_from_props
+from ..agents.connectors import agent_props
 from ..agents.engine import set_pids_limit
 from ..core.spec import MAX_PIDS_LIMIT, MIN_PIDS_LIMIT, Agent
-from .swarm import unknown
+from .engine_resource import EngineResourceProvider, engine_client, unknown
 
 COMMAND_TIMEOUT = 60.0
-INPUTS = ("agent", "containers", "pids_limit")
-
 
 PARALLEL = 8  # update calls at once over the agent's one connection (a channel each by SSH)
 
@@ -48,24 +38,22 @@ def _apply(props: Mapping[str, Any]) -> dict[str, Any]:
     is waiting for its own (templates/setup.sh.j2), so none waits for the others' turn."""
     limit = int(props["pids_limit"])
     ids = list(props["containers"].values())
-    with connector_from_props(props["agent"], timeout=COMMAND_TIMEOUT) as conn:
-        client = conn.docker_client()
-        try:
-            with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL, len(ids)))) as pool:
-                for _ in pool.map(lambda cid: set_pids_limit(client, cid, limit,
-                                                             unless_held=True), ids):
-                    pass
-        finally:
-            client.close()
+    with engine_client(props["agent"], COMMAND_TIMEOUT) as client, ThreadPoolExecutor(
+            max_workers=max(1, min(PARALLEL, len(ids)))) as pool:
+        for _ in pool.map(lambda cid: set_pids_limit(client, cid, limit, unless_held=True), ids):
+            pass
     return {**props}
 
 
-class ContainerLimitsProvider(ResourceProvider):
+class ContainerLimitsProvider(EngineResourceProvider):
     """Sets the pids limit on every listed container of one agent; delete leaves them."""
 
     # acts on the containers the docker provider made: under mocks there are none
-    # (emulation/engine.py ``Engine._mocked``)
+    # (tests/standin/engine.py ``Engine._mocked``)
     ACTS_ON_DOCKER_OBJECTS = True
+    INPUTS = ("agent", "containers", "pids_limit")
+    # another agent is another engine: a new resource there (delete here does nothing)
+    REPLACES = ("agent",)
 
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> CheckResult:
         failures = []
@@ -83,21 +71,11 @@ class ContainerLimitsProvider(ResourceProvider):
     def create(self, props: dict[str, Any]) -> CreateResult:
         return CreateResult(f"{props['agent']['name']}:pids", _apply(props))
 
-    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        changed = [k for k in INPUTS if unknown(news.get(k)) or olds.get(k) != news.get(k)]
-        # another agent is another engine: a new resource there (delete here does nothing)
-        return DiffResult(changes=bool(changed), replaces=[k for k in changed if k == "agent"],
-                          stables=[], delete_before_replace=False)
-
     def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         # a replaced container (a new id) or another limit: set on every container again
         return UpdateResult(_apply(news))
 
-    def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
-        return ReadResult(id_, props)
-
-    def delete(self, _id: str, _props: dict[str, Any]) -> None:
-        """Nothing: the limit goes with its container."""
+    # read: the state's (base); delete: nothing, the limit goes with its container (base)
 
 
 class ContainerLimits(pulumi.dynamic.Resource, module="cluster-sessions", name="ContainerLimits"):

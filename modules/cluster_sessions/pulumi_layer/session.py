@@ -21,7 +21,11 @@ arguments themselves are :mod:`cluster_sessions.core.container_args`'s:
   restart policy. Only main1 publishes ports.
 
   One upload, not one per file: the provider copies each upload into the container with its
-  own request, 50-270 ms apiece before the container starts (docs/benchmarks.md).
+  own request, 50-270 ms apiece before the container starts (docs/benchmarks.md). That upload
+  is now only for agents with no file access (``tcp://``, core/bundles.py): elsewhere
+- per agent, its containers' packs delivered once into its scratch root
+  (:class:`~cluster_sessions.pulumi_layer.bundles.BundleDelivery`), each container binding
+  ``<scratch>/<stack id>/<host>`` read-only at ``BUNDLE_DIR`` and depending on the delivery;
 - per agent, the pool's pids limit on its containers once they exist
   (:class:`~cluster_sessions.pulumi_layer.limits.ContainerLimits`: the provider has no
   argument for it); each container's set-up waits for it before anything runs as the user.
@@ -43,14 +47,16 @@ from ..agents.reach import LOCAL, reach_of
 from ..core import keys
 from ..core.container_args import container_args, network_args
 from ..core.errors import Pending
-from ..core.names import BUNDLE_DIGEST_LABEL, DEFAULT_DOCKER_HOST
-from ..core.plan import ClusterPlan, ContainerPlan
+from ..core.names import BUNDLE_DIGEST_LABEL, DEFAULT_DOCKER_HOST, SESSION_LABEL
+from ..core.plan import ClusterPlan, ContainerPlan, delivers_to_scratch, volume_labels
 from ..core.provider_facts import NETWORK_IGNORED
 from ..core.render import BUNDLE_DIR, RenderedFile, pack, public_digest, render_container
 from ..core.spec import SSH_PORT, Agent, Pool, agent_address
+from .bundles import BundleDelivery
 from .folders import DataFolder
 from .keystore import SessionKeyStore
 from .limits import ContainerLimits
+from .volumes import SessionVolume
 
 TYPE_TOKEN = "cluster-sessions:index:Session"
 
@@ -180,7 +186,9 @@ class Session(pulumi.ComponentResource):
                                             for c in plan.containers})
         self.docker_network = self._build_network()
         self.folders = self._build_folders(name)
+        self.volumes = self._build_volumes(name)
         bundles, digests = self._build_bundles(self.keys.material())
+        self.deliveries = self._build_deliveries(name, bundles)
         self.containers: dict[str, docker.Container] = {
             c.host: self._build_container(c, bundles, digests) for c in plan.containers
         }
@@ -265,6 +273,17 @@ class Session(pulumi.ComponentResource):
                 for m in plan.folders]
         return out
 
+    def _build_volumes(self, name: str) -> dict[str, list[SessionVolume]]:
+        """The named volumes the session makes, per agent its containers mount them on,
+        labelled as the session's own (pulumi_layer/volumes.py); never deleted."""
+        made = sorted({m.source for m in self.plan.mounts if m.made})
+        labels = volume_labels(self.plan)
+        return {agent: [SessionVolume(f"{name}-volume-{agent}/{volume}", self.pool.agent(agent),
+                                      volume, labels, self.plan.name, SESSION_LABEL,
+                                      opts=pulumi.ResourceOptions(parent=self))
+                        for volume in made]
+                for agent in self.plan.agents}
+
     def _build_limits(self, name: str) -> dict[str, ContainerLimits]:
         """The pool's pids limit on each agent's containers, set once they exist (the provider
         has no argument for it: pulumi_layer/limits.py); their set-up waits for it."""
@@ -277,6 +296,28 @@ class Session(pulumi.ComponentResource):
                 self.plan.limits.pids_limit,
                 opts=pulumi.ResourceOptions(
                     parent=self, depends_on=[self.containers[c.host] for c in mine]))
+        return out
+
+    def scratch_delivery(self, agent: str | None) -> bool:
+        """Whether ``agent``'s containers bind-mount their bundle from its scratch root
+        (core/bundles.py; a plan without a stack id, offline, uploads)."""
+        return delivers_to_scratch(self.plan, agent)
+
+    def _build_deliveries(self, name: str, bundles: pulumi.Output[dict[str, str]]
+                          ) -> dict[str, BundleDelivery]:
+        """Per agent that delivers into its scratch root, its containers' bundles in one
+        resource (pulumi_layer/bundles.py), made before them and in parallel with the other
+        agents'; each depends on nothing but the keys."""
+        out = {}
+        for agent in self.plan.agents:
+            if not self.scratch_delivery(agent):
+                continue
+            mine = [c.host for c in self.plan.containers if c.agent == agent]
+            out[agent] = BundleDelivery(
+                f"{name}-bundles-{agent}", self.pool.agent(agent), self.plan.scratch,
+                self.plan.stack_id,
+                bundles.apply(lambda b, mine=mine: {h: b[h] for h in mine}),
+                opts=pulumi.ResourceOptions(parent=self))
         return out
 
     def _build_bundles(self, material: pulumi.Output[keys.SessionKeys]
@@ -305,10 +346,22 @@ class Session(pulumi.ComponentResource):
     def _build_container(self, c: ContainerPlan, bundles: pulumi.Output[dict[str, str]],
                          digests: pulumi.Output[dict[str, str]]) -> docker.Container:
         args = container_args(self.plan, c, self._endpoint(c.agent))
-        # the one upload of the bundle, 0600 from the first byte on: it holds the private keys
-        uploads = [docker.ContainerUploadArgs(
-            file=BUNDLE_PACK, content=bundles.apply(operator.itemgetter(c.host)),
-            executable=False, permissions=BUNDLE_PACK_PERMISSIONS)]
+        delivered = self.deliveries.get(c.agent or "")
+        # a volume the session makes is made, labelled, by its SessionVolume first
+        mounts = [docker.ContainerMountArgs(target=m.target, source=m.source, type=m.type,
+                                            read_only=m.read_only)
+                  for m in args.mounts]
+        if delivered is not None:
+            # its own directory of the agent's scratch root is in args.mounts, read-only
+            # (container_args._bundle_mount): a bind of a missing source fails, so a
+            # container never starts on a half-written bundle
+            uploads = None
+        else:
+            # the one upload of the bundle, 0600 from the first byte on: it holds the private
+            # keys (an agent with no file access: tcp://)
+            uploads = [docker.ContainerUploadArgs(
+                file=BUNDLE_PACK, content=bundles.apply(operator.itemgetter(c.host)),
+                executable=False, permissions=BUNDLE_PACK_PERMISSIONS)]
         labels = [docker.ContainerLabelArgs(label=k, value=v) for k, v in args.labels]
         labels.append(docker.ContainerLabelArgs(
             label=BUNDLE_DIGEST_LABEL, value=digests.apply(operator.itemgetter(c.host))))
@@ -334,12 +387,7 @@ class Session(pulumi.ComponentResource):
             device_requests=[docker.ContainerDeviceRequestArgs(
                 driver=r["driver"], device_ids=list(r["device_ids"]),
                 capabilities=list(r["capabilities"])) for r in args.device_requests] or None,
-            mounts=[docker.ContainerMountArgs(
-                target=m.target, source=m.source, type=m.type, read_only=m.read_only,
-                volume_options=docker.ContainerMountVolumeOptionsArgs(labels=[
-                    docker.ContainerMountVolumeOptionsLabelArgs(label=k, value=v)
-                    for k, v in m.volume_labels]) if m.volume_labels else None)
-                    for m in args.mounts] or None,
+            mounts=mounts or None,
             labels=labels,
             restart=args.restart,
             must_run=args.must_run,
@@ -357,7 +405,9 @@ class Session(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(
                 parent=self,
                 provider=self.providers[c.agent],
-                depends_on=[self.docker_network, *self.folders.get(c.agent or "", [])],
+                depends_on=[self.docker_network, *self.folders.get(c.agent or "", []),
+                            *self.volumes.get(c.agent or "", []),
+                            *([delivered] if delivered is not None else [])],
                 delete_before_replace=True,  # fixed names: the old container must go first
             ),
         )

@@ -25,17 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pulumi
-from pulumi.dynamic import (
-    CheckFailure,
-    CheckResult,
-    CreateResult,
-    DiffResult,
-    ReadResult,
-    ResourceProvider,
-    UpdateResult,
-)
-from pulumi.output import Unknown
-from pulumi.runtime import rpc
+from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, UpdateResult
 
 from ..agents import facts, gathering
 from ..agents.connectors import (
@@ -43,30 +33,20 @@ from ..agents.connectors import (
     AgentError,
     Connector,
     agent_props,
-    connector_from_props,
 )
 from ..agents.polling import poll_until
 from ..core.spec import Agent, Pool, agent_address
+from .engine_resource import EngineResourceProvider, tolerating_gone, unknown
 
 SWARM_PORT = 2377
 COMMAND_TIMEOUT = 120.0
 SECRET_OUTPUTS = ["worker_token"]
-# Inputs whose change means another swarm: replace. Others (how the agent is reached) update.
-MANAGER_REPLACES = ("advertise_addr",)
-WORKER_REPLACES = ("manager_addr", "advertise_addr")
 
 
 def advertise_address(agent: Agent) -> str | None:
     """The address other nodes reach this agent at (None for a local unix socket: Docker
     chooses, and says so if it cannot)."""
     return agent_address(agent)
-
-
-def unknown(value: Any) -> bool:
-    """A value a preview does not know yet: ``check`` and ``diff`` get ``Unknown()`` objects
-    (pulumi/dynamic/__main__.py deserializes with keep_unknowns), the wire has the sentinel
-    string (runtime/rpc.py ``UNKNOWN``)."""
-    return isinstance(value, Unknown) or value == rpc.UNKNOWN
 
 
 def _identity(props: Mapping[str, Any]) -> tuple[str, str]:
@@ -83,10 +63,6 @@ def _check_agent(props: Mapping[str, Any], key: str = "agent") -> list[CheckFail
     return []
 
 
-def _connect(props: Mapping[str, Any], key: str = "agent") -> Connector:
-    return connector_from_props(props[key], timeout=COMMAND_TIMEOUT)
-
-
 def _swarm(conn: Connector) -> facts.SwarmState:
     return gathering.gather(conn, facts.SwarmInfo())
 
@@ -96,22 +72,27 @@ def _wait_active(conn: Connector, seconds: float = 30) -> facts.SwarmState:
     return poll_until(lambda: _swarm(conn), lambda state: state.state != "pending", seconds)
 
 
-def _diff(olds: Mapping[str, Any], news: Mapping[str, Any], replaces_on: tuple[str, ...],
-          inputs: tuple[str, ...]) -> DiffResult:
-    # ``__provider`` (the pickled provider) is left out: a new dill or pulumi pickles it
-    # differently, which must not look like a change.
-    changed = [k for k in inputs if unknown(news.get(k)) or olds.get(k) != news.get(k)]
-    replaces = [k for k in changed if k in replaces_on]
-    if _identity(olds) != _identity(news):
-        replaces.append("agent")
-    return DiffResult(changes=bool(changed), replaces=replaces, stables=[],
-                      delete_before_replace=True)
+class _SwarmNodeProvider(EngineResourceProvider):
+    """What the manager and a worker share: another engine (the agent's name or docker_host)
+    is another node, replaced, and a node goes before its replacement comes (one per agent)."""
+
+    DELETE_BEFORE_REPLACE = True
+    COMMAND_TIMEOUT = COMMAND_TIMEOUT
+
+    def replaces(self, changed: list[str], olds: Mapping[str, Any],
+                 news: Mapping[str, Any]) -> list[str]:
+        replaces = super().replaces(changed, olds, news)
+        if _identity(olds) != _identity(news):
+            replaces.append("agent")
+        return replaces
 
 
-class SwarmManagerProvider(ResourceProvider):
+class SwarmManagerProvider(_SwarmNodeProvider):
     """``docker swarm init`` on one agent. Stateless and picklable."""
 
     INPUTS = ("agent", "advertise_addr")
+    # Inputs whose change means another swarm: replace. Others (how the agent is reached) update.
+    REPLACES = ("advertise_addr",)
 
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> CheckResult:
         failures = _check_agent(news)
@@ -128,7 +109,7 @@ class SwarmManagerProvider(ResourceProvider):
     def _ensure(self, props: Mapping[str, Any], initialized: bool = False) -> dict[str, Any]:
         name = props["agent"]["name"]
         addr = props.get("advertise_addr")
-        with _connect(props) as conn:
+        with self.connect(props) as conn:
             state = _swarm(conn)
             if state.state == "active" and not state.control_available:
                 raise AgentError(name, NOT_SWARM_READY, f"is a worker of another swarm (managers "
@@ -159,32 +140,29 @@ class SwarmManagerProvider(ResourceProvider):
             "initialized": initialized,
         }
 
-    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        return _diff(olds, news, MANAGER_REPLACES, self.INPUTS)
-
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         # Only how the agent is reached changed; re-read the swarm through the new way.
         return UpdateResult(self._ensure(news, bool(olds.get("initialized"))))
 
-    def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
-        with _connect(props) as conn:
+    def look(self, id_: str, props: dict[str, Any]) -> dict[str, Any] | None:
+        with self.connect(props) as conn:
             state = _swarm(conn)
             if not (state.state == "active" and state.control_available
                     and (state.cluster_id or state.node_id) == id_):
-                return ReadResult(None, {})  # gone: the next up creates it again
+                return None  # gone: the next up creates it again
             token = gathering.gather(conn, facts.SwarmJoinToken())
-        return ReadResult(id_, {**props, "node_id": state.node_id, "worker_token": token})
+        return {**props, "node_id": state.node_id, "worker_token": token}
 
-    def delete(self, _id: str, props: dict[str, Any]) -> None:
+    def remove(self, _id: str, props: dict[str, Any]) -> None:
         if not props.get("initialized"):
             return  # adopted: not ours to tear down
-        with _connect(props) as conn:
+        with self.connect(props) as conn:
             state = _swarm(conn)
             if state.state != "inactive":
                 conn.check("docker swarm leave --force", timeout=COMMAND_TIMEOUT)
 
 
-class SwarmWorkerProvider(ResourceProvider):
+class SwarmWorkerProvider(_SwarmNodeProvider):
     """``docker swarm join`` on one agent; ``leave`` (and ``node rm`` on the manager) on delete.
 
     Inputs: ``agent``, ``manager`` (the manager agent, to check membership and remove the node),
@@ -192,6 +170,7 @@ class SwarmWorkerProvider(ResourceProvider):
     """
 
     INPUTS = ("agent", "manager", "manager_addr", "join_token", "advertise_addr")
+    REPLACES = ("manager_addr", "advertise_addr")
 
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> CheckResult:
         failures = _check_agent(news) + _check_agent(news, "manager")
@@ -208,13 +187,13 @@ class SwarmWorkerProvider(ResourceProvider):
         return CreateResult(outs["node_id"], outs)
 
     def _members(self, props: Mapping[str, Any]) -> dict[str, facts.SwarmNode]:
-        with _connect(props, "manager") as mgr:
+        with self.connect(props, "manager") as mgr:
             return {n.node_id: n for n in gathering.gather(mgr, facts.SwarmNodes())}
 
     def _ensure(self, props: Mapping[str, Any], joined: bool = False) -> dict[str, Any]:
         name = props["agent"]["name"]
         manager = props["manager"]["name"]
-        with _connect(props) as conn:
+        with self.connect(props) as conn:
             state = _swarm(conn)
             if state.state == "active":
                 if state.node_id not in self._members(props):
@@ -251,37 +230,31 @@ class SwarmWorkerProvider(ResourceProvider):
                              f"joined, but the manager {props['manager']['name']} lists node "
                              f"{node_id} as {node.status if node else 'absent'}")
 
-    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+    def diffed(self) -> tuple[str, ...]:
         # A rotated join token changes nothing for a node that has joined.
-        inputs = tuple(k for k in self.INPUTS if k != "join_token")
-        return _diff(olds, news, WORKER_REPLACES, inputs)
+        return tuple(k for k in self.INPUTS if k != "join_token")
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         return UpdateResult(self._ensure(news, bool(olds.get("joined"))))
 
-    def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
-        with _connect(props) as conn:
+    def look(self, id_: str, props: dict[str, Any]) -> dict[str, Any] | None:
+        with self.connect(props) as conn:
             state = _swarm(conn)
         if state.state != "active" or state.node_id != id_ or id_ not in self._members(props):
-            return ReadResult(None, {})
-        return ReadResult(id_, props)
+            return None
+        return props
 
-    def delete(self, id_: str, props: dict[str, Any]) -> None:
+    def remove(self, id_: str, props: dict[str, Any]) -> None:
         if not props.get("joined"):
             return  # adopted: not ours to take out of its swarm
-        with _connect(props) as conn:
+        with self.connect(props) as conn:
             state = _swarm(conn)
             if state.state != "inactive" and state.node_id == id_:
                 conn.check("docker swarm leave --force", timeout=COMMAND_TIMEOUT)
-        try:
-            with _connect(props, "manager") as mgr:
-                if _swarm(mgr).control_available:
-                    # a node that just left shows as Down for a moment; rm --force takes it
-                    mgr.check(f"docker node rm --force {shlex.quote(id_)}",
-                              timeout=COMMAND_TIMEOUT)
-        except AgentError as exc:
-            if "not found" not in exc.detail and "No such node" not in exc.detail:
-                raise
+        with tolerating_gone("not found", "No such node"), self.connect(props, "manager") as mgr:
+            if _swarm(mgr).control_available:
+                # a node that just left shows as Down for a moment; rm --force takes it
+                mgr.check(f"docker node rm --force {shlex.quote(id_)}", timeout=COMMAND_TIMEOUT)
 
 
 class SwarmManager(pulumi.dynamic.Resource, module="cluster-sessions", name="SwarmManager"):
