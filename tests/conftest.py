@@ -8,6 +8,7 @@ never pass by skipping the real-engine tests.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -187,8 +188,82 @@ ENGINE_BEFORE = pytest.StashKey[dict]()
 ENGINE_CHANGES = pytest.StashKey[list]()
 
 
+TEST_RUNS = Path(tempfile.gettempdir()) / "cluster-sessions-test-runs"
+TEST_NAME_PREFIX = "cst-"  # tests/test_runtime.py unique(): every test session, pool and stack
+
+
+def other_test_runs(runs: Path = TEST_RUNS) -> list[int]:
+    """Pids of other test runs of this project alive now (each records its pid in ``runs``)."""
+    from cluster_sessions.lab import processes
+
+    pids = []
+    for record in runs.glob("*") if runs.is_dir() else ():
+        if record.name.isdigit() and int(record.name) != os.getpid():
+            if processes.alive(int(record.name)):
+                pids.append(int(record.name))
+            else:
+                record.unlink(missing_ok=True)
+    return pids
+
+
+def is_test_object(name: str, labels: Mapping[str, str] | None,
+                   prefix: str = TEST_NAME_PREFIX) -> bool:
+    """A container, service, network or volume a test made: its name, or the session, pool or
+    ledger entry it is labelled with, carries the tests' prefix."""
+    from cluster_sessions.core.names import LEDGER_POOL_LABEL, LEDGER_SESSION_LABEL, SESSION_LABEL
+
+    labels = labels or {}
+    return any(value.startswith(prefix) for value in (
+        name, labels.get(SESSION_LABEL, ""), labels.get(LEDGER_SESSION_LABEL, ""),
+        labels.get(LEDGER_POOL_LABEL, "")))
+
+
+def clear_stale_test_objects(prefix: str = TEST_NAME_PREFIX, runs: Path = TEST_RUNS) -> list[str]:
+    """Remove what a killed earlier test run left on the host's engine (a container with a
+    restart policy even comes back with the engine), when no other test run is alive: its
+    sessions would hold the local agent's capacity and every later ``up`` would be pending.
+    Returns what was removed, in words."""
+    import docker
+    import docker.errors
+
+    if other_test_runs(runs):
+        return []
+    try:
+        client = docker.from_env(timeout=60)
+        client.ping()
+    except Exception:  # no engine: the docker tests say so themselves
+        return []
+    removed = []
+    try:
+        groups = [("service", lambda: client.services.list() if client.info()["Swarm"].get(
+                      "ControlAvailable") else [], lambda o: o.name, lambda o: o.attrs.get(
+                      "Spec", {}).get("Labels"), lambda o: o.remove()),
+                  ("container", lambda: client.containers.list(all=True), lambda o: o.name,
+                   lambda o: o.labels, lambda o: o.remove(force=True, v=False)),
+                  ("network", client.networks.list, lambda o: o.name,
+                   lambda o: o.attrs.get("Labels"), lambda o: o.remove()),
+                  ("volume", client.volumes.list, lambda o: o.name,
+                   lambda o: o.attrs.get("Labels"), lambda o: o.remove(force=True))]
+        for kind, listing, name_of, labels_of, remove in groups:
+            for obj in listing():
+                if is_test_object(name_of(obj), labels_of(obj), prefix):
+                    with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                        remove(obj)
+                        removed.append(f"{kind} {name_of(obj)}")
+    finally:
+        client.close()
+    return removed
+
+
+STALE_REMOVED = pytest.StashKey[list]()
+
+
 def pytest_sessionstart(session):
-    """In CI, the host engine's state before the first test (see pytest_sessionfinish)."""
+    """This run's pid in TEST_RUNS; what a killed earlier run left removed; in CI, the host
+    engine's state before the first test (see pytest_sessionfinish)."""
+    TEST_RUNS.mkdir(exist_ok=True)
+    (TEST_RUNS / str(os.getpid())).touch()
+    session.config.stash[STALE_REMOVED] = clear_stale_test_objects()
     if require_docker():
         state = engine_state()
         if state is not None:
@@ -199,6 +274,7 @@ def pytest_sessionfinish(session):
     """In CI, a run that leaves the host's engine changed fails: a test uses an engine of its
     own (the lab's) or restores what it changed (docs/testing.md). Containers being removed
     get a few seconds to go."""
+    (TEST_RUNS / str(os.getpid())).unlink(missing_ok=True)
     before = session.config.stash.get(ENGINE_BEFORE, None)
     if before is None:
         return
@@ -215,6 +291,12 @@ def pytest_sessionfinish(session):
 
 
 def pytest_terminal_summary(terminalreporter, config):
+    stale = config.stash.get(STALE_REMOVED, None)
+    if stale:
+        terminalreporter.section("left by an earlier, killed test run: removed before the first "
+                                 "test")
+        for line in stale:
+            terminalreporter.line(line)
     changes = config.stash.get(ENGINE_CHANGES, None)
     if changes:
         terminalreporter.section("the host's Docker Engine was left changed", red=True)

@@ -90,3 +90,56 @@ def test_engine_changes_name_what_was_left_removed_or_replaced():
         "network cs-net left behind", "network docker_gwbridge removed",
         "network bridge replaced (a1 -> a2)", "container web removed", "volume data left behind",
         "swarm inactive -> active (node - -> n1)"]
+
+
+@pytest.mark.docker
+def test_what_a_killed_run_left_is_removed_first_unless_another_run_is_alive(tmp_path,
+                                                                             docker_client):
+    """conftest clear_stale_test_objects: a test session's container, network and volume that a
+    killed run left (found by name or by the session label) go before the first test, so they
+    cannot hold the local agent's capacity; an object of no test stays; while another test run
+    is alive nothing is touched (they may be its sessions)."""
+    from cluster_sessions.agents.pool_ledger import MARKER_IMAGE, _empty_tar
+    from cluster_sessions.core.names import SESSION_LABEL
+    from tests.conftest import clear_stale_test_objects
+
+    prefix = f"cst-sweep{uuid.uuid4().hex[:8]}-"
+    keep = f"keep-{uuid.uuid4().hex[:8]}"
+    repo, tag = MARKER_IMAGE.rsplit(":", 1)
+    docker_client.api.import_image_from_data(_empty_tar(), repository=repo, tag=tag)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+
+    def leave() -> None:
+        docker_client.containers.create(MARKER_IMAGE, ["x"], name=f"{prefix}main1",
+                                        restart_policy={"Name": "unless-stopped"})
+        docker_client.containers.create(MARKER_IMAGE, ["x"], name=f"{keep}-by-label",
+                                        labels={SESSION_LABEL: f"{prefix}s"})
+        docker_client.networks.create(f"{keep}-net", labels={SESSION_LABEL: f"{prefix}s"})
+        docker_client.volumes.create(f"{prefix}data")
+
+    left = {f"container {prefix}main1", f"container {keep}-by-label", f"network {keep}-net",
+            f"volume {prefix}data"}
+    try:
+        docker_client.containers.create(MARKER_IMAGE, ["x"], name=keep)
+        leave()
+        (runs / str(os.getppid())).touch()  # another run, alive
+        assert clear_stale_test_objects(prefix, runs) == []
+        assert docker_client.containers.get(f"{prefix}main1")
+        (runs / str(os.getppid())).unlink()
+        (runs / "999999999").touch()  # a run that is gone: its record is cleared
+        assert set(clear_stale_test_objects(prefix, runs)) == left
+        assert not (runs / "999999999").exists()
+        names = {c.name for c in docker_client.containers.list(all=True)}
+        assert keep in names and not {f"{prefix}main1", f"{keep}-by-label"} & names
+        assert not docker_client.networks.list(names=[f"{keep}-net"])
+        assert not [v for v in docker_client.volumes.list() if v.name == f"{prefix}data"]
+    finally:
+        for c in docker_client.containers.list(all=True):
+            if c.name.startswith((prefix, keep)):
+                c.remove(force=True)
+        for n in docker_client.networks.list(names=[f"{keep}-net"]):
+            n.remove()
+        for v in docker_client.volumes.list():
+            if v.name == f"{prefix}data":
+                v.remove(force=True)
