@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -189,7 +190,9 @@ ENGINE_CHANGES = pytest.StashKey[list]()
 
 
 TEST_RUNS = Path(tempfile.gettempdir()) / "cluster-sessions-test-runs"
-TEST_NAME_PREFIX = "cst-"  # tests/test_runtime.py unique(): every test session, pool and stack
+# tests/test_runtime.py unique(): every test session, pool and stack is cst-<8 hex>-<stem>; a
+# user's own session merely starting "cst-" is not a test's
+TEST_NAME = re.compile(r"cst-[0-9a-f]{8}-")
 
 
 def other_test_runs(runs: Path = TEST_RUNS) -> list[int]:
@@ -207,18 +210,19 @@ def other_test_runs(runs: Path = TEST_RUNS) -> list[int]:
 
 
 def is_test_object(name: str, labels: Mapping[str, str] | None,
-                   prefix: str = TEST_NAME_PREFIX) -> bool:
+                   pattern: re.Pattern[str] = TEST_NAME) -> bool:
     """A container, service, network or volume a test made: its name, or the session, pool or
-    ledger entry it is labelled with, carries the tests' prefix."""
+    ledger entry it is labelled with, starts as a test's name (``pattern``)."""
     from cluster_sessions.core.names import LEDGER_POOL_LABEL, LEDGER_SESSION_LABEL, SESSION_LABEL
 
     labels = labels or {}
-    return any(value.startswith(prefix) for value in (
+    return any(pattern.match(value) for value in (
         name, labels.get(SESSION_LABEL, ""), labels.get(LEDGER_SESSION_LABEL, ""),
         labels.get(LEDGER_POOL_LABEL, "")))
 
 
-def clear_stale_test_objects(prefix: str = TEST_NAME_PREFIX, runs: Path = TEST_RUNS) -> list[str]:
+def clear_stale_test_objects(pattern: re.Pattern[str] = TEST_NAME,
+                             runs: Path = TEST_RUNS) -> list[str]:
     """Remove what a killed earlier test run left on the host's engine (a container with a
     restart policy even comes back with the engine), when no other test run is alive: its
     sessions would hold the local agent's capacity and every later ``up`` would be pending.
@@ -246,7 +250,7 @@ def clear_stale_test_objects(prefix: str = TEST_NAME_PREFIX, runs: Path = TEST_R
                    lambda o: o.attrs.get("Labels"), lambda o: o.remove(force=True))]
         for kind, listing, name_of, labels_of, remove in groups:
             for obj in listing():
-                if is_test_object(name_of(obj), labels_of(obj), prefix):
+                if is_test_object(name_of(obj), labels_of(obj), pattern):
                     with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                         remove(obj)
                         removed.append(f"{kind} {name_of(obj)}")

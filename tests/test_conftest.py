@@ -4,6 +4,7 @@ tests/conftest.py allows it by name; elsewhere a skip stays a skip."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -101,9 +102,10 @@ def test_what_a_killed_run_left_is_removed_first_unless_another_run_is_alive(tmp
     is alive nothing is touched (they may be its sessions)."""
     from cluster_sessions.agents.pool_ledger import MARKER_IMAGE, _empty_tar
     from cluster_sessions.core.names import SESSION_LABEL
-    from tests.conftest import clear_stale_test_objects
+    from tests.conftest import clear_stale_test_objects, is_test_object
 
     prefix = f"cst-sweep{uuid.uuid4().hex[:8]}-"
+    own = re.compile(re.escape(prefix))
     keep = f"keep-{uuid.uuid4().hex[:8]}"
     repo, tag = MARKER_IMAGE.rsplit(":", 1)
     docker_client.api.import_image_from_data(_empty_tar(), repository=repo, tag=tag)
@@ -124,16 +126,20 @@ def test_what_a_killed_run_left_is_removed_first_unless_another_run_is_alive(tmp
         docker_client.containers.create(MARKER_IMAGE, ["x"], name=keep)
         leave()
         (runs / str(os.getppid())).touch()  # another run, alive
-        assert clear_stale_test_objects(prefix, runs) == []
+        assert clear_stale_test_objects(own, runs) == []
         assert docker_client.containers.get(f"{prefix}main1")
         (runs / str(os.getppid())).unlink()
         (runs / "999999999").touch()  # a run that is gone: its record is cleared
-        assert set(clear_stale_test_objects(prefix, runs)) == left
+        assert set(clear_stale_test_objects(own, runs)) == left
         assert not (runs / "999999999").exists()
         names = {c.name for c in docker_client.containers.list(all=True)}
         assert keep in names and not {f"{prefix}main1", f"{keep}-by-label"} & names
         assert not docker_client.networks.list(names=[f"{keep}-net"])
         assert not [v for v in docker_client.volumes.list() if v.name == f"{prefix}data"]
+        # the default: only unique()'s names, never a user's session that starts "cst-"
+        assert is_test_object("cst-0a1b2c3d-ssh-main1", {})
+        assert not is_test_object("cst-my-own-session", {})
+        assert not is_test_object(f"{prefix}main1", {})
     finally:
         for c in docker_client.containers.list(all=True):
             if c.name.startswith((prefix, keep)):
