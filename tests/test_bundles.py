@@ -12,6 +12,7 @@ import os
 import stat
 import subprocess
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -213,6 +214,36 @@ def test_an_interrupted_delivery_leaves_nothing_a_later_up_would_mount(tmp_path)
     assert not (root / STACK / "main1").exists()  # never where a container mounts
     deliver(conn, str(root), STACK, {"main1": "whole\n"})
     assert tree(root / STACK) == {"main1": (0o500, None), "main1/bundle.pack": (0o000, b"whole\n")}
+
+
+def test_another_agent_making_the_stack_directory_first_is_no_error(tmp_path, monkeypatch):
+    """Agents on one shared filesystem (the lab's, an NFS scratch root) deliver into one
+    ``<stack id>/`` at once: the other agent's ``mkdir`` may land between this one's look and
+    its own (CI: ``mkdir: cannot create directory ...: File exists``, the second ``up``)."""
+    root = scratch_root(tmp_path)
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    # a mkdir that lets "the other agent" make the stack's directory just before it runs
+    (shim / "mkdir").write_text(
+        "#!/bin/sh\n"
+        f'for a; do last=$a; done\n[ "$last" = {str(root / STACK)!r} ] && /bin/mkdir "$last"\n'
+        'exec /bin/mkdir "$@"\n')
+    (shim / "mkdir").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}:{os.environ['PATH']}")
+    deliver(LocalConnector("agent2"), str(root), STACK, {"sub1": "two\n"})
+    assert tree(root)[f"{STACK}/sub1/bundle.pack"] == (0o000, b"two\n")
+
+
+def test_agents_sharing_a_filesystem_deliver_into_one_stack_at_once(tmp_path):
+    root = scratch_root(tmp_path)
+    for round_ in range(12):
+        stack = f"{round_:016x}"
+        with ThreadPoolExecutor(3) as pool_:
+            list(pool_.map(lambda a: deliver(LocalConnector(a), str(root), stack,
+                                             {f"{a}-main": f"{a}\n"}),
+                           ["agent1", "agent2", "agent3"]))
+        assert sorted(p.name for p in (root / stack).iterdir()) == [
+            "agent1-main", "agent2-main", "agent3-main"]
 
 
 def test_a_missing_scratch_root_is_an_error_naming_the_agent_and_the_path(tmp_path):

@@ -89,7 +89,10 @@ def deliver_script(scratch: str, stack_id: str, agent: str, bundles: Mapping[str
              f"d=\"$root\"/{q(stack_id)}",
              'if [ -L "$d" ] || { [ -e "$d" ] && [ ! -d "$d" ]; }; then '
              'fail "$d is not a directory"; fi',
-             '[ -d "$d" ] || mkdir -m 700 -- "$d" || exit 4',
+             # agents on one shared filesystem deliver into one <stack id>/ at once: the
+             # other agent's mkdir may win the race, and its directory is as good as ours
+             'err=$(mkdir -m 700 -- "$d" 2>&1) || { [ -d "$d" ] && [ ! -L "$d" ]; } || '
+             '{ printf "%s\\n" "$err" >&2; exit 4; }',
              _clear(f"{q(PARTIAL_PREFIX + agent)}-*"), _clear(f"{q(OLD_PREFIX + agent)}-*"),
              f'new="$d"/{q(PARTIAL_PREFIX + agent)}-$$',
              'mkdir -m 700 -- "$new" || exit 4',
