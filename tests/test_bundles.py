@@ -239,8 +239,8 @@ def test_agents_sharing_a_filesystem_deliver_into_one_stack_at_once(tmp_path):
     for round_ in range(12):
         stack = f"{round_:016x}"
         with ThreadPoolExecutor(3) as pool_:
-            list(pool_.map(lambda a: deliver(LocalConnector(a), str(root), stack,
-                                             {f"{a}-main": f"{a}\n"}),
+            list(pool_.map(lambda a, s=stack: deliver(LocalConnector(a), str(root), s,
+                                                      {f"{a}-main": f"{a}\n"}),
                            ["agent1", "agent2", "agent3"]))
         assert sorted(p.name for p in (root / stack).iterdir()) == [
             "agent1-main", "agent2-main", "agent3-main"]
