@@ -103,7 +103,7 @@ from cluster_sessions.lab.layout import RUN_BASE, LabInfo, read_json  # noqa: E4
 PREFIX, SUBNET = "csrl", "10.251.110.0/24"
 AGENTS = 3
 CONTAINER = "docker:index/container:Container"
-NETWORK = "docker:index/network:Network"
+NETWORK = "pulumi-python:dynamic/cluster-sessions:SessionNetwork"
 PROVIDER = "pulumi:providers:docker"
 # creates at once (module doc): one agent's SSH handshakes stay under sshd's MaxStartups 10
 # (the creates go in host order, agent by agent)

@@ -81,7 +81,7 @@ from cluster_sessions.agents.engine import set_pids_limit  # noqa: E402
 from tests.standin.docker_builder import run_in, sweep_session  # noqa: E402
 
 CONTAINER = "docker:index/container:Container"
-NETWORK = "docker:index/network:Network"
+NETWORK = "pulumi-python:dynamic/cluster-sessions:SessionNetwork"
 PREFIX = "rtb-"  # every network and container this script creates starts with it
 READY = re.compile(r"cluster-session\[[^]]*\]: ready:")
 FAILED = re.compile(r"cluster-session\[[^]]*\]: error:")

@@ -333,7 +333,7 @@ def test_a_container_sees_only_its_own_bundle_read_only_and_destroy_leaves_nothi
                                            shmem="16m")},
                       pool("own", agent("here", cpu=512, mem="4096g"), scratch=str(root)))
     builder = DockerBuilder()
-    engine = Engine(on_create=builder)
+    engine = Engine(on_create=builder, on_delete=builder.remove)
     try:
         outputs = run_program(engine, name, {"cluster-sessions:definition": str(path)})
         hosts = outputs["hosts"][0]

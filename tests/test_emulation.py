@@ -20,6 +20,7 @@ from .factories import load_session
 from .test_session import EXAMPLES, FIXTURE_STACKS, config_of
 
 CONTAINER, NETWORK = provider.CONTAINER, provider.NETWORK
+SESSION_NETWORK = "pulumi-python:dynamic/cluster-sessions:SessionNetwork"
 PROVIDER = "pulumi:providers:docker"
 
 
@@ -32,8 +33,9 @@ def test_an_unchanged_definition_shows_no_change_against_the_read_back_state(sta
     run_program(engine, stack, config)
     assert {a for a, _ in engine.actions.values()} == {provider.CREATE}
     run_program(engine, stack, config)
-    docker = {r.urn for r in engine.registrations if r.type in (CONTAINER, NETWORK)}
-    assert docker
+    docker = {r.urn for r in engine.registrations if r.type in (CONTAINER, SESSION_NETWORK)}
+    assert {r.type for r in engine.registrations if r.urn in docker} == {CONTAINER,
+                                                                        SESSION_NETWORK}
     changed = {urn: engine.actions[urn] for urn in docker
                if engine.actions[urn][0] != provider.SAME}
     assert not changed, changed
@@ -121,9 +123,9 @@ def test_a_provider_whose_unix_socket_does_not_exist_fails_like_the_provider(tmp
     builder = DockerBuilder()
     prov = _registration(PROVIDER, "agent")
     builder(prov, {"host": f"unix://{tmp_path}/absent.sock"})
-    net = _registration(NETWORK, "net", prov.urn)
+    container = _registration(CONTAINER, "main1", prov.urn)
     with pytest.raises(connhelper.EngineUnreachable, match="Error pinging Docker server"):
-        builder(net, {"name": "t-net", "driver": "bridge"})
+        builder(container, {"name": "t-main1", "image": "nothing"})
     assert not builder.made
 
 

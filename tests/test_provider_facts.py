@@ -76,16 +76,25 @@ def test_the_table_covers_every_argument_the_session_passes():
                   if v not in (None, [], {}) and not k.startswith("__")}
         known = {_camel(k) for k in CONTAINER_FORCE_NEW}
         assert passed <= known, passed - known
+    # the network is our own resource (pulumi_layer/network.py); "agent" is how it reaches
+    # the engine (a provider's place), the rest are the network's arguments
     passed = {k for k, v in run.network.plain_inputs.items()
-              if v not in (None, [], {}) and not k.startswith("__")}
+              if v not in (None, [], {}) and not k.startswith("__")} - {"agent"}
     assert passed <= {_camel(k) for k in NETWORK_FORCE_NEW}, passed
 
 
 def test_the_network_ignores_dockers_own_options_and_labels_carry_what_the_session_set():
+    """Our network resource compares what the program gives, never what the engine reads
+    back: Docker's own overlay options (below) change nothing."""
+    from cluster_sessions.pulumi_layer.network import SessionNetworkProvider
+
     run = Run("multi-demo")
     net = run.network
-    assert net.ignore_changes == ["options"]
-    labels = {x["label"]: x["value"] for x in net.plain_inputs["labels"]}
+    inputs = {k: v for k, v in net.plain_inputs.items() if not k.startswith("__")}
+    assert not SessionNetworkProvider().diff("id", dict(inputs), dict(inputs)).changes
+    assert SessionNetworkProvider().diff("id", inputs, {**inputs, "name": "x"}).replaces == [
+        "name"]
+    labels = net.plain_inputs["labels"]
     assert labels["cluster-sessions.mtu"] == str(run.plan.network.mtu or "")
     assert labels["cluster-sessions.encrypted"] == str(run.plan.network.encrypted).lower()
 
@@ -145,24 +154,36 @@ def restore_networks(client, names: set[str]) -> None:
 def test_docker_adds_its_own_option_to_an_overlay_which_the_provider_would_read_back(
         docker_client):
     """The evidence for NETWORK_IGNORED: the provider writes every one of Docker's ``Options``
-    into the state (rnf.go 185-194), and an overlay's include one nobody asked for.
+    into the state (rnf.go 185-194), and an overlay's include one nobody asked for; our own
+    network resource (pulumi_layer/network.py), made here on the overlay, keeps what it was
+    given as its outputs, so the next diff compares like with like.
 
     An overlay needs a swarm: one made here is left again, and the networks joining it made
     (``docker_gwbridge``, ``ingress``) are removed, so the engine is as it was (conftest)."""
     import uuid
+
+    from cluster_sessions.agents.connectors import agent_props
+    from cluster_sessions.core.spec import Agent
+    from cluster_sessions.pulumi_layer.network import SessionNetworkProvider
 
     joined = docker_client.info()["Swarm"]["LocalNodeState"] == "active"
     networks_before = {n.name for n in docker_client.networks.list()}
     if not joined:
         docker_client.swarm.init(advertise_addr="127.0.0.1")
     try:
-        network = docker_client.networks.create(
-            f"cspf-{uuid.uuid4().hex[:8]}", driver="overlay", attachable=True,
-            options={"com.docker.network.driver.mtu": "1450"})
+        inputs = {"agent": agent_props(Agent(name="local", capacity={"cpu": 1, "mem": "1g"})),
+                  "name": f"cspf-{uuid.uuid4().hex[:8]}", "driver": "overlay",
+                  "attachable": True, "options": {"com.docker.network.driver.mtu": "1450"},
+                  "labels": {"cluster-sessions.test": "provider-facts"}}
+        made = SessionNetworkProvider().create(dict(inputs))
         try:
-            options = docker_client.api.inspect_network(network.id)["Options"]
+            options = docker_client.api.inspect_network(made.id)["Options"]
+            assert docker_client.api.inspect_network(made.id)["Attachable"] is True
         finally:
-            network.remove()
+            SessionNetworkProvider().delete(made.id, made.outs)
+        assert made.outs == inputs  # not what the engine holds
+        assert not SessionNetworkProvider().diff(made.id, made.outs, dict(inputs)).changes
+        assert not docker_client.networks.list(names=[inputs["name"]])
     finally:
         if not joined:
             docker_client.swarm.leave(force=True)

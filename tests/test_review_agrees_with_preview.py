@@ -17,7 +17,7 @@ from . import factories
 from .test_runtime import image, unique  # noqa: F401 (fixtures used by name)
 
 CONTAINER = "docker:index/container:Container"
-NETWORK = "docker:index/network:Network"
+NETWORK = "pulumi-python:dynamic/cluster-sessions:SessionNetwork"
 
 # diff's words for the engine's steps (a replacement's steps are one "replace": step_lines)
 ACTION = {"create": "add", "update": "update", "replace": "replace",

@@ -58,7 +58,7 @@ from .factories import load_session
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 CONTAINER = "docker:index/container:Container"
-NETWORK = "docker:index/network:Network"
+NETWORK = "pulumi-python:dynamic/cluster-sessions:SessionNetwork"
 PROVIDER = "pulumi:providers:docker"
 KEYS = "pulumi-python:dynamic/cluster-sessions:SessionKeys"
 LIMITS = "pulumi-python:dynamic/cluster-sessions:ContainerLimits"
@@ -294,7 +294,7 @@ def test_remote_gpu_agents_get_ssh_providers_and_device_requests_they_can_run():
         assert run.container(host).provider_urn == run.provider(
             "gpu-a" if host in ("main1", "sub1") else "gpu-b").urn
     assert run.network.plain_inputs["name"] == "remote-gpus-net-mtu1450"
-    assert run.network.provider_urn == run.provider("gpu-a").urn
+    assert run.network.plain_inputs["agent"]["name"] == "gpu-a"  # made through gpu-a
 
 
 def test_the_caller_s_docker_environment_moves_nothing(monkeypatch):
@@ -374,7 +374,7 @@ def test_the_overlay_is_made_through_the_manager_even_when_it_holds_no_container
     run = Run("spread-on-workers")
     assert "mgr" not in run.plan.agents and run.plan.network.agent == "mgr"
     assert len(run.engine.of_type(PROVIDER)) == 3
-    assert run.network.provider_urn == run.provider("mgr").urn
+    assert run.network.plain_inputs["agent"]["name"] == "mgr"
     assert run.network.plain_inputs["attachable"] is True
     for c in run.plan.containers:
         reg = run.container(c.host)
@@ -397,7 +397,7 @@ def test_containers_run_on_their_agents_and_the_network_on_its_agent(run: Run):
         assert run.network.urn in reg.dependencies, f"{reg.urn} does not wait for the network"
         assert reg.delete_before_replace, f"{reg.urn}: a fixed name needs delete-before-replace"
     net = run.network
-    assert net.provider_urn == run.provider(plan.network.agent).urn, net.urn
+    assert net.plain_inputs["agent"]["name"] == plan.network.agent, net.urn
     assert net.delete_before_replace, f"{net.urn}: a fixed name needs delete-before-replace"
 
 
@@ -466,10 +466,9 @@ def test_labels_identify_session_host_role_and_stack(run: Run):
                 } == container_labels(plan, c)
         assert sum(x["label"] == ENDPOINT_LABEL for x in labels) == 1
     labels = run.network.plain_inputs["labels"]
-    assert {x["label"]: x["value"] for x in labels
-            if x["label"] != ENDPOINT_LABEL} == network_labels(plan)
-    assert {STACK_ID_LABEL, STACK_LABEL} <= {x["label"] for x in labels}
-    assert MADE_BY_LABEL not in {x["label"] for x in labels}
+    assert {k: v for k, v in labels.items() if k != ENDPOINT_LABEL} == network_labels(plan)
+    assert {STACK_ID_LABEL, STACK_LABEL} <= set(labels)
+    assert MADE_BY_LABEL not in labels
     assert run.output("session")["stack_id"] == derived_stack_id(run.stack)
 
 
@@ -525,7 +524,7 @@ def test_network_is_a_bridge_or_an_attachable_overlay_with_the_pools_options(run
     if net.driver == "overlay":
         assert inputs["attachable"] is True
     else:
-        assert "attachable" not in inputs
+        assert inputs["attachable"] is False
     options = inputs.get("options", {})
     assert options.get("com.docker.network.driver.mtu") == (str(net.mtu) if net.mtu else None)
     assert ("encrypted" in options) == net.encrypted

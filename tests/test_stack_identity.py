@@ -47,7 +47,7 @@ from . import factories
 from .test_runtime import image, unique  # noqa: F401 (fixtures used by name)
 
 CONTAINER = "docker:index/container:Container"
-NETWORK = "docker:index/network:Network"
+NETWORK = "pulumi-python:dynamic/cluster-sessions:SessionNetwork"
 
 # --- the decision (pure) -----------------------------------------------------------------------
 
@@ -152,7 +152,8 @@ def local_pool():
 
 
 def labels_of(engine: Engine, kind: str) -> list[dict[str, str]]:
-    return [{x["label"]: x["value"] for x in r.inputs["labels"]}
+    return [r.inputs["labels"] if isinstance(r.inputs["labels"], dict)  # the network's
+            else {x["label"]: x["value"] for x in r.inputs["labels"]}
             for r in engine.registrations if r.type == kind]
 
 

@@ -429,9 +429,11 @@ class Backend:
             for urn in sorted(made, key=lambda urn: made[urn][0] != "container"):
                 with contextlib.suppress(Exception):  # an engine a test stopped
                     state.builder.remove(urn)
-            # the bundles' deliveries the state holds (an interrupted up made them before its
-            # containers), deleted as a destroy would (pulumi_layer/bundles.py)
-            for urn in [u for u in state.engine.state if ":BundleDelivery::" in u]:
+            # the bundles' deliveries and the network the state holds (an interrupted up made
+            # them before its containers), deleted as a destroy would (pulumi_layer/bundles.py,
+            # network.py)
+            for urn in [u for u in state.engine.state
+                        if ":BundleDelivery::" in u or ":SessionNetwork::" in u]:
                 with contextlib.suppress(Exception):
                     state.engine.delete_resources([urn])
             for path in dict.fromkeys(getattr(state.builder, "bundle_dirs", [])):

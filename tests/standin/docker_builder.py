@@ -1,7 +1,7 @@
 """Test support: build what the Pulumi program declares on real Docker Engines, and use it.
 
 :class:`DockerBuilder` is the ``on_create`` hook of :class:`.engine.Engine`: for each
-declared ``docker.Network`` and ``docker.Container`` it does what the Docker provider would do
+declared ``docker.Container`` it does what the Docker provider would do
 with the same inputs, on the engine the resource's ``docker.Provider`` reaches (its ``host``,
 ``ssh_opts``, ``cert_path``: :mod:`.connhelper`), so a
 multi-agent session lands on several engines (tests/test_multinode.py) exactly as declared,
@@ -13,9 +13,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import signal
 import tarfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -24,6 +22,7 @@ from cluster_sessions.core.spec import BUNDLE_DIR
 
 from . import connhelper, provider
 from .engine import Registration
+from .faults import FAULT_ENV, fault_point  # noqa: F401 (FAULT_ENV: the tests import it here)
 
 
 def find_image(api, image: str) -> None:
@@ -52,27 +51,7 @@ class SessionNotReady(AssertionError):
 MIB = 1024 * 1024
 READY_TIMEOUT = 150  # seconds: the entrypoint itself waits up to readiness.timeout (120 s)
 PROVIDER_TYPE = "pulumi:providers:docker"
-# "<object name>:<before|created|delete>:<INT|KILL|PAUSE=seconds>": a fault at one point of a
-# run (before an object is created or deleted; or, for a container, created but not started),
-# for the
-# reliability tests that interrupt a driver process there
-FAULT_ENV = "CLUSTER_SESSIONS_EMULATION_FAULT"
-
-
-def fault_point(name: str, phase: str) -> None:
-    """Interrupt (SIGINT, SIGKILL) this process, or pause, where ``FAULT_ENV`` says."""
-    spec = os.environ.get(FAULT_ENV, "")
-    want, _, rest = spec.partition(":")
-    at, _, action = rest.partition(":")
-    if (want, at) != (name, phase):
-        return
-    if action.startswith("PAUSE="):
-        time.sleep(float(action.removeprefix("PAUSE=")))
-        return
-    os.kill(os.getpid(), getattr(signal, f"SIG{action}"))
-    threading.Event().wait()  # nothing more happens on this thread
-
-
+SESSION_NETWORK = "pulumi-python:dynamic/cluster-sessions:SessionNetwork"
 def remove_bundle_dir(path: str) -> None:
     """A host's bundle directory (0500, its pack 0000) and its stack's directory once empty."""
     import shutil
@@ -93,14 +72,16 @@ class DockerBuilder:
     Follows terraform-provider-docker's container create: create, leave the default bridge for
     ``networks_advanced`` (here: created straight onto the session network with its aliases),
     upload each file as a one-entry tar at ``/`` with its mode, start, then insist it runs.
-    ``placed`` records, per container or network name, the ``host`` it was created on.
+    ``placed`` records, per container name, the ``host`` it was created on (the session
+    network is the program's own dynamic resource: the engine runs its provider).
     """
 
     def __init__(self) -> None:
         self.provider_configs: dict[str, dict] = {}
         self.connections: dict[tuple, connhelper.Connection] = {}
         self.containers: list[tuple[object, str]] = []
-        self.networks: list[tuple[object, str]] = []
+        self.networks: list[tuple[object, str]] = []  # (client, network name)
+        self.made_networks: list[tuple[dict, str]] = []  # (inputs, id): make_network's
         self.placed: dict[str, str] = {}
         self.made: dict[str, tuple[str, dict, str]] = {}  # urn -> (kind, provider config, id)
         # the bundle directories the containers bind-mount (issue 45): what the deliveries'
@@ -112,9 +93,8 @@ class DockerBuilder:
         if reg.type == PROVIDER_TYPE:
             self.provider_configs[reg.urn] = connhelper.config_of(inputs)
             return None
-        if reg.type == "docker:index/network:Network":
-            fault_point(inputs["name"], "before")
-            return self.network(reg, inputs)
+        if reg.type == SESSION_NETWORK:  # a benchmark's direct call (the engine runs its own)
+            return self.make_network(inputs)
         if reg.type == "docker:index/container:Container":
             fault_point(inputs["name"], "before")
             return self.container(reg, inputs)
@@ -139,19 +119,15 @@ class DockerBuilder:
             self.connections[key] = connhelper.connect(config)
         return self.connections[key].client, config["host"]
 
-    def network(self, reg: Registration, inputs: dict) -> dict:
-        client, host = self.client_for(reg)
-        net = client.networks.create(
-            inputs["name"],
-            driver=inputs.get("driver"),
-            options=inputs.get("options"),
-            attachable=inputs.get("attachable"),
-            labels={x["label"]: x["value"] for x in inputs.get("labels", [])},
-        )
-        self.networks.append((client, net.id))
-        self.placed[inputs["name"]] = host
-        self.made[reg.urn] = ("network", self.config_for(reg), net.id)
-        return {"id": net.id}
+    def make_network(self, inputs: dict) -> dict:
+        """What the engine does with the program's SessionNetwork (pulumi_layer/network.py):
+        its provider's create; :meth:`remove_all` deletes it through the provider."""
+        from cluster_sessions.pulumi_layer.network import SessionNetworkProvider
+
+        fault_point(inputs["name"], "before")
+        network_id = SessionNetworkProvider().create(dict(inputs)).id
+        self.made_networks.append((dict(inputs), network_id))
+        return {"id": network_id}
 
     def container(self, reg: Registration, inputs: dict) -> dict:
         import docker.types
@@ -210,6 +186,10 @@ class DockerBuilder:
         )
         cid = created["Id"]
         self.containers.append((client, cid))
+        # the session network is the program's own resource (pulumi_layer/network.py), made
+        # and deleted by its provider through the engine; remove_all removes it after
+        # the containers that use it, wherever a container saw it
+        self.networks.append((client, network["name"]))
         self.bundle_dirs += [m["source"] for m in inputs.get("mounts", [])
                              if m.get("target") == BUNDLE_DIR and m.get("type") == "bind"]
         self.placed[inputs["name"]] = host
@@ -230,8 +210,9 @@ class DockerBuilder:
         ]}
 
     def remove_all(self) -> None:
-        """What ``pulumi destroy`` does: the containers (last first), then the networks, each
-        through the engine it was created on."""
+        """What ``pulumi destroy`` does: the containers (last first), then the networks, on
+        each engine a container used it (what the engine's delete of the SessionNetwork
+        did not remove already)."""
         import docker.errors
 
         def remove(item: tuple) -> None:
@@ -243,9 +224,13 @@ class DockerBuilder:
         # a worker a second or two)
         with ThreadPoolExecutor(max_workers=8) as ex:
             list(ex.map(remove, reversed(self.containers)))
-        for client, nid in self.networks:
-            with contextlib.suppress(docker.errors.NotFound):
-                client.api.remove_network(nid)
+        from cluster_sessions.pulumi_layer.network import SessionNetworkProvider
+
+        for inputs, network_id in self.made_networks:
+            SessionNetworkProvider().delete(network_id, inputs)
+        for client, name in dict.fromkeys(self.networks):
+            with contextlib.suppress(docker.errors.APIError):  # gone, or a worker's copy
+                client.api.remove_network(name)
         for path in dict.fromkeys(self.bundle_dirs):
             remove_bundle_dir(path)
 

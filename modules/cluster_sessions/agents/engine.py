@@ -342,6 +342,36 @@ def ensure_volume(client: Any, name: str, labels: Mapping[str, str], session: st
     return "made"
 
 
+def create_network(client: Any, name: str, driver: str, attachable: bool,
+                   options: Mapping[str, str], labels: Mapping[str, str]) -> str:
+    """The session network made on the engine, its ID; ValueError naming it when the engine
+    refuses (a network of that name exists: made by someone else, or left by an interrupted
+    ``up``, which ``up`` sweeps first). One ``NetworkCreate`` and nothing more: the docker
+    provider's ``docker.Network`` then waits 2 s before it reads the network back
+    (kreuzwerker ``resource_docker_network_funcs.go`` l. 20, ``networkReadRefreshDelay``),
+    on every create, read and delete (pulumi_layer/network.py)."""
+    import docker
+
+    try:
+        made = client.api.create_network(name, driver=driver, options=dict(options) or None,
+                                         labels=dict(labels), attachable=attachable or None,
+                                         check_duplicate=True)
+    except docker.errors.APIError as exc:
+        raise ValueError(f"network {name}: the engine did not make it: "
+                         f"{exc.explanation or exc}") from None
+    return str(made["Id"])
+
+
+def network_exists(client: Any, network_id: str) -> bool:
+    import docker
+
+    try:
+        client.api.inspect_network(network_id)
+    except docker.errors.NotFound:
+        return False
+    return True
+
+
 def session_network_attrs(client: Any, session: str | None = None,
                           mine: Callable[[str], bool] | None = None) -> list[Mapping[str, Any]]:
     """The networks carrying our session label that this engine sees, as the API lists them,

@@ -1,9 +1,10 @@
 """A plan as the docker provider's arguments: decided once, for everyone who needs them.
 
-The ``Session`` component passes these to ``docker.Container``/``docker.Network``
-(pulumi_layer/session.py), ``sessionctl diff`` compares the old plan's with the new one's to
-say what ``up`` replaces (core/review.py), and the tests' stand-in engine receives them as the
-registered inputs. Each value is spelled the way the provider reads it back (provider_facts), so an
+The ``Session`` component passes these to ``docker.Container`` and to its own
+``SessionNetwork`` (pulumi_layer/session.py, network.py), ``sessionctl diff`` compares the old
+plan's with the new one's to say what ``up`` replaces (core/review.py), and the tests'
+stand-in engine receives them as the registered inputs. Each value is spelled the way the
+provider reads it back (provider_facts), so an
 unchanged definition shows no change on the next ``up``.
 
 What is left out, because it needs the session's key material: the bundle upload and its
@@ -188,7 +189,7 @@ def container_args(plan: ClusterPlan, c: ContainerPlan, endpoint: str = "") -> C
 
 
 def network_args(plan: ClusterPlan, endpoint: str = "") -> NetworkArgs:
-    """The session network's ``docker.Network`` arguments (``endpoint`` as for
+    """The session network's ``SessionNetwork`` arguments (``endpoint`` as for
     :func:`container_args`)."""
     net = plan.network
     options: dict[str, str] = {}

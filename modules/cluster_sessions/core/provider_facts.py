@@ -32,13 +32,16 @@ CONTAINER_FORCE_NEW: dict[str, bool] = {
     "ports": True, "tmpfs": False, "log_driver": True, "log_opts": True,
     "capabilities": True, "security_opts": True,
 }
-# docker.Network arguments the Session passes: every one forces a new network.
+# The session network's arguments (pulumi_layer/network.py SessionNetwork, our own resource
+# since the provider's docker.Network waits 2 s per create and delete): every one forces a
+# new network, as each forced a new docker.Network (rn.go).
 NETWORK_FORCE_NEW: dict[str, bool] = {
     "name": True, "driver": True, "attachable": True, "options": True, "labels": True,
 }
-# Read back from the engine and compared on the next up although Docker adds to it: an overlay
-# network's options gain "com.docker.network.driver.overlay.vxlanid_list". The Session ignores
-# changes to it; what it sets there (MTU, encryption) is in the network's name (plan.network_name).
+# Left out of diff's review: what the Session sets there (MTU, encryption) is in the network's
+# name (plan.network_name), so the review names the name's change. (docker.Network read back
+# every option Docker adds, an overlay's "com.docker.network.driver.overlay.vxlanid_list";
+# SessionNetwork reads nothing back.)
 NETWORK_IGNORED = ("options",)
 
 NANO = 10**9

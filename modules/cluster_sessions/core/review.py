@@ -272,8 +272,8 @@ def _network_fields(plan: ClusterPlan) -> dict[str, str]:
 
 def _network_args_changed(old: ClusterPlan, new: ClusterPlan, old_hosts: Mapping[str, str],
                           new_hosts: Mapping[str, str]) -> list[tuple[str, object, object]]:
-    """The session network's provider arguments that differ and force a new network (all do;
-    the Session has the provider ignore ``options``: provider_facts.NETWORK_IGNORED)."""
+    """The session network's arguments that differ and force a new network (all do;
+    ``options`` follow the name: provider_facts.NETWORK_IGNORED)."""
     def args(plan: ClusterPlan, hosts: Mapping[str, str]) -> NetworkArgs:
         agent = plan.network.agent or ""
         return network_args(plan, hosts.get(agent, f"agent {agent}"))

@@ -49,13 +49,13 @@ from ..core.container_args import container_args, network_args
 from ..core.errors import Pending
 from ..core.names import BUNDLE_DIGEST_LABEL, DEFAULT_DOCKER_HOST, SESSION_LABEL
 from ..core.plan import ClusterPlan, ContainerPlan, delivers_to_scratch, volume_labels
-from ..core.provider_facts import NETWORK_IGNORED
 from ..core.render import BUNDLE_DIR, RenderedFile, pack, public_digest, render_container
 from ..core.spec import SSH_PORT, Agent, Pool, agent_address
 from .bundles import BundleDelivery
 from .folders import DataFolder
 from .keystore import SessionKeyStore
 from .limits import ContainerLimits
+from .network import DOCKER_NETWORK_TYPE, SessionNetwork
 from .volumes import SessionVolume
 
 TYPE_TOKEN = "cluster-sessions:index:Session"
@@ -184,7 +184,7 @@ class Session(pulumi.ComponentResource):
                                 opts=pulumi.ResourceOptions(parent=self),
                                 principals={c.host: [c.host, c.container_name]
                                             for c in plan.containers})
-        self.docker_network = self._build_network()
+        self.session_network = self._build_network()
         self.folders = self._build_folders(name)
         self.volumes = self._build_volumes(name)
         bundles, digests = self._build_bundles(self.keys.material())
@@ -200,7 +200,7 @@ class Session(pulumi.ComponentResource):
             "name": plan.network.name,
             "driver": plan.network.driver,
             "agent": plan.network.agent,
-            "id": self.docker_network.id,
+            "id": self.session_network.id,
         })
         self.main1 = self._main1_info()
         self.services = self._services_info()
@@ -238,26 +238,19 @@ class Session(pulumi.ComponentResource):
         assert agent is not None
         return reach_of(self.pool.agent(agent)).endpoint
 
-    def _build_network(self) -> docker.Network:
+    def _build_network(self) -> SessionNetwork:
+        """Our own resource, not ``docker.Network``, whose create waits 2 s more than the
+        engine (pulumi_layer/network.py); the same arguments, through the network's agent."""
         args = network_args(self.plan, self._endpoint(self.plan.network.agent))
-        return docker.Network(
-            args.name,
-            name=args.name,
-            driver=args.driver,
-            attachable=args.attachable,
-            options=dict(args.options) or None,
-            labels=[docker.NetworkLabelArgs(label=k, value=v) for k, v in args.labels],
+        return SessionNetwork(
+            args.name, self.pool.agent(self.plan.network.agent), args.name, args.driver,
+            bool(args.attachable), dict(args.options), dict(args.labels),
+            # the name is fixed: the old network must go first (its provider says so too)
             opts=pulumi.ResourceOptions(
-                parent=self,
-                provider=self.providers[self.plan.network.agent],
-                delete_before_replace=True,  # the name is fixed: the old one must go first
-                # Docker adds its own options to an overlay (vxlanid_list), which the provider
-                # reads back: compared as they are, every up would replace the network. What we
-                # set there (MTU, encryption) is in the network's name, so a change to it is
-                # another network, built with the new options (core.plan.network_name).
-                ignore_changes=list(NETWORK_IGNORED),
-            ),
-        )
+                parent=self, delete_before_replace=True,
+                # a stack made before holds the provider's docker.Network under this name: the
+                # same resource to the engine, replaced (with the containers on it) once
+                aliases=[pulumi.Alias(type_=DOCKER_NETWORK_TYPE)]))
 
     def _build_folders(self, name: str) -> dict[str, list[DataFolder]]:
         """Each data folder on each agent the containers use, made before them (never deleted:
@@ -373,7 +366,7 @@ class Session(pulumi.ComponentResource):
             hostname=args.hostname,
             networks_advanced=[docker.ContainerNetworksAdvancedArgs(
                 # By name: on a swarm worker the overlay only appears once a container attaches.
-                name=self.docker_network.name,
+                name=self.session_network.name,
                 aliases=list(args.aliases),
             )],
             envs=list(args.envs),
@@ -405,7 +398,7 @@ class Session(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(
                 parent=self,
                 provider=self.providers[c.agent],
-                depends_on=[self.docker_network, *self.folders.get(c.agent or "", []),
+                depends_on=[self.session_network, *self.folders.get(c.agent or "", []),
                             *self.volumes.get(c.agent or "", []),
                             *([delivered] if delivered is not None else [])],
                 delete_before_replace=True,  # fixed names: the old container must go first
