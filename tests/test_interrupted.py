@@ -48,12 +48,21 @@ def labelled(docker_client, name: str) -> list:
 
 @pytest.fixture
 def swept(docker_client):
-    """Session names a test makes; whatever of them is left is removed afterwards."""
+    """Session names a test makes; whatever of them is left is removed afterwards: their
+    objects, and the bundles' directories an interrupted up left in the scratch root (what
+    ``pool sweep`` would remove; these tests run one at a time, so a new one is theirs)."""
+    from cluster_sessions.agents.bundles import stacks_on, sweep_stack
+    from cluster_sessions.agents.connectors import LocalConnector
+
+    pool = load_file(LOCAL_POOL, expect="AgentPool")
+    conn = LocalConnector("local")
+    before = set(stacks_on(conn, pool.scratch))
     names: list[str] = []
     yield names
-    pool = load_file(LOCAL_POOL, expect="AgentPool")
     for name in names:
         cleanup.sweep(pool, name, wait=10)
+    for stack_id in set(stacks_on(conn, pool.scratch)) - before:
+        sweep_stack(conn, pool.scratch, stack_id)
 
 
 @pytest.mark.docker
