@@ -351,6 +351,35 @@ def test_engine_failure_message_prefers_error_diagnostics_then_stderr_then_outpu
     assert stacks.engine_error_message([], [], [])
 
 
+def test_a_providers_python_traceback_is_folded_to_its_exception():
+    """What CI showed for a dynamic provider that raised (the engine's diagnostic, verbatim
+    but for the paths): the frames are ours to read; the user gets what failed."""
+    diagnostic = "\n".join([
+        "Traceback (most recent call last):",
+        '  File "/x/.venv/lib/python3.11/site-packages/pulumi/dynamic/__main__.py", line 84, '
+        "in wrapper",
+        "    return fn(self, request, context)",
+        "           ^^^^^^^^^^^^^^^^^^^^^^^^^^",
+        '  File "/x/modules/cluster_sessions/agents/bundles.py", line 67, in _run',
+        "    raise AgentError(conn.agent, COMMAND_FAILED, f\"{what}: {hint}\")",
+        "cluster_sessions.agents.connectors.AgentError: agent agent1: command failed: cannot "
+        "deliver the bundles into /var/lib/x/35b6: mkdir: File exists",
+        "update failed"])
+    text = stacks.engine_error_message([diagnostic, "error: update failed"], [], [])
+    assert text.splitlines() == [
+        "AgentError: agent agent1: command failed: cannot deliver the bundles into "
+        "/var/lib/x/35b6: mkdir: File exists", "update failed", "error: update failed"]
+    # a line that only looks like an exception, outside a traceback, is left as it is
+    assert stack_settings.without_tracebacks(["a.b.C: text", "  indented"]) == ["a.b.C: text",
+                                                                       "  indented"]
+    # an exception without a module path, or without a message
+    assert stack_settings.without_tracebacks([
+        "Traceback (most recent call last):", '  File "x", line 1', "KeyError: 'x'"]) == [
+        "KeyError: 'x'"]
+    assert stack_settings.without_tracebacks([
+        "Traceback (most recent call last):", '  File "x", line 1', "pkg.Stop"]) == ["Stop"]
+
+
 def test_install_instructions_say_how_and_where_from():
     text = stacks.install_instructions("3.272.0", "5.2.0", ["up", "ls"])
     assert "These verbs need it (they read or change stacks through the Automation API): " \

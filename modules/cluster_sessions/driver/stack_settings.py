@@ -300,15 +300,40 @@ def install_instructions(sdk_version: str, docker_version: str, verbs: Sequence[
     ])
 
 
+_TRACEBACK = "Traceback (most recent call last):"
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)+(?P<name>[A-Za-z_]\w*(?::|$))")
+
+
+def without_tracebacks(lines: Sequence[str]) -> list[str]:
+    """``lines`` with each Python traceback (what Pulumi's dynamic-provider host prints when
+    one of our providers raises: pulumi/dynamic/__main__.py) folded to its last line, the
+    exception, its module path left out (``agent agent1: ...`` says what failed; the frames
+    are ours to read, not the user's)."""
+    out: list[str] = []
+    in_traceback = False
+    for line in lines:
+        if line.strip() == _TRACEBACK:
+            in_traceback = True
+            continue
+        if in_traceback:
+            if line[:1].isspace() or not line.strip():
+                continue  # a frame, its source line, or a caret line
+            in_traceback = False
+            line = _EXCEPTION.sub(lambda m: m["name"], line, count=1)
+        out.append(line)
+    return out
+
+
 def engine_error_message(errors: Sequence[str], stdout: Sequence[str], stderr: Sequence[str],
                          limit: int = 20) -> str:
     """The engine's own words for a failure: its error diagnostics, else its stderr, else the
-    tail of its output."""
+    tail of its output; a provider's Python traceback folded to its exception."""
     chosen = list(dict.fromkeys(e.strip() for e in errors if e.strip()))
     if not chosen:
         chosen = [line for line in stderr if line.strip()]
     if not chosen:
         chosen = [line for line in stdout if line.strip()][-limit:]
+    chosen = without_tracebacks([line for text in chosen for line in text.splitlines()])
     if len(chosen) > limit:
         chosen = chosen[:limit] + [f"... ({len(chosen) - limit} more lines)"]
     return "\n".join(chosen) or "the pulumi CLI failed without saying why"
