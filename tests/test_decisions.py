@@ -251,6 +251,18 @@ def test_the_program_and_the_driver_read_kept_decisions_only_through_the_reader(
                 assert name not in text, f"{path.relative_to(package)} calls {name}"
 
 
+def test_a_label_is_found_as_the_provider_keeps_it_and_as_our_resources_do():
+    from cluster_sessions.core.decisions import labelled
+    from cluster_sessions.core.names import STACK_ID_LABEL
+
+    provider = [{"inputs": {"labels": [{"label": STACK_ID_LABEL, "value": "0" * 16}]}}]
+    ours = [{"inputs": {"labels": {STACK_ID_LABEL: "0" * 16}}}]  # SessionNetwork's
+    assert labelled(provider, STACK_ID_LABEL) and labelled(ours, STACK_ID_LABEL)
+    assert not labelled([{"inputs": {"labels": {"other": STACK_ID_LABEL + "x"}}}],
+                        STACK_ID_LABEL)
+    assert not labelled([], STACK_ID_LABEL) and not labelled([{"id": 7}], STACK_ID_LABEL)
+
+
 def test_an_identity_is_carried_only_by_a_string_equal_to_it_anywhere_in_the_state():
     from cluster_sessions.core.decisions import carried
 

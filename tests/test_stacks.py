@@ -380,6 +380,44 @@ def test_a_providers_python_traceback_is_folded_to_its_exception():
         "Traceback (most recent call last):", '  File "x", line 1', "pkg.Stop"]) == ["Stop"]
 
 
+class BackendWithout:
+    """A workspace whose stack recorded no decisions (no ``kept`` output) and holds
+    ``resources`` (what ``recovered`` asks of the Automation API's workspace)."""
+
+    def __init__(self, resources: list) -> None:
+        self.resources = resources
+
+    def stack_outputs(self, _stack: str) -> dict:
+        return {}
+
+    def export_stack(self, _stack: str):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(deployment={"resources": self.resources})
+
+
+def test_a_stack_id_nothing_in_the_backend_carries_makes_the_stack_new_saying_why(capsys):
+    from cluster_sessions.core.names import STACK_ID_LABEL
+
+    claimed = "0123456789abcdef"
+    checkout = {"cluster-sessions:stack-id": claimed, "cluster-sessions:definition": "d.yaml"}
+    # destroyed (or a first up that did not finish): it holds nothing
+    assert stacks.recovered(BackendWithout([]), "s", checkout) is None
+    err = capsys.readouterr().err
+    assert "(the stack holds nothing: destroyed, or its first up did not finish)" in err
+    assert "another backend" not in err
+    # it holds a network labelled with another stack's id (our SessionNetwork keeps labels as
+    # a mapping): another backend's stack file
+    network = {"type": "pulumi-python:dynamic/cluster-sessions:SessionNetwork",
+               "inputs": {"labels": {STACK_ID_LABEL: "fedcba9876543210"}}}
+    assert stacks.recovered(BackendWithout([network]), "s", checkout) is None
+    assert "(another backend's stack file?): the stack is taken as new" in capsys.readouterr().err
+    # it holds what carries the checkout's id: believed
+    ours = {**network, "inputs": {"labels": {STACK_ID_LABEL: claimed}}}
+    config = stacks.recovered(BackendWithout([ours]), "s", checkout)
+    assert config is not None and config["cluster-sessions:stack-id"] == claimed
+
+
 def test_install_instructions_say_how_and_where_from():
     text = stacks.install_instructions("3.272.0", "5.2.0", ["up", "ls"])
     assert "These verbs need it (they read or change stacks through the Automation API): " \

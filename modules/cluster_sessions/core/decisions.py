@@ -78,6 +78,19 @@ def recover_kept(checkout: Mapping[str, str | None],
         merged[key] = value
     return merged, notes
 
+def labelled(state: object, label: str) -> bool:
+    """Whether something in ``state`` has the label ``label``: as the docker provider keeps
+    labels (``{"label": K, "value": V}``: K a value, :func:`carried`) or as our own resources
+    do (the SessionNetwork's ``{K: V}``: K a key). Pure."""
+    if carried(state, label):
+        return True
+    if isinstance(state, Mapping):
+        return label in state or any(labelled(v, label) for v in state.values())
+    if isinstance(state, list | tuple):
+        return any(labelled(v, label) for v in state)
+    return False
+
+
 def carried(state: object, value: str) -> bool:
     """Whether ``value`` is a string somewhere in ``state`` (a stack's exported resources, as
     plain JSON): a resource the stack's backend holds carries it (a label, an input), so it

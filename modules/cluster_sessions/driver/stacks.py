@@ -67,6 +67,7 @@ from ..core.decisions import (
     carried,
     decide_expiry,
     kept_placement,
+    labelled,
     recover_kept,
 )
 from ..core.errors import ClusterSessionsError
@@ -811,10 +812,12 @@ def recovered(workspace: Any, stack: str, checkout: Mapping[str, str]) -> dict[s
     # believed: some resource carries it, or the stack holds only what carries no stack id
     # at all (its providers: an up interrupted before its first labelled object)
     if record is None and claimed and not carried(held, claimed) and (
-            not held or carried(held, STACK_ID_LABEL)):
+            not held or labelled(held, STACK_ID_LABEL)):
+        why = ("another backend's stack file?" if held else
+               "the stack holds nothing: destroyed, or its first up did not finish")
         print(f"sessionctl: stack {stack}: the checkout's config names stack id "
               f"{printable(claimed[:60])}, which nothing this backend's stack holds carries "
-              "(another backend's stack file?): the stack is taken as new", file=sys.stderr)
+              f"({why}): the stack is taken as new", file=sys.stderr)
         return None
     merged, notes = recover_kept(short, record)
     for note in notes:
