@@ -85,6 +85,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 PROJECT = Path(__file__).resolve().parent.parent
 for _path in (PROJECT / "modules", PROJECT, Path(__file__).resolve().parent):
@@ -261,10 +262,17 @@ def warm_builder(declared: Declared):
     for provider in declared.providers:
         builder(*provider)
     clients = {}
-    for reg, inputs in [declared.network, *declared.containers]:
-        agent = declared.agent_of.get(inputs["name"], declared.manager)
+    for reg, inputs in declared.containers:
+        agent = declared.agent_of[inputs["name"]]
         if agent not in clients:
             clients[agent] = builder.client_for(reg)[0]
+    if declared.manager not in clients:
+        # the network is the program's own resource (no docker provider of its own): the
+        # manager's provider, named <session>-<agent>-<8 hex> (pulumi_layer/session.py)
+        (provider,) = [r for r, _ in declared.providers
+                       if r.name.rsplit("-", 1)[0].endswith(f"-{declared.manager}")]
+        clients[declared.manager] = builder.client_for(
+            SimpleNamespace(provider_urn=provider.urn))[0]
     return builder, clients
 
 
