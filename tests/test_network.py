@@ -105,8 +105,19 @@ def test_every_argument_replaces_the_network_the_old_one_first():
     provider = SessionNetworkProvider()
     old = inputs()
     for key, value in [("name", "other"), ("driver", "overlay"), ("attachable", True),
-                       ("options", {}), ("labels", {LABEL: "x"}),
-                       ("agent", {**old["agent"], "name": "elsewhere"})]:
+                       ("options", {}), ("labels", {LABEL: "x"})]:
         diff = provider.diff("id", dict(old), {**old, key: value})
         assert diff.changes and diff.replaces == [key] and diff.delete_before_replace, key
     assert not provider.diff("id", dict(old), dict(old)).changes
+
+
+def test_another_way_to_reach_the_same_agent_updates_the_network_in_place():
+    """A new key file or known_hosts for the agent is the same engine's network: replacing it
+    would replace every container on it (delete-before-replace); another engine is another
+    endpoint label, which replaces."""
+    provider = SessionNetworkProvider()
+    old = inputs()
+    news = {**old, "agent": {**old["agent"], "name": "renamed"}}
+    diff = provider.diff("id", dict(old), news)
+    assert diff.changes and diff.replaces == []
+    assert provider.update("id", dict(old), dict(news)).outs == news

@@ -10,10 +10,11 @@ engine, docs/benchmarks.md). This resource makes the same network with one ``Net
 the manager for an overlay), with the same arguments: name, driver, ``attachable`` on an
 overlay, options (MTU, encryption) and labels. Every one of them replaces it (Docker cannot
 change a network in place; the name is fixed, so the old one goes first), as every one forced
-a new ``docker.Network``. ``read`` asks the engine whether the network is still there;
-``delete`` removes it, waiting while the engine still counts endpoints (an overlay's workers
-leave it a moment after their containers are gone, as the provider waits on "has active
-endpoints"), and one already gone is deleted.
+a new ``docker.Network``; how the agent is reached (its ``agent_props``) is updated in
+place. ``read`` asks the engine whether the network is still there; ``delete`` removes it,
+waiting while the engine still counts endpoints (an overlay's workers leave it a moment after
+their containers are gone, as the provider waits on "has active endpoints"), and one already
+gone is deleted.
 
 The resource's ID is the engine's network ID, as ``docker.Network``'s was (the sweep of what
 an interrupted ``up`` left keeps what the stack holds by ID: driver/stacks.py).
@@ -26,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pulumi
-from pulumi.dynamic import CheckFailure, CheckResult, CreateResult
+from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, UpdateResult
 
 from ..agents.connectors import agent_props
 from ..agents.engine import create_network, network_exists
@@ -46,8 +47,11 @@ class SessionNetworkProvider(EngineResourceProvider):
     # engine.py ``Engine._mocked``)
     ACTS_ON_DOCKER_OBJECTS = True
     INPUTS = ("agent", "name", "driver", "attachable", "options", "labels")
-    # Docker changes no network in place: any change is another network
-    REPLACES = INPUTS
+    # Docker changes no network in place: a change to any of these is another network. Not
+    # how the agent is reached (another key file, known_hosts): the same engine's network,
+    # updated in place, as a docker.Provider's new settings replaced nothing (another engine
+    # is another endpoint, which is in the labels)
+    REPLACES = ("name", "driver", "attachable", "options", "labels")
     # the name is fixed: the old network must go before the new one is made
     DELETE_BEFORE_REPLACE = True
     GONE = ("not found", "No such network")
@@ -71,6 +75,10 @@ class SessionNetworkProvider(EngineResourceProvider):
                                         bool(props.get("attachable")), props["options"],
                                         props["labels"])
         return CreateResult(network_id, {**props})
+
+    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        # only how the agent is reached changed (REPLACES): nothing to do on the engine
+        return UpdateResult({**news})
 
     def look(self, id_: str, props: dict[str, Any]) -> dict[str, Any] | None:
         with engine_client(props["agent"], COMMAND_TIMEOUT) as client:
