@@ -121,3 +121,21 @@ def test_another_way_to_reach_the_same_agent_updates_the_network_in_place():
     diff = provider.diff("id", dict(old), news)
     assert diff.changes and diff.replaces == []
     assert provider.update("id", dict(old), dict(news)).outs == news
+
+
+def test_an_agent_that_cannot_be_asked_is_no_network_already_gone(monkeypatch):
+    """Only the engine's own "no such network" is "gone"; a connector's error that merely
+    says "not found" (no docker on the agent) fails the delete, so the state keeps it."""
+    import contextlib as ctx
+
+    from cluster_sessions.agents.connectors import COMMAND_FAILED, AgentError
+    from cluster_sessions.pulumi_layer import network
+
+    @ctx.contextmanager
+    def unreachable(_agent, _timeout):
+        raise AgentError("local", COMMAND_FAILED, "sh: 1: docker: command not found")
+        yield
+
+    monkeypatch.setattr(network, "engine_client", unreachable)
+    with pytest.raises(AgentError, match="command not found"):
+        SessionNetworkProvider().delete("id", inputs())

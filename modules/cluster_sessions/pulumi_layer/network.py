@@ -54,7 +54,8 @@ class SessionNetworkProvider(EngineResourceProvider):
     REPLACES = ("name", "driver", "attachable", "options", "labels")
     # the name is fixed: the old network must go before the new one is made
     DELETE_BEFORE_REPLACE = True
-    GONE = ("not found", "No such network")
+    # no GONE words: remove() takes the engine's NotFound itself, and a connector's error
+    # ("docker: command not found" over SSH) is never "already gone"
 
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> CheckResult:
         failures = []
