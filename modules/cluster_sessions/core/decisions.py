@@ -78,12 +78,13 @@ def recover_kept(checkout: Mapping[str, str | None],
         merged[key] = value
     return merged, notes
 
+
 def labelled(state: object, label: str) -> bool:
     """Whether something in ``state`` has the label ``label``: as the docker provider keeps
-    labels (``{"label": K, "value": V}``: K a value, :func:`carried`) or as our own resources
-    do (the SessionNetwork's ``{K: V}``: K a key). Pure."""
-    if carried(state, label):
-        return True
+    labels (``{"label": K, "value": V}``: K a value, as :func:`carried` finds it) or as our own
+    resources do (the SessionNetwork's ``{K: V}``: K a key). One walk. Pure."""
+    if isinstance(state, str):
+        return state == label
     if isinstance(state, Mapping):
         return label in state or any(labelled(v, label) for v in state.values())
     if isinstance(state, list | tuple):
