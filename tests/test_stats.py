@@ -326,3 +326,312 @@ def test_closing_the_kept_clients_while_a_samples_thread_adds_its_own_does_not_f
     monkeypatch.setattr(engine, "close_client", close)
     sampling.close_kept(kept)
     assert closed == ["c1", "c2"]
+
+
+# --- the edges of each rule (what a mutant of core/stats.py would change) --------------------
+
+def test_engine_times_are_read_to_the_nanosecond_with_their_offset():
+    base = 1796119200.0  # 2026-12-01T10:00:00Z
+    assert stats.parse_time("2026-12-01T10:00:00Z") == base
+    assert stats.parse_time("2026-12-01T10:00:00.5Z") == base + 0.5
+    assert stats.parse_time("2026-12-01T10:00:00.000000001Z") == base + 1e-9
+    assert stats.parse_time("2026-12-01T12:00:00+02:00") == base
+    assert stats.parse_time("2026-12-01T08:30:00-01:30") == base
+    for not_a_time in ("0001-01-01T00:00:00Z", "", None, "2026-12-01 10:00:00Z",
+                       "2026-12-01T10:00:00", "yesterday", "2026-12-01T10:00:00.Z"):
+        assert stats.parse_time(not_a_time) is None, not_a_time
+
+
+def test_an_empty_stats_document_reads_as_zeroes_on_one_cpu():
+    assert stats.reading({}) == stats.Reading(None, 0, 0, 1, 0, 0, 0, 0, 0)
+    doc = {"cpu_stats": {"cpu_usage": {"total_usage": "12", "percpu_usage": [1, 2, 3]},
+                         "system_cpu_usage": -4, "online_cpus": 0},
+           "pids_stats": {"current": "x"}}
+    r = stats.reading(doc)
+    assert (r.cpu_ns, r.system_ns, r.online_cpus, r.pids) == (12, 0, 3, 0)
+
+
+def test_v1s_hierarchy_total_is_preferred_and_inactive_equal_to_usage_is_not_subtracted():
+    doc = {"memory_stats": {"usage": 1000, "stats": {"total_inactive_file": 300,
+                                                     "inactive_file": 100}}}
+    assert stats.reading(doc).mem_used == 700
+    doc["memory_stats"]["stats"] = {"inactive_file": 1000}
+    assert stats.reading(doc).mem_used == 1000
+
+
+def r(at=None, cpu=0, system=0, cpus=1, rx=0, tx=0, limit=0):
+    return stats.Reading(at, cpu, system, cpus, 0, limit, 0, rx, tx)
+
+
+def test_the_wall_time_of_two_readings_and_its_fallbacks():
+    assert stats.elapsed_s(r(10.0), r(12.5)) == 2.5
+    # the same reading time falls back to the host's CPU time, over its CPUs
+    assert stats.elapsed_s(r(10.0, system=0), r(10.0, system=8 * 10**9, cpus=4)) == 2.0
+    assert stats.elapsed_s(r(None), r(12.0, system=3 * 10**9, cpus=0)) == 3.0  # 0 CPUs: 1
+    assert stats.elapsed_s(r(12.0, system=5), r(10.0, system=5)) is None  # nothing moved
+
+
+def test_cpu_percent_of_an_idle_container_is_zero_and_rounded_to_a_tenth():
+    assert stats.cpu_percent(r(10.0, cpu=5), r(11.0, cpu=5), 1.0) == 0.0
+    assert stats.cpu_percent(r(0.0), r(3.0, cpu=10**9), 1.0) == 33.3
+    assert stats.cpu_percent(r(0.0), r(3.0, cpu=2 * 10**9), 1.0) == 66.7
+    assert stats.cpu_percent(r(0.0), r(1.0, cpu=10**9, cpus=0), 0) == 100.0  # host: 1 CPU
+    assert stats.cpu_percent(r(0.0), r(1.0, cpu=10**9, cpus=4), 0) == 25.0
+
+
+def test_rates_need_a_positive_wall_time_and_a_counter_that_did_not_go_back():
+    assert stats.rate(5, 5, 1.0) == 0.0
+    assert stats.rate(0, 10, 3.0) == 3.3
+    assert stats.rate(0, 10, 0.0) is None and stats.rate(0, 10, -1.0) is None
+    assert stats.rate(0, 10, None) is None and stats.rate(10, 0, 1.0) is None
+
+
+def test_counts_and_net_dev_lines():
+    assert stats._count("9" * 20, "x") == int("9" * 20)
+    with pytest.raises(stats.CgroupOutputError, match="^x: not a count: '9{21}'$"):
+        stats._count("9" * 21, "x")
+    fields = " ".join(str(n) for n in range(100, 116))
+    assert stats._net_dev_line(f"  eth0: {fields}") == ("eth0", 100, 108)
+    for bad in (f"eth0 {fields}", f" : {fields}", "eth0: " + " ".join(["1"] * 15),
+                "eth0: " + " ".join(["1"] * 17)):
+        with pytest.raises(stats.CgroupOutputError, match="^not a /proc/net/dev line: "):
+            stats._net_dev_line(bad)
+
+
+NET0 = "N eth0: " + " ".join(["0"] * 16)
+
+
+def cg(*body: str, host: str | None = "H 2 1000") -> str:
+    head = ["cs-cgroup-read 1"] + ([host] if host else [])
+    return "\n".join(head + list(body)) + "\n"
+
+
+def one(**files):
+    """One reading of IDLE with the given files (None: the line left out)."""
+    lines = [f"R {IDLE} 2500000000"]
+    values = {"cpu_ns": "7", "mem": "600", "limit": "800", "inactive": "100", "pids": "2"}
+    values.update(files)
+    lines += [f"{k} {v}" for k, v in values.items() if v is not None]
+    return lines + [f"E {IDLE}"]
+
+
+def test_a_cgroup_reading_is_read_to_the_unit():
+    (got,) = stats.cgroup_readings(cg(*one()))[IDLE]
+    assert got == stats.Reading(2.5, 7, 0, 2, 500, 800, 2, 0, 0)
+    (got,) = stats.cgroup_readings(cg(*one(cpu_ns=None, cpu_us="7", inactive=None)))[IDLE]
+    assert (got.cpu_ns, got.mem_used) == (7000, 600)
+    (got,) = stats.cgroup_readings(cg(*one(inactive="600")))[IDLE]
+    assert got.mem_used == 600  # inactive not below usage: usage
+    (got,) = stats.cgroup_readings(cg(*one(), host="H 0 100"))[IDLE]
+    assert got.online_cpus == 1 and got.mem_limit == 800  # below MemTotal x 1024: kept
+    (got,) = stats.cgroup_readings(cg(*one(limit="max"), host=None))[IDLE]
+    assert got.mem_limit == 0  # unlimited and no host line: not known
+    (got,) = stats.cgroup_readings(cg(*one(limit="5000000")))[IDLE]
+    assert got.mem_limit == 1000 * 1024
+    (got,) = stats.cgroup_readings(cg(*one(limit="1024000")))[IDLE]
+    assert got.mem_limit == 1024000  # equal to the host's memory
+
+
+@pytest.mark.parametrize("missing", ["mem", "limit", "pids"])
+def test_a_reading_missing_any_one_file_is_left_out(missing):
+    assert stats.cgroup_readings(cg(*one(**{missing: None}))) == {}
+
+
+def test_a_reading_without_a_cpu_figure_is_left_out_and_blank_lines_are_nothing():
+    assert stats.cgroup_readings(cg(*one(cpu_ns=None))) == {}
+    assert set(stats.cgroup_readings(cg("", *one(), "  "))) == {IDLE}
+
+
+def test_network_lines_sum_every_interface_but_lo():
+    def net(iface, rx, tx):
+        f = ["0"] * 16
+        f[0], f[8] = str(rx), str(tx)
+        return f"N {iface}: " + " ".join(f)
+    body = one()
+    body[1:1] = [net("lo", 1000, 1000), net("eth0", 10, 1), net("eth1", 20, 2)]
+    (got,) = stats.cgroup_readings(cg(*body))[IDLE]
+    assert (got.net_rx, got.net_tx) == (30, 3)
+
+
+def test_a_refused_container_ends_its_reading():
+    assert stats.cgroup_readings(cg(f"X {IDLE}", f"X {IDLE} cannot read it")) == {}
+    with pytest.raises(stats.CgroupOutputError, match="^a figure outside a reading: 'mem 5'$"):
+        stats.cgroup_readings(cg(f"R {IDLE} 1", f"X {IDLE} gone", "mem 5"))
+    with pytest.raises(stats.CgroupOutputError, match="^not a refusal line: 'X notanid'$"):
+        stats.cgroup_readings(cg("X notanid"))
+    with pytest.raises(stats.CgroupOutputError, match="^not a refusal line: "):
+        stats.cgroup_readings(cg(f"X {IDLE}x"))
+
+
+@pytest.mark.parametrize("line, message", [
+    ("H 2", "not a host line: 'H 2'"),
+    ("H 2 3 4", "not a host line: 'H 2 3 4'"),
+    ("H x 3", "online cpus: not a count: 'x'"),
+    (f"R {IDLE.upper()} 1", "not a reading's start: "),
+    (f"R {IDLE[:63]} 1", "not a reading's start: "),
+    (f"R {IDLE} 1 2", "not a reading's start: "),
+    (NET0, "a network line outside a reading: 'N eth0: 0 0"),
+    ("pids 1", "a figure outside a reading: 'pids 1'"),
+    (f"E {IDLE}", f"an end without its reading: 'E {IDLE}'"),
+    ("W" * 100, f"the cgroup read printed '{'W' * 80}'"),
+])
+def test_each_refusal_says_what_it_read(line, message):
+    with pytest.raises(stats.CgroupOutputError) as err:
+        stats.cgroup_readings(cg(line))
+    assert str(err.value).startswith(message)
+
+
+def test_the_header_refusal_shows_the_first_80_characters():
+    with pytest.raises(stats.CgroupOutputError) as err:
+        stats.cgroup_readings("Z" * 100)
+    assert str(err.value) == f"not the cgroup read's output: '{'Z' * 80}'"
+
+
+def test_nvidia_smi_fields_round_and_say_none_for_what_a_board_lacks():
+    assert stats._field(" 5 ") == 5 and stats._field("93.6") == 94
+    for lacking in ("[N/A]", "[Not Supported]", "N/A", "", "  "):
+        assert stats._field(lacking) is None
+    for bad in ("abc", "-1", "1e3", "5."):
+        with pytest.raises(stats.GpuOutputError, match="^not a number: "):
+            stats._field(bad)
+    gpus = stats.nvidia_smi_gpus("\n  \n0, GPU-a, 93.6, 1, N/A\n")
+    assert gpus == {0: stats.GpuReading(0, "GPU-a", 94, 2**20, None)}
+
+
+@pytest.mark.parametrize("line", ["-1, GPU-a, 1, 1, 1", "a, GPU-a, 1, 1, 1", "0, GPU-a, 1, 1",
+                                  "0, GPU-a, 1, 1, 1, 1"])
+def test_a_gpu_line_is_five_fields_led_by_its_index(line):
+    with pytest.raises(stats.GpuOutputError, match=f"^nvidia-smi printed '{line}'$"):
+        stats.nvidia_smi_gpus(f"  {line}  \n")
+
+
+def test_proc_net_tcp_lines_that_are_not_connections_are_skipped():
+    text = "0: 0A:0898\n1: 0300000A 0400000A:9CB0 01\n2: 0300000A:ZZ 04:9CB0 01\n" \
+           "3: 0300000A:0898 0400000A:9CB0 01\n"
+    assert stats.open_connections(text, ["2200"]) == {2200: 1}
+
+
+def test_a_containers_dict_is_contract_9s_object():
+    c = stats.ContainerUse("main1", "agent1", 0.5, 2**30, cpu_percent=12.5, mem_used=10,
+                           pids=3, net_rx=4, net_tx=5, net_rx_rate=1.5, net_tx_rate=2.5,
+                           gpu_ids=(1, 0), gpus=[{"id": 1}], last_login=99.5,
+                           connections={8888: 1, 2200: 2}, source="cgroup")
+    assert c.to_dict() == {
+        "host": "main1", "agent": "agent1", "cpus": 0.5, "cpu_percent": 12.5,
+        "mem_limit": 2**30, "mem_used": 10, "pids": 3, "net_rx": 4, "net_tx": 5,
+        "gpus": [{"id": 1}], "last_login": 99.5, "gpu_ids": [1, 0], "net_rx_rate": 1.5,
+        "net_tx_rate": 2.5, "connections": {"2200": 2, "8888": 1}, "state": "running",
+        "error": None, "source": "cgroup"}
+    assert list(c.to_dict()["connections"]) == ["2200", "8888"]
+    assert stats.ContainerUse("h", "a", 1, None, error="why").to_dict()["error"] == "why"
+
+
+def test_measured_gives_every_figure_of_the_second_reading():
+    first = stats.Reading(10.0, 0, 0, 2, 5, 0, 1, 100, 10)
+    second = stats.Reading(12.0, 10**9, 0, 2, 50, 0, 4, 300, 50)
+    assert stats.measured("main1", "agent1", 1.0, (), first, second, None) == \
+        stats.ContainerUse("main1", "agent1", 1.0, None, cpu_percent=50.0, mem_used=50,
+                           pids=4, net_rx=300, net_tx=50, net_rx_rate=100.0, net_tx_rate=20.0,
+                           gpu_ids=(), gpus=[])
+    got = stats.measured("h", "a", 1.0, (3,), first, second, {})
+    assert got.gpus == [{"id": 3, "util_percent": None, "mem_used": None, "mem_total": None}]
+    assert stats.measured("h", "a", 1.0, (3,), first, second, None).gpus is None
+
+
+def test_idle_is_strictly_below_the_threshold_for_cpu_and_every_gpu():
+    assert stats.idle_since([use(5.0)], started=100.0) is None  # 5 % is not below 5 %
+    assert stats.idle_since([use(4.9)], started=100.0) == 100.0
+    assert stats.idle_since([use(1.0, [{"util_percent": None}])], started=100.0) == 100.0
+    assert stats.idle_since([use(1.0, [{"util_percent": 5}])], started=100.0) is None
+    assert stats.idle_since([use(1.0, [{"util_percent": 4}])], started=100.0) == 100.0
+    assert stats.idle_since([use(20.0)], started=100.0, below=30.0) == 100.0
+    assert stats.idle_since([use(1.0)], started=None) is None
+    assert stats.idle_since([use(1.0, login=50.0)], started=None) == 50.0
+    assert stats.idle_since([use(1.0, login=500.0, state="gone")], started=100.0) is None
+
+
+def test_a_window_includes_both_its_ends_and_nothing_after_now():
+    samples = [(5.0, 10.0), (10.0, 20.0), (11.0, 90.0)]
+    assert stats.window_average(samples, now=10.0, window=5.0) == 15.0
+    assert stats.window_average(samples, now=10.0, window=4.9) == 20.0
+
+
+def test_the_usage_document_is_exactly_its_three_fields():
+    c = stats.ContainerUse("h", "a", 1.0, None)
+    assert stats.usage_document("demo", 12.34567, [c]) == {
+        "session": "demo", "sampled_at": 12.346, "containers": [c.to_dict()]}
+
+
+def test_bars_round_half_up_and_texts():
+    assert stats.bar(0.25) == "[###.......]" and stats.bar(0.04) == "[..........]"
+    assert stats.bar(0.05) == "[#.........]" and stats.bar(-1.0, 3) == "[...]"
+    assert stats.bar(None) == "[?         ]"
+    assert (stats.percent_text(None), stats.percent_text(42.4),
+            stats.percent_text(42.6)) == ("?", "42 %", "43 %")
+    sizes = {None: "?", 0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 1536: "1.5 KiB",
+             2**20: "1.0 MiB", 2**30: "1.0 GiB", 2**40: "1.0 TiB", 2**50: "1024.0 TiB",
+             2**20 - 1: "1024.0 KiB"}
+    for size, text in sizes.items():
+        assert stats.human_size(size) == text, size
+
+
+@pytest.fixture
+def frozen_now(monkeypatch):
+    """``now`` at 2026-12-01 23:30:00 UTC, and the local zone nine hours ahead (where it is
+    already the 2nd): a clock that forgot UTC would say the other day."""
+    import time
+    from datetime import datetime as real
+
+    class Frozen(real):
+        @classmethod
+        def now(cls, tz=None):
+            at = real(2026, 12, 1, 23, 30, tzinfo=stats.UTC)
+            return at if tz is not None else at.astimezone().replace(tzinfo=None)
+
+    monkeypatch.setattr(stats, "datetime", Frozen)
+    monkeypatch.setenv("TZ", "KST-9")
+    time.tzset()
+    yield real(2026, 12, 1, tzinfo=stats.UTC).timestamp()
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_clock_says_the_time_today_and_the_date_before(frozen_now):
+    midnight = frozen_now
+    assert stats.clock(None) == "-"
+    assert stats.clock(midnight + 3600 + 65) == "01:01:05Z"
+    assert stats.clock(midnight + 23 * 3600 + 59 * 60 + 59) == "23:59:59Z"
+    assert stats.clock(midnight - 1) == "2026-11-30 23:59Z"
+    assert stats.clock(midnight + 86400) == "2026-12-02 00:00Z"
+
+
+def test_used_sums_busy_cores_and_memory_of_the_running_measured_containers():
+    def c(cpu, cpus, mem, gpu_ids=(), gpus=None, state="running"):
+        return stats.ContainerUse("h", "a", cpus, None, cpu_percent=cpu, mem_used=mem,
+                                  gpu_ids=gpu_ids, gpus=gpus, state=state)
+    rows = [c(50.0, 2.0, 100), c(25.0, 4.0, None), c(None, 8.0, 7), c(90.0, 8.0, 9, state="gone"),
+            c(0.0, 1.0, 1, (0, 1), [{"util_percent": 30}, {"util_percent": 60}])]
+    used = stats.used_of(rows)
+    assert used == stats.Used(cores=2.0, mem=101, gpu_percent=45.0, measured=3,
+                              gpus_unknown=False)
+    assert used.to_dict() == {"cpu": 2.0, "mem": 101, "gpu_percent": 45.0,
+                              "gpus_unknown": False, "measured_containers": 3}
+    unknown = stats.used_of(rows + [c(1.0, 1.0, 0, (2,), None)])
+    assert unknown.gpus_unknown and unknown.gpu_percent == 45.0
+    assert not stats.used_of([c(1.0, 1.0, 0, (), None)]).gpus_unknown  # no GPUs: not unknown
+    assert not stats.used_of([c(None, 1.0, 0, (2,), None)]).gpus_unknown  # not measured
+    assert stats.Used(1.23456, 0, None, 0).to_dict()["cpu"] == 1.235
+    assert stats.fraction(1, 0) is None and stats.fraction(1, 4) == 0.25
+
+
+def test_bar_lines_with_measured_gpus():
+    used = stats.Used(cores=2.0, mem=0, gpu_percent=37.4, measured=1, gpus_unknown=True)
+    lines = stats.bar_lines("ab", 2.5, 4.0, 0, 2**30, 1, 4, used)
+    assert lines[0] == "ab  cpu  alloc [######....] 2.5/4  used [########..] 2/2.5 cores"
+    assert lines[1] == "    mem  alloc [..........] 0 B/1.0 GiB  used [?         ] 0 B/0 B"
+    assert lines[2] == "    gpu  alloc [###.......] 1/4  used [####......] 37 % (some unknown)"
+    lines = stats.bar_lines("ab", 0, 4.0, 0, 2**30, 0, 2,
+                            stats.Used(0.0, 0, 50.0, 1, gpus_unknown=False))
+    assert lines[2] == "    gpu  alloc [..........] 0/2  used -"
+    assert stats.bar_lines("ab", 0, 4.0, 0, 2**30, 1, 2,
+                           stats.Used(0.0, 0, 50.0, 1))[2].endswith("used [#####.....] 50 %")
