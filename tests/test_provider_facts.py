@@ -99,6 +99,21 @@ def test_the_network_ignores_dockers_own_options_and_labels_carry_what_the_sessi
     assert labels["cluster-sessions.encrypted"] == str(run.plan.network.encrypted).lower()
 
 
+
+def test_the_network_replaces_on_what_the_review_says_forces_a_new_network():
+    """One fact, decided in provider_facts: each argument the review calls ForceNew replaces
+    the network, and how the agent is reached alone only updates it."""
+    from cluster_sessions.pulumi_layer.network import SessionNetworkProvider
+
+    inputs = {k: v for k, v in Run("train-demo").network.plain_inputs.items()
+              if not k.startswith("__")}
+    provider = SessionNetworkProvider()
+    for key, forces in NETWORK_FORCE_NEW.items():
+        changed = {**inputs, key: "other" if isinstance(inputs.get(key), str) else {"o": "1"}}
+        assert provider.diff("id", inputs, changed).replaces == ([key] if forces else []), key
+    moved = provider.diff("id", inputs, {**inputs, "agent": {**inputs["agent"], "x": 1}})
+    assert moved.changes and moved.replaces == []
+
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part.title() for part in rest)

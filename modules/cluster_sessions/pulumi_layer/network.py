@@ -31,6 +31,7 @@ from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, UpdateResult
 
 from ..agents.connectors import agent_props
 from ..agents.engine import create_network, network_exists
+from ..core.provider_facts import NETWORK_FORCE_NEW
 from ..core.spec import Agent
 from .engine_resource import EngineResourceProvider, engine_client, unknown
 
@@ -50,8 +51,8 @@ class SessionNetworkProvider(EngineResourceProvider):
     # Docker changes no network in place: a change to any of these is another network. Not
     # how the agent is reached (another key file, known_hosts): the same engine's network,
     # updated in place, as a docker.Provider's new settings replaced nothing (another engine
-    # is another endpoint, which is in the labels)
-    REPLACES = ("name", "driver", "attachable", "options", "labels")
+    # is another endpoint, which is in the labels). Decided once, with diff's review.
+    REPLACES = tuple(k for k, forces in NETWORK_FORCE_NEW.items() if forces)
     # the name is fixed: the old network must go before the new one is made
     DELETE_BEFORE_REPLACE = True
     # no GONE words: remove() takes the engine's NotFound itself, and a connector's error
