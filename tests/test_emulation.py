@@ -19,7 +19,7 @@ from tests.standin.engine import STACKS, Engine, Registration, run_program
 from .factories import load_session
 from .test_session import EXAMPLES, FIXTURE_STACKS, config_of
 
-CONTAINER, NETWORK = provider.CONTAINER, provider.NETWORK
+CONTAINER = provider.CONTAINER
 SESSION_NETWORK = "pulumi-python:dynamic/cluster-sessions:SessionNetwork"
 PROVIDER = "pulumi:providers:docker"
 
@@ -62,13 +62,7 @@ def test_the_read_back_is_what_makes_a_diff_perpetual():
     assert state["cpus"] == "1.0"
     assert provider.diff(CONTAINER, state, {"cpus": "1"}, []) == (provider.REPLACE, ("cpus",))
     assert provider.diff(CONTAINER, state, {"cpus": "1.0"}, []) == (provider.SAME, ())
-    overlay = {"driver": "overlay", "options": {"m": "1"}}
-    net = provider.create(NETWORK, overlay, overlay)
-    assert provider.diff(NETWORK, net, {"driver": "overlay", "options": {"m": "1"}}, []) == (
-        provider.REPLACE, ("options",))
-    assert provider.diff(NETWORK, net, {"driver": "overlay", "options": {"m": "1"}},
-                         ["options"]) == (provider.SAME, ())
-
+    assert provider.diff(CONTAINER, state, {"cpus": "1"}, ["cpus"]) == (provider.SAME, ())
 
 TRAIN = (STACKS / "sessions" / "train-demo.yaml").read_text()
 CHANGES = {
@@ -249,23 +243,23 @@ class Recorder:
         self.calls.append(("delete", urn.rsplit("::", 1)[-1], {}))
 
 
-def two_resources(label: str = "a", options: dict | None = None, image: str = "img",
+def two_resources(label: str = "a", envs: tuple[str, ...] = (), image: str = "img",
                   on: str = "p1"):
-    """A network (fixed name, delete-before-replace, options ignored) and a container on it
-    by name, under one of two explicit providers."""
+    """A container ``a`` (fixed name, delete-before-replace, its ``envs`` ignored) and a
+    container ``c`` whose labels name it, under one of two explicit providers."""
     import pulumi
     import pulumi_docker as docker
 
     def program() -> None:
         providers = {n: docker.Provider(n, host=f"unix:///run/{n}.sock") for n in ("p1", "p2")}
-        net = docker.Network(
-            "net", name="t-net", labels=[docker.NetworkLabelArgs(label="l", value=label)],
-            options=options, opts=pulumi.ResourceOptions(
-                provider=providers[on], delete_before_replace=True, ignore_changes=["options"]))
-        docker.Container("c", name="t-c", image=image, networks_advanced=[
-            docker.ContainerNetworksAdvancedArgs(name=net.name, aliases=["c"])],
+        a = docker.Container(
+            "a", name="t-a", image="img", envs=list(envs),
+            labels=[docker.ContainerLabelArgs(label="l", value=label)],
             opts=pulumi.ResourceOptions(provider=providers[on], delete_before_replace=True,
-                                        depends_on=[net]))
+                                        ignore_changes=["envs"]))
+        docker.Container("c", name="t-c", image=image, labels=[
+            docker.ContainerLabelArgs(label="peer", value=a.name)],
+            opts=pulumi.ResourceOptions(provider=providers[on], delete_before_replace=True))
     return program
 
 
@@ -275,32 +269,31 @@ def _run(engine: Engine, **kwargs) -> dict:
 
 
 def test_ignore_changes_keeps_the_old_input_also_on_a_replacement():
-    """step_generator.go ``processIgnoreChanges``: the replacement network is created with
-    the old options, and that is what gets built."""
+    """step_generator.go ``processIgnoreChanges``: the replacement is created with the old
+    value of an ignored input, and that is what gets built."""
     rec = Recorder()
     engine = Engine(on_create=rec.create, on_delete=rec.delete)
-    _run(engine, options={"com.docker.network.driver.mtu": "1450"})
-    regs = _run(engine, label="b", options={"com.docker.network.driver.mtu": "9000"})
-    net = regs["net"].urn
-    assert engine.actions[net] == (provider.REPLACE, ("labels",))
-    assert engine.state[net][1]["options"] == {"com.docker.network.driver.mtu": "1450"}
-    built = [inputs for op, name, inputs in rec.calls if (op, name) == ("create", "net")]
-    assert built[-1]["options"] == {"com.docker.network.driver.mtu": "1450"}
+    _run(engine, envs=("MTU=1450",))
+    regs = _run(engine, label="b", envs=("MTU=9000",))
+    a = regs["a"].urn
+    assert engine.actions[a] == (provider.REPLACE, ("labels",))
+    assert engine.state[a][1]["envs"] == ["MTU=1450"]
+    built = [inputs for op, name, inputs in rec.calls if (op, name) == ("create", "a")]
+    assert built[-1]["envs"] == ["MTU=1450"]
 
 
-def test_a_replaced_network_replaces_the_containers_attached_to_it():
-    """calculateDependentReplacements: the container's ``networks_advanced`` comes from the
-    network's name and is ForceNew, so the delete-before-replace of the network replaces it
-    too, deleting it first."""
+def test_a_replaced_resource_replaces_those_whose_force_new_input_came_from_it():
+    """calculateDependentReplacements: ``c``'s labels come from ``a``'s name and are ForceNew,
+    so the delete-before-replace of ``a`` replaces ``c`` too, deleting it first."""
     rec = Recorder()
     engine = Engine(on_create=rec.create, on_delete=rec.delete)
     regs = _run(engine)
-    assert regs["c"].property_dependencies["networksAdvanced"] == [regs["net"].urn]
+    assert regs["c"].property_dependencies["labels"] == [regs["a"].urn]
     rec.calls.clear()
     regs = _run(engine, label="b")
     assert engine.actions[regs["c"].urn][0] == provider.REPLACE
     assert [(op, name) for op, name, _ in rec.calls] == [
-        ("delete", "c"), ("delete", "net"), ("create", "net"), ("create", "c")]
+        ("delete", "c"), ("delete", "a"), ("create", "a"), ("create", "c")]
 
 
 def test_a_resource_moved_to_another_provider_is_replaced_only_when_its_diff_says_so():

@@ -2,8 +2,9 @@
 
 pulumi-docker 5.2.0 bridges kreuzwerker/terraform-provider-docker v4.5.0 (5074970c). Paths
 are in that commit: ``rc.go`` = ``internal/provider/resource_docker_container.go`` (schema),
-``rcf.go`` = ``resource_docker_container_funcs.go`` (create, read, update), ``rn.go``/``rnf.go``
-the network's, ``helpers.go``. docker/cli is v28.5.2 (the provider's ``go.mod`` l. 14).
+``rcf.go`` = ``resource_docker_container_funcs.go`` (create, read, update), ``helpers.go``.
+docker/cli is v28.5.2 (the provider's ``go.mod`` l. 14). Only the container: the session's
+network is our own resource (pulumi_layer/network.py).
 
 Independent on purpose of :mod:`cluster_sessions.core.provider_facts` (what the program
 believes): a wrong belief there shows up here as a refusal or a diff.
@@ -24,11 +25,7 @@ from fractions import Fraction
 from typing import Any
 
 CONTAINER = "docker:index/container:Container"
-NETWORK = "docker:index/network:Network"
 CREATE, SAME, UPDATE, REPLACE = "create", "same", "update", "replace"
-# What Docker adds to an overlay's options (observed on Docker 20.10; rnf.go l. 185-194 reads
-# every option back).
-OVERLAY_OPTION = ("com.docker.network.driver.overlay.vxlanid_list", "4097")
 
 
 class ProviderRefused(ValueError):
@@ -83,18 +80,7 @@ CONTAINER_ARGS: dict[str, Arg] = {
     "logDriver": Arg(True, True, source="rc.go 886-892; create rcf.go 261-262; read rcf.go 951"),
     "logOpts": Arg(True, source="rc.go 894-899; create rcf.go 387-389; read rcf.go 952, 980-986"),
 }
-NETWORK_ARGS: dict[str, Arg] = {
-    "name": Arg(True, source="rn.go 25-30"),
-    "labels": Arg(True, source="rn.go 32-38"),
-    "driver": Arg(True, True, source="rn.go 40-46"),
-    "options": Arg(True, True, source="rn.go 48-54"),
-    "internal": Arg(True, True, source="rn.go 56-62"),
-    "attachable": Arg(True, source="rn.go 64-69"),
-    "ingress": Arg(True, source="rn.go 71-76"),
-    "ipv6": Arg(True, source="rn.go 78-83"),
-    "ipamDriver": Arg(True, default="default", source="rn.go 85-91"),
-}
-ARGS = {CONTAINER: CONTAINER_ARGS, NETWORK: NETWORK_ARGS}
+ARGS = {CONTAINER: CONTAINER_ARGS}
 
 
 def force_new(type_: str, key: str) -> bool:
@@ -309,11 +295,6 @@ def create(type_: str, inputs: dict[str, Any], plain: dict[str, Any],
         outs["init"] = bool(plain.get("init"))  # rcf.go l. 447-448, 864-868
         outs["ports"] = [{**p, "external": p.get("external") or 32768 + i}
                          for i, p in enumerate(plain.get("ports") or [])]
-    elif type_ == NETWORK:
-        outs.setdefault("ipamDriver", "default")  # rnf.go l. 182
-        if plain.get("driver") == "overlay":
-            outs["options"] = {**(plain.get("options") or {}),
-                               OVERLAY_OPTION[0]: OVERLAY_OPTION[1]}
     return outs
 
 
