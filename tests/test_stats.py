@@ -132,6 +132,9 @@ def test_the_last_accepted_login_in_sshds_log_is_taken():
     ]
     assert stats.last_ssh_login(lines) == stats.parse_time("2026-12-01T10:00:07Z")
     assert stats.last_ssh_login(lines[:1]) is None
+    assert stats.last_ssh_login(lines + ["yesterday Accepted publickey for work from 10.0.3.9 "
+                                         "port 1 ssh2"]) == stats.parse_time(
+        "2026-12-01T10:00:07Z")  # a line whose time is not one changes nothing
     assert stats.last_ssh_login(["2026-12-01T10:00:00Z user text: Accepted publickey for x "
                                  "from y port 1"]) is None  # only sshd's own line
 
@@ -349,6 +352,8 @@ def test_an_empty_stats_document_reads_as_zeroes_on_one_cpu():
            "pids_stats": {"current": "x"}}
     r = stats.reading(doc)
     assert (r.cpu_ns, r.system_ns, r.online_cpus, r.pids) == (12, 0, 3, 0)
+    doc["cpu_stats"]["online_cpus"] = 2  # the engine's count wins over the per-cpu list
+    assert stats.reading(doc).online_cpus == 2
 
 
 def test_v1s_hierarchy_total_is_preferred_and_inactive_equal_to_usage_is_not_subtracted():
@@ -377,6 +382,8 @@ def test_cpu_percent_of_an_idle_container_is_zero_and_rounded_to_a_tenth():
     assert stats.cpu_percent(r(0.0), r(3.0, cpu=2 * 10**9), 1.0) == 66.7
     assert stats.cpu_percent(r(0.0), r(1.0, cpu=10**9, cpus=0), 0) == 100.0  # host: 1 CPU
     assert stats.cpu_percent(r(0.0), r(1.0, cpu=10**9, cpus=4), 0) == 25.0
+    # a second is 10**9 ns to the last one: 1,235,000,000,100 ns in 10,000 s is 12.350000001 %
+    assert stats.cpu_percent(r(0.0), r(10_000.0, cpu=1_235_000_000_100), 1.0) == 12.4
 
 
 def test_rates_need_a_positive_wall_time_and_a_counter_that_did_not_go_back():
@@ -426,6 +433,7 @@ def test_a_cgroup_reading_is_read_to_the_unit():
     assert got.online_cpus == 1 and got.mem_limit == 800  # below MemTotal x 1024: kept
     (got,) = stats.cgroup_readings(cg(*one(limit="max"), host=None))[IDLE]
     assert got.mem_limit == 0  # unlimited and no host line: not known
+    assert got.online_cpus == 1
     (got,) = stats.cgroup_readings(cg(*one(limit="5000000")))[IDLE]
     assert got.mem_limit == 1000 * 1024
     (got,) = stats.cgroup_readings(cg(*one(limit="1024000")))[IDLE]
@@ -463,22 +471,58 @@ def test_a_refused_container_ends_its_reading():
         stats.cgroup_readings(cg(f"X {IDLE}x"))
 
 
+LONG = "9" * 90  # a refusal shows a line's first 80 characters, no more
+
+
 @pytest.mark.parametrize("line, message", [
-    ("H 2", "not a host line: 'H 2'"),
-    ("H 2 3 4", "not a host line: 'H 2 3 4'"),
-    ("H x 3", "online cpus: not a count: 'x'"),
+    ("H 2", "not a host line: "),
+    (f"H 2 3 {LONG}", "not a host line: "),
+    ("H 2  3", "not a host line: "),  # one space between fields, as the command prints them
     (f"R {IDLE.upper()} 1", "not a reading's start: "),
     (f"R {IDLE[:63]} 1", "not a reading's start: "),
-    (f"R {IDLE} 1 2", "not a reading's start: "),
-    (NET0, "a network line outside a reading: 'N eth0: 0 0"),
-    ("pids 1", "a figure outside a reading: 'pids 1'"),
-    (f"E {IDLE}", f"an end without its reading: 'E {IDLE}'"),
-    ("W" * 100, f"the cgroup read printed '{'W' * 80}'"),
+    (f"R {IDLE} 1 {LONG}", "not a reading's start: "),
+    (f"R {IDLE}  1", "not a reading's start: "),
+    ("N eth0: " + " ".join(["1234567"] * 16), "a network line outside a reading: "),
+    (f"pids {LONG}", "a figure outside a reading: "),
+    (f"E {IDLE}{LONG}", "an end without its reading: "),
+    (f"X {LONG}", "not a refusal line: "),
+    ("W" * 100, "the cgroup read printed "),
 ])
 def test_each_refusal_says_what_it_read(line, message):
     with pytest.raises(stats.CgroupOutputError) as err:
         stats.cgroup_readings(cg(line))
-    assert str(err.value).startswith(message)
+    assert str(err.value) == message + repr(line[:80])
+
+
+@pytest.mark.parametrize("body, message", [
+    (["H 2 x"], "MemTotal: not a count: 'x'"),
+    (["H x 3"], "online cpus: not a count: 'x'"),
+    ([f"R {IDLE} x"], "time: not a count: 'x'"),
+    ([f"R {IDLE} 1", "mem x"], "mem: not a count: 'x'"),
+    ([f"R {IDLE} 1", "N eth0: x" + " 0" * 15], "rx bytes: not a count: 'x'"),
+    ([f"R {IDLE} 1", "N eth0:" + " 0" * 8 + " x" + " 0" * 7], "tx bytes: not a count: 'x'"),
+    ([f"R {IDLE} 1", f"N eth0: {'1' * 50}" + " 0" * 15],
+     f"rx bytes: not a count: '{'1' * 40}'"),
+])
+def test_a_count_that_is_not_one_names_the_figure(body, message):
+    with pytest.raises(stats.CgroupOutputError) as err:
+        stats.cgroup_readings(cg(*body))
+    assert str(err.value) == message
+
+
+def test_an_interface_name_holds_no_colon():
+    """The kernel refuses one (``dev_valid_name``): a second colon is not this file."""
+    with pytest.raises(stats.CgroupOutputError, match="^not a /proc/net/dev line: "):
+        stats._net_dev_line("a:b: " + " ".join(["1"] * 16))
+    line = "eth0: " + " ".join(["1"] * 16) + " " + LONG
+    with pytest.raises(stats.CgroupOutputError) as err:
+        stats._net_dev_line(line)
+    assert str(err.value) == f"not a /proc/net/dev line: {line[:80]!r}"
+
+
+def test_a_reading_missing_a_file_leaves_the_next_ones_read():
+    body = [f"R {BURNING} 1", "cpu_ns 1", "mem 1", "limit 1", f"E {BURNING}", *one()]
+    assert set(stats.cgroup_readings(cg(*body))) == {IDLE}
 
 
 def test_the_header_refusal_shows_the_first_80_characters():
@@ -491,9 +535,10 @@ def test_nvidia_smi_fields_round_and_say_none_for_what_a_board_lacks():
     assert stats._field(" 5 ") == 5 and stats._field("93.6") == 94
     for lacking in ("[N/A]", "[Not Supported]", "N/A", "", "  "):
         assert stats._field(lacking) is None
-    for bad in ("abc", "-1", "1e3", "5."):
-        with pytest.raises(stats.GpuOutputError, match="^not a number: "):
+    for bad in ("abc", "-1", "1e3", "5.", "x" * 50):
+        with pytest.raises(stats.GpuOutputError) as err:
             stats._field(bad)
+        assert str(err.value) == f"not a number: {bad[:40]!r}"
     gpus = stats.nvidia_smi_gpus("\n  \n0, GPU-a, 93.6, 1, N/A\n")
     assert gpus == {0: stats.GpuReading(0, "GPU-a", 94, 2**20, None)}
 
@@ -503,6 +548,13 @@ def test_nvidia_smi_fields_round_and_say_none_for_what_a_board_lacks():
 def test_a_gpu_line_is_five_fields_led_by_its_index(line):
     with pytest.raises(stats.GpuOutputError, match=f"^nvidia-smi printed '{line}'$"):
         stats.nvidia_smi_gpus(f"  {line}  \n")
+
+
+def test_a_refused_gpu_line_shows_its_first_100_characters():
+    line = "NVIDIA-SMI has failed " + "z" * 100
+    with pytest.raises(stats.GpuOutputError) as err:
+        stats.nvidia_smi_gpus(f" {line}\n")
+    assert str(err.value) == f"nvidia-smi printed {line[:100]!r}"
 
 
 def test_proc_net_tcp_lines_that_are_not_connections_are_skipped():
@@ -536,6 +588,7 @@ def test_measured_gives_every_figure_of_the_second_reading():
     got = stats.measured("h", "a", 1.0, (3,), first, second, {})
     assert got.gpus == [{"id": 3, "util_percent": None, "mem_used": None, "mem_total": None}]
     assert stats.measured("h", "a", 1.0, (3,), first, second, None).gpus is None
+    assert got.gpu_ids == (3,)
 
 
 def test_idle_is_strictly_below_the_threshold_for_cpu_and_every_gpu():
@@ -545,6 +598,9 @@ def test_idle_is_strictly_below_the_threshold_for_cpu_and_every_gpu():
     assert stats.idle_since([use(1.0, [{"util_percent": 5}])], started=100.0) is None
     assert stats.idle_since([use(1.0, [{"util_percent": 4}])], started=100.0) == 100.0
     assert stats.idle_since([use(20.0)], started=100.0, below=30.0) == 100.0
+    # a GPU that does not say is taken as idle, however low the threshold
+    assert stats.idle_since([use(0.5, [{"util_percent": None}])], started=100.0,
+                            below=1.0) == 100.0
     assert stats.idle_since([use(1.0)], started=None) is None
     assert stats.idle_since([use(1.0, login=50.0)], started=None) == 50.0
     assert stats.idle_since([use(1.0, login=500.0, state="gone")], started=100.0) is None
@@ -625,11 +681,11 @@ def test_used_sums_busy_cores_and_memory_of_the_running_measured_containers():
 
 
 def test_bar_lines_with_measured_gpus():
-    used = stats.Used(cores=2.0, mem=0, gpu_percent=37.4, measured=1, gpus_unknown=True)
-    lines = stats.bar_lines("ab", 2.5, 4.0, 0, 2**30, 1, 4, used)
-    assert lines[0] == "ab  cpu  alloc [######....] 2.5/4  used [########..] 2/2.5 cores"
+    used = stats.Used(cores=1.25, mem=0, gpu_percent=45.0, measured=1, gpus_unknown=True)
+    lines = stats.bar_lines("ab", 2.5, 3.0, 0, 2**30, 1, 4, used)
+    assert lines[0] == "ab  cpu  alloc [########..] 2.5/3  used [#####.....] 1.2/2.5 cores"
     assert lines[1] == "    mem  alloc [..........] 0 B/1.0 GiB  used [?         ] 0 B/0 B"
-    assert lines[2] == "    gpu  alloc [###.......] 1/4  used [####......] 37 % (some unknown)"
+    assert lines[2] == "    gpu  alloc [###.......] 1/4  used [#####.....] 45 % (some unknown)"
     lines = stats.bar_lines("ab", 0, 4.0, 0, 2**30, 0, 2,
                             stats.Used(0.0, 0, 50.0, 1, gpus_unknown=False))
     assert lines[2] == "    gpu  alloc [..........] 0/2  used -"

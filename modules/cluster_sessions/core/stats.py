@@ -62,11 +62,11 @@ class Reading:
 def parse_time(stamp: Any) -> float | None:
     """An engine's RFC 3339 time (nanoseconds, ``Z``) as epoch seconds; None for its zero
     time (``0001-01-01T00:00:00Z``) or anything else that is not a time."""
-    text = str(stamp or "")
+    text = str(stamp)
     m = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)", text)
     if not m or text.startswith("0001-"):
         return None
-    base = datetime.fromisoformat(m[1] + ("+00:00" if m[3] == "Z" else m[3]))
+    base = datetime.fromisoformat(m[1] + m[3])  # Python 3.11 reads "Z" as UTC
     return base.timestamp() + (
         int(m[2]) / 10 ** len(m[2]) if m[2] else 0.0)
 
@@ -212,14 +212,14 @@ def cgroup_readings(output: str) -> dict[str, list[Reading]]:
             if cur is None or rest != cur["id"]:
                 raise CgroupOutputError(f"an end without its reading: {line[:80]!r}")
             done, cur = cur, None
-            if not {"mem", "limit", "pids"} <= done.keys() or not (
+            if {"mem", "limit", "pids"} - done.keys() or not (
                     "cpu_ns" in done or "cpu_us" in done):
                 continue  # a file missing: not a reading (the caller asks the API)
             cpu_ns = done["cpu_ns"] if "cpu_ns" in done else done["cpu_us"] * 1000
             used, inactive = done["mem"], done.get("inactive", 0)
             limit = done["limit"]
-            if host_mem and (limit is None or limit > host_mem):
-                limit = host_mem  # unlimited (v2 "max", v1 a huge page-rounded number)
+            if host_mem:  # unlimited (v2 "max", v1 a huge page-rounded number): the host's
+                limit = host_mem if limit is None else min(limit, host_mem)
             nets = [v for k, v in done["net"].items() if k != "lo"]  # as the engine's stats
             found.setdefault(done["id"], []).append(Reading(
                 read_at=done["at"], cpu_ns=cpu_ns, system_ns=0, online_cpus=cpus,
@@ -302,14 +302,11 @@ def last_ssh_login(log_lines: Iterable[str]) -> float | None:
     """The time of the last login sshd accepted, from its log as the engine keeps it with
     timestamps (``2026-12-01T19:58:53.543623098Z Accepted publickey for work from 10.0.3.2
     port 40112 ssh2: ...``); None when there is none."""
-    last = None
-    for line in log_lines:
-        m = _ACCEPTED.match(line)
-        if m:
-            at = parse_time(m[1])
-            if at is not None and (last is None or at > last):
-                last = at
-    return last
+    times = (parse_time(m[1]) for m in map(_ACCEPTED.match, log_lines) if m)
+    return max((t for t in times if t is not None), default=None)
+
+
+_TCP_ADDRESS = re.compile(r"[0-9A-Fa-f]+:([0-9A-Fa-f]{4})")  # HEX:PORT, the port 4 digits
 
 
 def open_connections(proc_net_tcp: str, ports: Iterable[int]) -> dict[int, int]:
@@ -319,12 +316,10 @@ def open_connections(proc_net_tcp: str, ports: Iterable[int]) -> dict[int, int]:
     wanted = {int(p): 0 for p in ports}
     for line in proc_net_tcp.splitlines():
         parts = line.split()
-        if len(parts) < 4 or ":" not in parts[1] or parts[3] != "01":
+        local = _TCP_ADDRESS.fullmatch(parts[1]) if len(parts) >= 4 else None
+        if local is None or parts[3] != "01":
             continue
-        try:
-            port = int(parts[1].rsplit(":", 1)[1], 16)
-        except ValueError:
-            continue
+        port = int(local[1], 16)
         if port in wanted:
             wanted[port] += 1
     return wanted
@@ -399,7 +394,7 @@ def session_used(containers: Sequence[ContainerUse]) -> dict[str, float | None]:
     running = [c for c in containers if c.state == "running"]
     gpus = [g["util_percent"] for c in running for g in (c.gpus or ())]
     return {"cpu_percent": mean(c.cpu_percent for c in running),
-            "gpu_percent": mean(gpus) if gpus else None}
+            "gpu_percent": mean(gpus)}
 
 
 def idle_since(containers: Sequence[ContainerUse], started: float | None,
@@ -490,7 +485,7 @@ def used_of(containers: Iterable[ContainerUse]) -> Used:
     gpus = [g["util_percent"] for c in running for g in (c.gpus or ())]
     return Used(cores=sum((c.cpu_percent or 0) / 100 * c.cpus for c in running),
                 mem=sum(c.mem_used or 0 for c in running),
-                gpu_percent=mean(gpus) if gpus else None, measured=len(running),
+                gpu_percent=mean(gpus), measured=len(running),
                 gpus_unknown=any(c.gpu_ids and c.gpus is None for c in running))
 
 
