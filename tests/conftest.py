@@ -8,6 +8,7 @@ never pass by skipping the real-engine tests.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import re
@@ -32,8 +33,10 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 # The stand-in keeps each stack's config where the CLI would, in the project's stacks/ (the
 # shipped example stacks live there): every ``python -m tests.standin.sessionctl``
 # a test starts keeps it in a directory of the run's instead, so none is left in the checkout.
-os.environ.setdefault("CLUSTER_SESSIONS_EMULATION_CONFIG_DIR",
-                      tempfile.mkdtemp(prefix="cs-stack-config-"))
+if "CLUSTER_SESSIONS_EMULATION_CONFIG_DIR" not in os.environ:
+    _CONFIG_DIR = tempfile.mkdtemp(prefix="cs-stack-config-")
+    os.environ["CLUSTER_SESSIONS_EMULATION_CONFIG_DIR"] = _CONFIG_DIR
+    atexit.register(shutil.rmtree, _CONFIG_DIR, ignore_errors=True)  # not one left per run
 
 
 # Hypothesis's per-example deadline (200 ms) measures the machine's load, not the code: on a
