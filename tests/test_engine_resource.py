@@ -17,11 +17,13 @@ from cluster_sessions.pulumi_layer import (
     folders,
     keystore,
     limits,
+    network,
     swarm,
     volumes,
 )
 from cluster_sessions.pulumi_layer.engine_resource import (
     EngineResourceProvider,
+    EnsuredProvider,
     changed_inputs,
     tolerating_gone,
     unknown,
@@ -29,7 +31,11 @@ from cluster_sessions.pulumi_layer.engine_resource import (
 
 ENGINE_SIDE = [limits.ContainerLimitsProvider, folders.DataFolderProvider,
                bundles.BundleDeliveryProvider, swarm.SwarmManagerProvider,
-               swarm.SwarmWorkerProvider, volumes.SessionVolumeProvider]
+               swarm.SwarmWorkerProvider, volumes.SessionVolumeProvider,
+               network.SessionNetworkProvider]
+# made if missing, kept or set again if there: create and update are one act
+ENSURED = [limits.ContainerLimitsProvider, folders.DataFolderProvider,
+           volumes.SessionVolumeProvider]
 
 
 class Thing(EngineResourceProvider):
@@ -98,6 +104,34 @@ def test_every_engine_side_provider_has_the_shape_and_pickles_by_reference(cls):
     raw = dill.dumps(provider, recurse=True)
     assert cls.__module__.encode() in raw and len(raw) < 200, "pickled by reference"
     assert type(dill.loads(raw)) is cls
+
+
+class Made(EnsuredProvider):
+    def __init__(self):
+        self.done = []
+
+    def object_id(self, props):
+        return f"{props['agent']['name']}:{props['path']}"
+
+    def ensure(self, props):
+        self.done.append(props["mode"])
+        return {**props, "outcome": "made" if len(self.done) == 1 else "kept"}
+
+
+def test_an_ensured_object_is_made_by_create_and_brought_again_by_update():
+    made = Made()
+    created = made.create(dict(OLD))
+    assert (created.id, created.outs["outcome"]) == ("a1:/x", "made")
+    updated = made.update("a1:/x", dict(OLD), {**OLD, "mode": 2})
+    assert updated.outs == {**OLD, "mode": 2, "outcome": "kept"} and made.done == [1, 2]
+
+
+@pytest.mark.parametrize("cls", ENSURED, ids=lambda c: c.__name__)
+def test_the_ensured_providers_keep_only_their_act_and_its_name(cls):
+    assert issubclass(cls, EnsuredProvider)
+    assert cls.create is EnsuredProvider.create and cls.update is EnsuredProvider.update
+    assert cls.ensure is not EnsuredProvider.ensure
+    assert cls.object_id is not EnsuredProvider.object_id
 
 
 def test_the_key_store_is_no_engine_side_resource():

@@ -183,12 +183,12 @@ def test_the_program_makes_each_folder_on_each_agent_before_the_containers_and_n
         tmp_path, monkeypatch):
     made: list[tuple] = []
 
-    def ensure(props):
+    def ensure(self, props):
         made.append((props["agent"]["name"], props["root"], props["folder"], props["uid"],
                      props["gid"]))
         return {**props, "outcome": "made"}
 
-    monkeypatch.setattr(folder_resources, "_ensure", ensure)
+    monkeypatch.setattr(folder_resources.DataFolderProvider, "ensure", ensure)
     pool = factories.pool("lab", factories.agent("agent1", cpu=1),
                           factories.agent("agent2", cpu=1), swarm={"manager": "agent1"},
                           storage={"data": "/srv/vfolders"})

@@ -189,6 +189,7 @@ def test_container_limits_pass_asks_to_leave_held_limits(monkeypatch):
     from cluster_sessions.pulumi_layer import engine_resource
 
     monkeypatch.setattr(engine_resource, "connector_from_props", lambda agent, timeout: Conn())
-    limits._apply({"agent": {"name": "a"}, "containers": {"main1": "x", "sub1": "y"},
-                   "pids_limit": 100})
+    limits.ContainerLimitsProvider().ensure({"agent": {"name": "a"},
+                                             "containers": {"main1": "x", "sub1": "y"},
+                                             "pids_limit": 100})
     assert sorted(calls) == [("x", 100, {"unless_held": True}), ("y", 100, {"unless_held": True})]

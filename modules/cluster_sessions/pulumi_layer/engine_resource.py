@@ -12,6 +12,9 @@ create, update and delete do on the agent); this base gives them the rest the sa
   it is gone (then the next ``up`` makes it again); by default the state's outputs as they are.
 - ``delete``: :meth:`remove` with :func:`tolerating_gone` for the words of :attr:`GONE`: an
   object already gone is deleted.
+- :class:`EnsuredProvider`, for an object that create and update both bring to what the
+  inputs say (made if missing, kept or set again if there: a folder, a volume, a limit):
+  :meth:`~EnsuredProvider.ensure` is the one act, :meth:`~EnsuredProvider.object_id` its name;
 - the agent reached inside each call (:meth:`connect`, :func:`engine_client`), from the plain
   ``agent_props`` the program gave: nothing is opened at import or kept between calls.
 
@@ -26,7 +29,7 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from pulumi.dynamic import DiffResult, ReadResult, ResourceProvider
+from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 from pulumi.output import Unknown
 from pulumi.runtime import rpc
 
@@ -113,3 +116,21 @@ class EngineResourceProvider(ResourceProvider):
     def delete(self, id_: str, props: dict[str, Any]) -> None:
         with tolerating_gone(*self.GONE):
             self.remove(id_, props)
+
+
+class EnsuredProvider(EngineResourceProvider):
+    """An object create and update both bring to what the inputs say, in one idempotent act
+    (made if missing, kept if there, set again): an update is that act on the new inputs."""
+
+    def object_id(self, props: Mapping[str, Any]) -> str:
+        raise NotImplementedError
+
+    def ensure(self, props: Mapping[str, Any]) -> dict[str, Any]:
+        """Do it on the agent; the outputs."""
+        raise NotImplementedError
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        return CreateResult(self.object_id(props), self.ensure(props))
+
+    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        return UpdateResult(self.ensure(news))

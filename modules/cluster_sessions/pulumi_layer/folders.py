@@ -14,26 +14,18 @@ from collections.abc import Mapping
 from typing import Any
 
 import pulumi
-from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, UpdateResult
+from pulumi.dynamic import CheckFailure, CheckResult
 
 from ..agents.connectors import agent_props
 from ..agents.folders import ensure_folder
 from ..core.folders import folder_name_problem
 from ..core.spec import Agent
-from .engine_resource import EngineResourceProvider, engine_client, unknown
-
-COMMAND_TIMEOUT = 120.0
+from .engine_resource import EnsuredProvider, engine_client, unknown
 
 
-def _ensure(props: Mapping[str, Any]) -> dict[str, Any]:
-    with engine_client(props["agent"], COMMAND_TIMEOUT) as client:
-        outcome = ensure_folder(client, props["image"], props["root"], props["folder"],
-                                int(props["uid"]), int(props["gid"]))
-    return {**props, "outcome": outcome}
-
-
-class DataFolderProvider(EngineResourceProvider):
-    """Makes (or adopts) one data folder on one agent; delete leaves it."""
+class DataFolderProvider(EnsuredProvider):
+    """Makes (or adopts) one data folder on one agent; delete leaves it. An update (another
+    owner or image) checks the folder, and makes it if it went, again."""
 
     INPUTS = ("agent", "image", "root", "folder", "uid", "gid")
     # A change to these is another directory: a new resource (the old one's delete leaves it).
@@ -49,13 +41,14 @@ class DataFolderProvider(EngineResourceProvider):
             failures.append(CheckFailure("root", "must be an absolute host directory"))
         return CheckResult(news, failures)
 
-    def create(self, props: dict[str, Any]) -> CreateResult:
-        outs = _ensure(props)
-        return CreateResult(f"{props['agent']['name']}:{props['root']}/{props['folder']}", outs)
+    def object_id(self, props: Mapping[str, Any]) -> str:
+        return f"{props['agent']['name']}:{props['root']}/{props['folder']}"
 
-    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
-        # another owner or image: the folder is checked (and made, if it went) again
-        return UpdateResult(_ensure(news))
+    def ensure(self, props: Mapping[str, Any]) -> dict[str, Any]:
+        with engine_client(props["agent"], self.COMMAND_TIMEOUT) as client:
+            outcome = ensure_folder(client, props["image"], props["root"], props["folder"],
+                                    int(props["uid"]), int(props["gid"]))
+        return {**props, "outcome": outcome}
 
     # read: the state's (base); delete: nothing, a data folder outlives its sessions (base)
 

@@ -21,32 +21,21 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pulumi
-from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, UpdateResult
+from pulumi.dynamic import CheckFailure, CheckResult
 
 from ..agents.connectors import agent_props
 from ..agents.engine import set_pids_limit
 from ..core.spec import MAX_PIDS_LIMIT, MIN_PIDS_LIMIT, Agent
-from .engine_resource import EngineResourceProvider, engine_client, unknown
-
-COMMAND_TIMEOUT = 60.0
+from .engine_resource import EnsuredProvider, engine_client, unknown
 
 PARALLEL = 8  # update calls at once over the agent's one connection (a channel each by SSH)
 
 
-def _apply(props: Mapping[str, Any]) -> dict[str, Any]:
-    """The limit on every listed container, the calls in parallel: every container's set-up
-    is waiting for its own (templates/setup.sh.j2), so none waits for the others' turn."""
-    limit = int(props["pids_limit"])
-    ids = list(props["containers"].values())
-    with engine_client(props["agent"], COMMAND_TIMEOUT) as client, ThreadPoolExecutor(
-            max_workers=max(1, min(PARALLEL, len(ids)))) as pool:
-        for _ in pool.map(lambda cid: set_pids_limit(client, cid, limit, unless_held=True), ids):
-            pass
-    return {**props}
+class ContainerLimitsProvider(EnsuredProvider):
+    """Sets the pids limit on every listed container of one agent; delete leaves them. An
+    update (a replaced container's new id, another limit) sets it on every container again."""
 
-
-class ContainerLimitsProvider(EngineResourceProvider):
-    """Sets the pids limit on every listed container of one agent; delete leaves them."""
+    COMMAND_TIMEOUT = 60.0
 
     # acts on the containers the docker provider made: under mocks there are none
     # (tests/standin/engine.py ``Engine._mocked``)
@@ -68,12 +57,21 @@ class ContainerLimitsProvider(EngineResourceProvider):
             failures.append(CheckFailure("containers", "must map host names to container ids"))
         return CheckResult(news, failures)
 
-    def create(self, props: dict[str, Any]) -> CreateResult:
-        return CreateResult(f"{props['agent']['name']}:pids", _apply(props))
+    def object_id(self, props: Mapping[str, Any]) -> str:
+        return f"{props['agent']['name']}:pids"
 
-    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
-        # a replaced container (a new id) or another limit: set on every container again
-        return UpdateResult(_apply(news))
+    def ensure(self, props: Mapping[str, Any]) -> dict[str, Any]:
+        """The limit on every listed container, the calls in parallel: every container's
+        set-up is waiting for its own (templates/setup.sh.j2), so none waits for the others'
+        turn."""
+        limit = int(props["pids_limit"])
+        ids = list(props["containers"].values())
+        with engine_client(props["agent"], self.COMMAND_TIMEOUT) as client, ThreadPoolExecutor(
+                max_workers=max(1, min(PARALLEL, len(ids)))) as pool:
+            for _ in pool.map(lambda cid: set_pids_limit(client, cid, limit, unless_held=True),
+                              ids):
+                pass
+        return {**props}
 
     # read: the state's (base); delete: nothing, the limit goes with its container (base)
 

@@ -17,24 +17,15 @@ from collections.abc import Mapping
 from typing import Any
 
 import pulumi
-from pulumi.dynamic import CheckFailure, CheckResult, CreateResult, UpdateResult
+from pulumi.dynamic import CheckFailure, CheckResult
 
 from ..agents.connectors import agent_props
 from ..agents.engine import ensure_volume
 from ..core.spec import Agent
-from .engine_resource import EngineResourceProvider, engine_client, unknown
-
-COMMAND_TIMEOUT = 120.0
+from .engine_resource import EnsuredProvider, engine_client, unknown
 
 
-def _ensure(props: Mapping[str, Any]) -> dict[str, Any]:
-    with engine_client(props["agent"], COMMAND_TIMEOUT) as client:
-        outcome = ensure_volume(client, props["volume"], props["labels"], props["session"],
-                                props["owner_label"])
-    return {**props, "outcome": outcome}
-
-
-class SessionVolumeProvider(EngineResourceProvider):
+class SessionVolumeProvider(EnsuredProvider):
     """Makes (or adopts) one named volume on one agent; delete leaves it."""
 
     INPUTS = ("agent", "volume", "labels", "session", "owner_label")
@@ -52,11 +43,14 @@ class SessionVolumeProvider(EngineResourceProvider):
             failures.append(CheckFailure("volume", "must be a volume name"))
         return CheckResult(news, failures)
 
-    def create(self, props: dict[str, Any]) -> CreateResult:
-        return CreateResult(f"{props['agent']['name']}:{props['volume']}", _ensure(props))
+    def object_id(self, props: Mapping[str, Any]) -> str:
+        return f"{props['agent']['name']}:{props['volume']}"
 
-    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
-        return UpdateResult(_ensure(news))
+    def ensure(self, props: Mapping[str, Any]) -> dict[str, Any]:
+        with engine_client(props["agent"], self.COMMAND_TIMEOUT) as client:
+            outcome = ensure_volume(client, props["volume"], props["labels"], props["session"],
+                                    props["owner_label"])
+        return {**props, "outcome": outcome}
 
     # read: the state's (base); delete: nothing, a session's named volume outlives it (base)
 
