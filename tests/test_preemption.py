@@ -176,3 +176,32 @@ def test_the_running_sessions_are_read_by_stack_and_exclude_those_under_way_and_
     assert {(h.agent, h.millicpu) for h in job.holds} == {("a1", 1000), ("a2", 500)}
     assert job.started == 1767323049.0  # the youngest container's start
     assert (job.priority, job.preemptible, job.type, job.key) == (1, True, "batch", "s-job")
+
+
+def test_freed_gives_back_what_victims_hold_on_each_agent_capped_at_its_declaration():
+    free = [Free("a1", 500, G, (1,)), Free("a2", 0, 0), Free("a3", 100, 10)]
+    victims = [run("v1", 0, cpu=3000, mem=2 * G, gpus=(0,)),
+               run("v2", 0, cpu=2000, mem=G, agent="a2")]
+    declared = {d.name: d for d in DECLARED}
+    assert freed(free, declared, victims) == [
+        Free("a1", 3500, 3 * G, (0, 1)), Free("a2", 2000, G, ()),
+        Free("a3", 100, 10, ())]  # an agent not declared: what is free, nothing more
+    held = [run("big", 0, cpu=9000, mem=9 * G, gpus=(0, 1, 7))]
+    assert freed([Free("a1", 500, G, (1,))], declared, held) == [Free("a1", 4000, 4 * G, (0, 1))]
+
+
+def test_of_the_victims_chosen_only_those_needed_stay_chosen():
+    """Victims are taken in order until it fits, then each but the last is let go again if
+    it fits without it: here the small ones taken first are not needed once the large one is."""
+    running = [run("a", 0, cpu=500, started=3), run("b", 0, cpu=500, started=2),
+               run("c", 0, cpu=2000, started=1)]
+    need = fits_single(1, Request(2000, G, 0))
+    assert [v.name for v in choose_victims(5, running, NOTHING_FREE, DECLARED, need)] == ["c"]
+
+
+def test_a_victims_record_says_by_whom_and_the_two_priorities():
+    from cluster_sessions.core.preemption import reason
+
+    assert reason(run("low", 3), "train-7", 50) == (
+        "preempted by train-7 (priority 50 > its 3): the pool's policies.preemption ends "
+        "preemptible batch sessions of a lower priority")

@@ -64,7 +64,7 @@ def smaller(mine: Use, theirs: tuple[int, int, int] | None) -> bool:
     less of one; an unknown size (None) is never smaller-than."""
     if theirs is None:
         return False
-    pairs = list(zip((mine.millicpu, mine.mem, mine.gpus), theirs, strict=True))
+    pairs = ((mine.millicpu, theirs[0]), (mine.mem, theirs[1]), (mine.gpus, theirs[2]))
     return all(m <= t for m, t in pairs) and any(m < t for m, t in pairs)
 
 
