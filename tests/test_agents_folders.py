@@ -123,3 +123,29 @@ def test_an_image_missing_on_the_agent_is_an_unusable_agent_not_a_traceback(root
     pool, plan = _plan(tmp_path, root, "cluster-sessions/absent:none", "d")
     with pytest.raises(AgentsUnusable, match="agent agent1: could not check the session's data"):
         folder_refusals(pool, plan)
+
+
+@pytest.mark.parametrize("check, what", [("folder_refusals", "data folders"),
+                                         ("bind_refusals", "mount sources"),
+                                         ("volume_refusals", "volumes")])
+def test_an_agent_that_cannot_be_reached_is_unusable_saying_which_check(
+        check, what, monkeypatch):
+    """Each read-only check before ``up`` opens the agent the same way (folders._checking):
+    a failure to reach it names the agent and what was being checked, and nothing is made."""
+    from types import SimpleNamespace
+
+    from cluster_sessions.agents import connectors, folders
+    from cluster_sessions.agents.errors import AgentsUnusable
+
+    def unreachable(agent, **_):
+        raise connectors.AgentError("agent2", connectors.COMMAND_FAILED, "connection refused")
+    monkeypatch.setattr(connectors, "connector_for", unreachable)
+    mounts = [SimpleNamespace(source="/srv/x", folder=None, type="bind", made=True)]
+    plan = SimpleNamespace(agents=["agent2"], folders=[SimpleNamespace(source="/srv/x")],
+                           mounts=mounts, name="s", session=SimpleNamespace(
+                               image="img", user=SimpleNamespace(uid=1000, gid=1000)))
+    pool = SimpleNamespace(agent=lambda name: name)
+    with pytest.raises(AgentsUnusable) as err:
+        getattr(folders, check)(pool, plan)
+    assert str(err.value).startswith(f"agent agent2: could not check the session's {what}: ")
+    assert str(err.value).endswith("; nothing was created")

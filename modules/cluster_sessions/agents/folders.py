@@ -174,39 +174,46 @@ def _ensure(api: Any, helper: str, root: str, folder: str, uid: int, gid: int,
     return "made"
 
 
-def folder_refusals(pool: Any, plan: Any) -> list[tuple[str, str]]:
-    """``(dotted path, message)`` for each data folder of ``plan`` that some agent it uses
-    refuses (a link, not a directory, another user's); read-only: nothing is made. The driver
-    asks this before ``up`` so that a refused folder is invalid input (exit 2) and nothing of
-    the session is created."""
+@contextlib.contextmanager
+def _checking(pool: Any, name: str, what: str) -> Iterator[Any]:
+    """A Docker client of agent ``name`` for a read-only check of the session's ``what``; not
+    reaching it (the image missing there, the engine gone since the preflight) is
+    :class:`AgentsUnusable` naming both: nothing is made."""
     import docker
 
     from .connectors import AgentError, connector_for, short_error
     from .errors import AgentsUnusable
 
+    try:
+        with connector_for(pool.agent(name)) as conn:
+            client = conn.docker_client()
+            try:
+                yield client
+            finally:
+                client.close()
+    except (AgentError, docker.errors.DockerException) as exc:
+        raise AgentsUnusable(f"agent {name}: could not check the session's {what}: "
+                             f"{short_error(exc)}; nothing was created") from None
+
+
+def folder_refusals(pool: Any, plan: Any) -> list[tuple[str, str]]:
+    """``(dotted path, message)`` for each data folder of ``plan`` that some agent it uses
+    refuses (a link, not a directory, another user's); read-only: nothing is made. The driver
+    asks this before ``up`` so that a refused folder is invalid input (exit 2) and nothing of
+    the session is created."""
     found: list[tuple[str, str]] = []
     if not plan.folders:
         return found
     index = {m.source: i for i, m in reversed(list(enumerate(plan.mounts)))}
     user = plan.session.user
     for name in plan.agents:
-        try:
-            with connector_for(pool.agent(name)) as conn:
-                client = conn.docker_client()
+        with _checking(pool, name, "data folders") as client:
+            for m in plan.folders:
                 try:
-                    for m in plan.folders:
-                        try:
-                            ensure_folder(client, plan.session.image, m.root, m.folder,
-                                          user.uid, user.gid, create=False)
-                        except FolderRefused as exc:
-                            found.append((f"mounts.{index[m.source]}.folder",
-                                          f"on agent {name}: {exc}"))
-                finally:
-                    client.close()
-        except (AgentError, docker.errors.DockerException) as exc:
-            # the image missing there, the engine gone since the preflight: nothing is made
-            raise AgentsUnusable(f"agent {name}: could not check the session's data folders: "
-                                 f"{short_error(exc)}; nothing was created") from None
+                    ensure_folder(client, plan.session.image, m.root, m.folder,
+                                  user.uid, user.gid, create=False)
+                except FolderRefused as exc:
+                    found.append((f"mounts.{index[m.source]}.folder", f"on agent {name}: {exc}"))
     return found
 
 
@@ -215,28 +222,15 @@ def bind_refusals(pool: Any, plan: Any) -> list[tuple[str, str]]:
     some agent it uses could later resolve elsewhere (:func:`bind_refusal`): a link on its way,
     a directory on its way that anyone but root can write, or nothing there. Read-only; the
     driver asks it before ``up``, like :func:`folder_refusals`."""
-    import docker
-
-    from .connectors import AgentError, connector_for, short_error
-    from .errors import AgentsUnusable
-
     binds = [(i, m.source) for i, m in enumerate(plan.mounts)
              if m.folder is None and m.type == "bind"]
     found: list[tuple[str, str]] = []
     for name in plan.agents if binds else ():
-        try:
-            with connector_for(pool.agent(name)) as conn:
-                client = conn.docker_client()
-                try:
-                    for i, source in binds:
-                        problem = bind_refusal(client, plan.session.image, source)
-                        if problem:
-                            found.append((f"mounts.{i}.source", f"on agent {name}: {problem}"))
-                finally:
-                    client.close()
-        except (AgentError, docker.errors.DockerException) as exc:
-            raise AgentsUnusable(f"agent {name}: could not check the session's mount sources: "
-                                 f"{short_error(exc)}; nothing was created") from None
+        with _checking(pool, name, "mount sources") as client:
+            for i, source in binds:
+                problem = bind_refusal(client, plan.session.image, source)
+                if problem:
+                    found.append((f"mounts.{i}.source", f"on agent {name}: {problem}"))
     return found
 
 
@@ -245,28 +239,15 @@ def volume_refusals(pool: Any, plan: Any) -> list[tuple[str, str]]:
     list and that some agent it uses already holds as another's (core.folders.volume_verdict);
     read-only. A missing one is made by the first container's mount, with the session's labels
     (container_args), so it is the session's own from then on."""
-    import docker
-
-    from .connectors import AgentError, connector_for, short_error
     from .engine import volume_labels
-    from .errors import AgentsUnusable
 
     own = [(i, m.source) for i, m in enumerate(plan.mounts) if m.made]
     found: list[tuple[str, str]] = []
     for name in plan.agents if own else ():
-        try:
-            with connector_for(pool.agent(name)) as conn:
-                client = conn.docker_client()
-                try:
-                    for i, volume in own:
-                        problem = volume_verdict(volume_labels(client, volume), plan.name,
-                                                 SESSION_LABEL)
-                        if problem:
-                            found.append((f"mounts.{i}.source",
-                                          f"on agent {name}: volume {volume} {problem}"))
-                finally:
-                    client.close()
-        except (AgentError, docker.errors.DockerException) as exc:
-            raise AgentsUnusable(f"agent {name}: could not check the session's volumes: "
-                                 f"{short_error(exc)}; nothing was created") from None
+        with _checking(pool, name, "volumes") as client:
+            for i, volume in own:
+                problem = volume_verdict(volume_labels(client, volume), plan.name, SESSION_LABEL)
+                if problem:
+                    found.append((f"mounts.{i}.source",
+                                  f"on agent {name}: volume {volume} {problem}"))
     return found
