@@ -348,3 +348,145 @@ def test_an_expired_sessions_container_gives_its_capacity_back_once_its_command_
         state, started, now, expected):
     assert ledger.gave_back(state, 1767323100, now, started) is expected  # 03:05:00Z
     assert ledger.gave_back(state, None, now, started) is False
+
+
+def test_a_gpu_label_that_is_not_text_is_shown_in_its_complaint():
+    with pytest.raises(ValueError) as bad:
+        ledger.gpus_label(3)
+    assert str(bad.value) == "'3' is not a list of GPU ids"
+
+
+# --- project and expiry labels -----------------------------------------------------------------
+
+
+def test_a_project_label_absent_or_empty_is_the_default_policys_and_a_name_is_itself():
+    assert ledger.project_label(None) == ledger.DEFAULT_PROJECT == "default"
+    assert ledger.project_label("") == "default"
+    assert ledger.project_label("ml-team") == "ml-team"
+    assert ledger.project_label("a" * 63) == "a" * 63
+
+
+@pytest.mark.parametrize("text", ["ML", "-x", "a" * 64, "a b", 3, ["ml"]])
+def test_a_project_label_that_is_not_a_project_name_says_so(text):
+    with pytest.raises(ValueError) as bad:
+        ledger.project_label(text)
+    assert str(bad.value) == f"{str(text)[:40]!r} is not a project name"
+
+
+def test_an_expiry_label_is_epoch_seconds_or_none():
+    assert ledger.expiry_label(None) is None
+    assert ledger.expiry_label("1767323100") == 1767323100
+    assert ledger.expiry_label(1767323100) == 1767323100
+    assert ledger.expiry_label(str(ledger.MAX_TIME)) == ledger.MAX_TIME
+    for bad in (str(ledger.MAX_TIME + 1), "x", "-5", "1.5", "", "1e9"):
+        assert ledger.expiry_label(bad) is None
+
+
+def test_a_container_gives_back_from_the_very_second_of_its_expiry():
+    expiry = 1767323100  # 2026-01-02T03:05:00Z
+    assert ledger.gave_back("exited", expiry, expiry) is True
+    assert ledger.gave_back("exited", expiry, expiry - 0.001) is False
+    # running since exactly the expiry: the restart, not the session's command
+    assert ledger.gave_back("running", expiry, expiry + 1, "2026-01-02T03:05:00Z") is True
+    assert ledger.gave_back("running", expiry, expiry + 1, "2026-01-02T03:04:59.9Z") is False
+
+
+# --- a marker's project, count, priority and ask -----------------------------------------------
+
+
+FULL_KEYS = {**KEYS, "project": "p", "containers": "c", "priority": "pr", "asks": "as"}
+
+
+def full(labels, created=0.0, name="n"):
+    return ledger.entry_of(labels, FULL_KEYS, "cid", name, created, 300)
+
+
+def test_a_marker_without_those_keys_is_of_the_default_project_and_asks_nothing():
+    e = ledger.entry_of({"p": "ml", "c": "3", "pr": "5", "as": "1,2,3"}, KEYS, "c", "n", 0, 300)
+    assert (e.project, e.containers, e.priority, e.asks) == ("default", 0, 0, None)
+    assert e.malformed == ()
+
+
+def test_a_marker_whose_labels_are_absent_is_of_the_default_project_and_asks_nothing():
+    e = full({})
+    assert (e.project, e.containers, e.priority, e.asks, e.malformed) == (
+        "default", 0, 0, None, ())
+    assert full({"p": ""}).project == "default" and full({"p": ""}).malformed == ()
+
+
+def test_a_markers_project_count_priority_and_ask_read_as_written():
+    e = full({"p": "ml-team", "c": "3", "pr": "7", "as": "1500,2048,2"})
+    assert (e.project, e.containers, e.priority, e.asks, e.malformed) == (
+        "ml-team", 3, 7, (1500, 2048, 2), ())
+    top = full({"c": str(ledger.MAX_CONTAINERS), "pr": str(ledger.MAX_PRIORITY)})
+    assert (top.containers, top.priority, top.malformed) == (10**6, 100, ())
+
+
+def test_a_malformed_project_is_no_projects_and_says_so():
+    e = full({"p": "Not A Project"})
+    assert e.project == ""
+    assert e.malformed == ("p: 'Not A Project' is not a project name",)
+    assert ledger.live([e], 0).entries == ()  # a malformed marker waits in no queue
+
+
+def test_a_malformed_count_or_priority_is_none_and_says_so():
+    e = full({"c": str(ledger.MAX_CONTAINERS + 1), "pr": "101"})
+    assert (e.containers, e.priority) == (0, 0)
+    assert e.malformed == ("c: '1000001' is not an integer from 0 to 1e+06",
+                           "pr: '101' is not an integer from 0 to 100")
+    e = full({"c": "1.5", "pr": "-1"})
+    assert (e.containers, e.priority, len(e.malformed)) == (0, 0, 2)
+
+
+@pytest.mark.parametrize("text", ["", "1,2", "1,2,3,4", "1,x,3", "-1,2,3", "1.5,2,3",
+                                  f"1,2,{64 * 10**6 + 1}", f"{10**9 + 1},2,3"])
+def test_an_ask_that_is_not_three_bounded_integers_is_a_size_not_known(text):
+    assert full({"as": text}).asks is None
+
+
+def test_an_ask_counts_up_to_sixty_four_gpus_per_container():
+    assert full({"as": f"0,0,{64 * 10**6}"}).asks == (0, 0, 64 * 10**6)
+    assert full({"as": f"{10**9},{2**60},0"}).asks == (10**9, 2**60, 0)
+
+
+# --- the newest entry of a stack, and what waits before what ------------------------------------
+
+
+def test_a_stacks_newest_marker_is_the_last_made_whatever_its_name():
+    old = marker(session="g", created=1000, name="z-old")
+    new = marker(session="g", created=1001, name="a-new")
+    assert ledger.live([old, new], 1002).entries == (new,)
+    assert ledger.live([new, old], 1002).entries == (new,)
+
+
+def test_of_two_markers_a_stack_made_at_once_the_greater_name_is_kept_in_any_order():
+    a = marker(session="g", created=1000, name="m-a", cid="1")
+    b = marker(session="g", created=1000, name="m-b", cid="2")
+    assert ledger.live([a, b], 1001).entries == (b,)
+    assert ledger.live([b, a], 1001).entries == (b,)
+
+
+def queued(session, stack, arrival, priority="0"):
+    labels = {"k": "queue", "s": session, "st": stack, "l": "90", "a": str(arrival),
+              "pr": priority, "h": Holder(session, "up", "h", 1, "u").label()}
+    return ledger.entry_of(labels, FULL_KEYS, f"id-{session}", f"q-{session}", arrival, 300)
+
+
+def test_a_higher_priority_waits_before_earlier_arrivals():
+    me = queued("me", "a" * 16, 100)
+    early = queued("early", "b" * 16, 50)
+    urgent = queued("urgent", "c" * 16, 150, priority="5")
+    queue = ledger.order([me, early, urgent])
+    prio = lambda e: e.priority  # noqa: E731
+    assert ledger.ahead(queue, {"a" * 16}, me, prio) == [early, urgent]
+    assert ledger.ahead(queue, {"c" * 16}, urgent, prio) == []
+    assert ledger.ahead(queue, {"a" * 16}, me) == [early]  # no priority read: arrival alone
+
+
+def test_waiting_before_is_strict_an_entry_is_never_before_itself():
+    me = queued("gamma", "a" * 16, 100)
+    first = queued("first", "b" * 16, 50)
+    queue = ledger.order([me, first])
+    assert ledger.ahead(queue, set(), me) == [first]
+    assert ledger.claims([me], {"gamma": "z" * 16}, me) == []
+    assert ledger.claims([first, me], {"gamma": "z" * 16, "first": "z" * 16}, me) == [first]

@@ -326,7 +326,7 @@ def entry_of(labels: Mapping[str, str], keys: Mapping[str, str], container_id: s
     containers = (read("containers", lambda t: integer(t, MAX_CONTAINERS), 0)
                   if "containers" in keys else 0)
     priority = read("priority", lambda t: integer(t, MAX_PRIORITY), 0) if "priority" in keys else 0
-    asks = _asks(labels.get(keys["asks"], "")) if "asks" in keys else None
+    asks = _asks(labels[keys["asks"]]) if "asks" in keys and keys["asks"] in labels else None
     return Entry(kind=_text(labels.get(keys["kind"], "")), container_id=container_id,
                  name=name, session=_text(labels.get(keys["session"], "")),
                  stack_id=_text(labels.get(keys["stack"], "")), holder=holder,
@@ -378,10 +378,8 @@ def live(entries: Iterable[Entry], now: float) -> Live:
         if entry.malformed:
             malformed.append(entry)
             continue
-        key = (entry.kind, entry.identity)
-        if key not in newest or (entry.created, entry.name) > (newest[key].created,
-                                                               newest[key].name):
-            newest[key] = entry
+        key = (entry.kind, entry.identity)  # max: the first of a tie stays
+        newest[key] = max(newest.get(key, entry), entry, key=lambda e: (e.created, e.name))
     return Live(tuple(order(newest.values())), tuple(expired), tuple(malformed))
 
 
