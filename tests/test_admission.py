@@ -59,6 +59,20 @@ def test_within_a_priority_the_project_holding_less_goes_first_then_arrival():
     assert admission.ahead([a, b], {a.identity}, a, prio, lambda p: 0.0) == []
 
 
+
+def test_two_stacks_alike_in_all_but_identity_are_still_one_before_the_other():
+    """The order is total: without the identity in the key, two stacks' entries of one name
+    made at one moment were each not ahead of the other, and both were placed first."""
+    import dataclasses
+
+    first, second = (dataclasses.replace(entry("s", 5), stack_id=sid)
+                     for sid in ("1" * 16, "2" * 16))
+    assert admission.ahead([first, second], {second.identity}, second, prio,
+                           lambda p: 0.0) == [first]
+    assert admission.ahead([first, second], {first.identity}, first, prio,
+                           lambda p: 0.0) == []
+
+
 SMALL = Use(millicpu=1000, mem=100 * 2**30)
 
 

@@ -47,7 +47,9 @@ def shares(projects: Iterable[str], held: Sequence[Held], total: Use) -> dict[st
 
 
 def key(entry: Entry, priority: Callable[[Entry], int], share: Share) -> tuple:
-    return (-priority(entry), share(entry.project), entry.arrival, entry.created, entry.name)
+    """The queue's order; total: two stacks' entries alike in all else go by identity."""
+    return (-priority(entry), share(entry.project), entry.arrival, entry.created, entry.name,
+            entry.identity)
 
 
 def ahead(queue: Sequence[Entry], mine: Iterable[str], me: Entry,
