@@ -17,7 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from cluster_sessions.agents.bundles import check_root, deliver, make_root, remove
+from cluster_sessions.agents.bundles import (
+    check_root,
+    deliver,
+    deliver_script,
+    make_root,
+    remove,
+    remove_script,
+    stacks_on,
+    sweep_stack,
+)
 from cluster_sessions.agents.connectors import AgentError, LocalConnector
 from cluster_sessions.core.bundles import SCRATCH, UPLOAD, delivery_of
 from cluster_sessions.core.plan import build_plan, plan_to_dict
@@ -274,8 +283,10 @@ def test_a_scratch_root_through_a_link_or_open_to_others_is_refused(tmp_path):
     (tmp_path / "x").mkdir()
     elsewhere = scratch_root(tmp_path / "x")
     (root / STACK).symlink_to(elsewhere)
-    with pytest.raises(AgentError, match="is not a directory"):
+    with pytest.raises(AgentError) as err:
         deliver(conn, str(root), STACK, {"main1": "x"})
+    assert str(err.value) == (f"agent here: command failed: cannot deliver the bundles into "
+                              f"{root}/{STACK}: {root}/{STACK} is not a directory")
     assert tree(elsewhere) == {}
 
 
@@ -310,6 +321,334 @@ def test_a_full_disk_is_an_error_naming_the_agent_and_the_path(tmp_path):
         assert [p.name for p in (root / STACK).iterdir()] == []
     finally:
         subprocess.run(["umount", str(root)], check=False)
+
+
+HINT = "`sessionctl pool check --fix POOL` makes it, or as root: install -d -m 0700 -o USER"
+FAILED = "agent here: command failed: "
+
+
+def shim(tmp_path: Path, monkeypatch, name: str, body: str) -> None:
+    """``name`` on the scripts' PATH ahead of the real command (what a remote host may do:
+    a full disk, a move cut short, sudo), a sh script ``body``."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(exist_ok=True)
+    (bin_ / name).write_text("#!/bin/sh\n" + body)
+    (bin_ / name).chmod(0o755)
+    if os.environ["PATH"].split(":")[0] != str(bin_):
+        monkeypatch.setenv("PATH", f"{bin_}:{os.environ['PATH']}")
+
+
+def fail_for(path: Path, command: str, message: str) -> str:
+    """A shim's body: ``command`` fails saying ``message`` when its last argument is ``path``."""
+    return (f'for a; do last=$a; done\nif [ "$last" = {str(path)!r} ]; then\n'
+            f'  echo {message!r} >&2; exit 1\nfi\nexec /bin/{command} "$@"\n')
+
+
+class Recorded(LocalConnector):
+    """This machine's shell, recording the time limit each script is given."""
+
+    def __init__(self, agent_name: str = "here"):
+        super().__init__(agent_name, timeout=7)
+        self.limits: list[float | None] = []
+
+    def run_script(self, script, timeout=None):
+        self.limits.append(timeout)
+        return super().run_script(script, timeout)
+
+
+class Answers(LocalConnector):
+    """An agent whose every script ends with the given exit code, stdout and stderr."""
+
+    def __init__(self, rc: int, out: str = "", err: str = ""):
+        super().__init__("far")
+        self.answer = (rc, out, err)
+
+    def run_script(self, script, timeout=None):
+        return self.answer
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: deliver_script("/r", "0123", "here", {"main1": "x"}),
+     "stack id '0123' is not 16 hex digits"),
+    (lambda: deliver_script("/r", STACK + "\n", "here", {"main1": "x"}),
+     "stack id '0123456789abcdef\\n' is not 16 hex digits"),
+    (lambda: deliver_script("/r", STACK, "two words", {"main1": "x"}),
+     "'two words' is not a plain name"),
+    (lambda: deliver_script("/r", STACK, "here", {"main1\n": "x"}),
+     "'main1\\n' is not a plain name"),
+    (lambda: deliver_script("/r", STACK, "here", {"main1": "x"}, gone=["../x"]),
+     "'../x' is not a plain name"),
+    (lambda: remove_script("/r", STACK, "here", ["-rf"]), "'-rf' is not a plain name"),
+    (lambda: remove_script("/r", "0123456789ABCDEF", "here", []),
+     "stack id '0123456789ABCDEF' is not 16 hex digits"),
+    (lambda: sweep_stack(Answers(0), "/r", "../etc"), "stack id '../etc' is not 16 hex digits"),
+    (lambda: sweep_stack(Answers(0), "/r", STACK + "\n"),
+     "stack id '0123456789abcdef\\n' is not 16 hex digits"),
+])
+def test_a_name_that_is_not_plain_is_refused_before_any_script_is_written(call, message):
+    with pytest.raises(ValueError) as err:
+        call()
+    assert str(err.value) == message
+
+
+def test_every_script_has_two_minutes_whatever_the_connector_s_own_limit(tmp_path):
+    root = scratch_root(tmp_path)
+    conn = Recorded()
+    deliver(conn, str(root), STACK, {"main1": "x\n"})
+    remove(conn, str(root), STACK, ["main1"])
+    check_root(conn, str(root))
+    make_root(conn, str(root))
+    stacks_on(conn, str(root))
+    sweep_stack(conn, str(root), STACK)
+    assert conn.limits == [120.0] * 6
+
+
+@pytest.mark.parametrize("answer, detail", [
+    ((5, "", ""), "exit 5"),
+    ((1, "said on stdout\n", ""), "said on stdout"),
+    ((4, "stdout is not the error\n", "one\ntwo\nthree\nfour\n"), "two / three / four"),
+    # the hint is for a missing root only: exit 3 with "missing" on its last line
+    ((4, "", "the device is missing\n"), "the device is missing"),
+    ((3, "", "scratch root /r is missing\nand then something else\n"),
+     "scratch root /r is missing / and then something else"),
+    ((3, "", "scratch root /r is missing\n"), f"scratch root /r is missing ({HINT})"),
+])
+def test_a_failed_script_is_an_agent_error_with_its_last_three_lines(answer, detail):
+    with pytest.raises(AgentError) as err:
+        check_root(Answers(*answer), "/r")
+    assert (err.value.agent, err.value.cause) == ("far", "command failed")
+    assert str(err.value) == f"agent far: command failed: scratch root not usable: {detail}"
+
+
+def test_a_missing_root_says_how_to_make_it_and_is_nothing_to_remove_or_list(tmp_path):
+    conn = LocalConnector("here")
+    missing = tmp_path / "nothing"
+    said = f"scratch root {missing} is missing ({HINT})"
+    for call, what in [(lambda: check_root(conn, str(missing)), "scratch root not usable"),
+                       (lambda: deliver(conn, str(missing), STACK, {"main1": "x"}),
+                        f"cannot deliver the bundles into {missing}/{STACK}"),
+                       (lambda: sweep_stack(conn, str(missing), STACK),
+                        f"cannot remove {missing}/{STACK}")]:
+        with pytest.raises(AgentError) as err:
+            call()
+        assert str(err.value) == f"{FAILED}{what}: {said}"
+    remove(conn, str(missing), STACK, ["main1"])
+    assert stacks_on(conn, str(missing)) == {}
+    assert not missing.exists()
+
+
+def test_a_root_of_another_user_open_to_others_or_through_a_link_is_refused_by_name(tmp_path):
+    conn = LocalConnector("here")
+    root = scratch_root(tmp_path)
+    deliver(conn, str(root), STACK, {"main1": "x\n"})
+    before = tree(root)
+    link = tmp_path / "link"
+    link.symlink_to(root)
+    with pytest.raises(AgentError) as err:
+        remove(conn, str(link), STACK, ["main1"])
+    assert str(err.value) == (f"{FAILED}cannot remove the bundles from {link}/{STACK}: "
+                              f"scratch root {link} is reached through a link (to {root})")
+    root.chmod(0o750)
+    with pytest.raises(AgentError) as err:
+        remove(conn, str(root), STACK, ["main1"])
+    assert str(err.value) == (f"{FAILED}cannot remove the bundles from {root}/{STACK}: "
+                              f"scratch root {root} has mode drwxr-x---: group and others must "
+                              "have no access (0700)")
+    with pytest.raises(AgentError) as err:
+        stacks_on(conn, str(root))
+    assert str(err.value) == (f"{FAILED}scratch root: scratch root {root} has mode drwxr-x---: "
+                              "group and others must have no access (0700)")
+    root.chmod(0o700)
+    if os.getuid() == 0:
+        os.chown(root, 65534, 65534)
+        with pytest.raises(AgentError) as err:
+            check_root(conn, str(root))
+        user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
+        assert str(err.value) == (f"{FAILED}scratch root not usable: scratch root {root} "
+                                  f"belongs to uid 65534, not to {user} (uid 0)")
+        os.chown(root, 0, 0)
+    assert tree(root) == before
+
+
+def test_a_stack_directory_that_is_a_link_is_never_removed_through(tmp_path):
+    conn = LocalConnector("here")
+    root = scratch_root(tmp_path)
+    (tmp_path / "x").mkdir()
+    elsewhere = scratch_root(tmp_path / "x")
+    (elsewhere / "main1").mkdir()
+    (elsewhere / "main1" / "bundle.pack").write_text("not ours")
+    (root / STACK).symlink_to(elsewhere)
+    before = tree(elsewhere)
+    remove(conn, str(root), STACK, ["main1"])
+    sweep_stack(conn, str(root), STACK)
+    assert (root / STACK).is_symlink()
+    assert tree(elsewhere) == before and "main1/bundle.pack" in before
+
+
+def test_a_stack_directory_that_cannot_be_made_is_the_error_of_mkdir(tmp_path, monkeypatch):
+    root = scratch_root(tmp_path)
+    shim(tmp_path, monkeypatch, "mkdir",
+         fail_for(root / STACK, "mkdir", "mkdir: cannot create directory: Disk quota exceeded"))
+    with pytest.raises(AgentError) as err:
+        deliver(LocalConnector("here"), str(root), STACK, {"main1": "x\n"})
+    assert str(err.value) == (f"{FAILED}cannot deliver the bundles into {root}/{STACK}: "
+                              "mkdir: cannot create directory: Disk quota exceeded")
+    assert tree(root) == {}
+
+
+def test_a_delivery_cut_short_leaves_only_its_own_names_and_the_next_removes_them(
+        tmp_path, monkeypatch):
+    """A move into place that fails (the host went down mid-delivery) leaves the new bundle in
+    ``.new-<agent>-<pid>/`` and the old one in ``.old-<agent>-<pid>-<host>``; another agent's
+    delivery leaves them, this agent's next delivery (or its remove) removes them."""
+    import re
+
+    root = scratch_root(tmp_path)
+    conn = LocalConnector("here")
+    deliver(conn, str(root), STACK, {"main1": "one\n"})
+    shim(tmp_path, monkeypatch, "mv",
+         'case "$2" in */.new-*) echo "mv: the host went away" >&2; exit 1;; esac\n'
+         'exec /bin/mv "$@"\n')
+    with pytest.raises(AgentError) as err:
+        deliver(conn, str(root), STACK, {"main1": "two\n"})
+    assert str(err.value) == (f"{FAILED}cannot deliver the bundles into {root}/{STACK}: "
+                              "mv: the host went away")
+    left = sorted(p.name for p in (root / STACK).iterdir())
+    assert len(left) == 2 and re.fullmatch(r"\.new-here-(\d+)", left[0]), left
+    assert left[1] == f".old-here-{left[0].split('-')[-1]}-main1", left
+    assert tree(root / STACK / left[0]) == {"main1": (0o700, None),
+                                            "main1/bundle.pack": (0o000, b"two\n")}
+    assert tree(root / STACK / left[1]) == {"bundle.pack": (0o000, b"one\n")}
+    monkeypatch.undo()
+    deliver(LocalConnector("agent2"), str(root), STACK, {"sub1": "three\n"})
+    assert sorted(p.name for p in (root / STACK).iterdir()) == [*left, "sub1"]
+    deliver(conn, str(root), STACK, {"main1": "four\n"})
+    assert tree(root / STACK) == {
+        "main1": (0o500, None), "main1/bundle.pack": (0o000, b"four\n"),
+        "sub1": (0o500, None), "sub1/bundle.pack": (0o000, b"three\n")}
+
+
+def test_remove_takes_this_agent_s_hosts_and_leftovers_and_leaves_another_agent_s(tmp_path):
+    root = scratch_root(tmp_path)
+    here, other = LocalConnector("here"), LocalConnector("agent2")
+    deliver(here, str(root), STACK, {"main1": "one\n"})
+    deliver(other, str(root), STACK, {"sub1": "two\n"})
+    stack = root / STACK
+    for leftover in (".new-here-7/main1", ".old-here-7-main1", ".new-agent2-7"):
+        (stack / leftover).mkdir(mode=0o700, parents=True)
+    (stack / ".new-here-7/main1/bundle.pack").write_text("half")
+    (stack / ".new-here-7/main1/bundle.pack").chmod(0o000)
+    (stack / ".new-here-7/main1").chmod(0o500)
+    (stack / ".old-here-8-sub2").symlink_to(tmp_path / "nowhere")  # a link to nothing
+    remove(here, str(root), STACK, ["main1"])
+    assert tree(root) == {STACK: (0o700, None), f"{STACK}/.new-agent2-7": (0o700, None),
+                          f"{STACK}/sub1": (0o500, None),
+                          f"{STACK}/sub1/bundle.pack": (0o000, b"two\n")}
+    (stack / ".new-agent2-7").rmdir()
+    remove(other, str(root), STACK, ["sub1"])
+    assert tree(root) == {}
+
+
+def test_pool_check_fix_keeps_whatever_is_at_the_path_and_never_follows_a_link(tmp_path):
+    conn = LocalConnector("here")
+    root = tmp_path / "root"
+    root.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(AgentError) as err:
+        make_root(conn, str(root))
+    assert str(err.value) == f"{FAILED}scratch root: scratch root {root} is missing ({HINT})"
+    assert root.is_symlink() and not (tmp_path / "nowhere").exists()
+    root.unlink()
+    real = scratch_root(tmp_path)
+    root.symlink_to(real)
+    with pytest.raises(AgentError) as err:
+        make_root(conn, str(root))
+    assert str(err.value) == (f"{FAILED}scratch root: scratch root {root} is reached through "
+                              f"a link (to {real})")
+
+
+def test_pool_check_fix_says_what_root_must_run_where_the_user_cannot_make_the_root(
+        tmp_path, monkeypatch):
+    import grp
+    import pwd
+
+    shim(tmp_path, monkeypatch, "sudo", "exit 1\n")  # no sudo without a password
+    (tmp_path / "file").write_text("")
+    root = tmp_path / "file" / "root"
+    user, group = pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
+    with pytest.raises(AgentError) as err:
+        make_root(LocalConnector("here"), str(root))
+    assert str(err.value) == (f"{FAILED}scratch root: cannot make {root} as {user}: as root, "
+                              f"run: install -d -m 0700 -o {user} -g {group} {root}")
+
+
+def test_pool_check_fix_makes_the_root_through_sudo_for_a_user_who_may_not(tmp_path,
+                                                                         monkeypatch):
+    """The SSH user (uid 1000 here, by a shim of ``id``) may not make the root (``mkdir``
+    fails, as in ``/var/lib``) but may run ``sudo -n``: root makes it, the user's, 0700."""
+    if os.getuid() != 0:
+        pytest.skip("needs root to give the root to another uid")
+    root = tmp_path / "root"
+    log = tmp_path / "sudo.log"
+    shim(tmp_path, monkeypatch, "id",
+         'case "$*" in -u|-g) echo 1000;; -un|-gn) echo ops;; *) exec /usr/bin/id "$@";; esac\n')
+    shim(tmp_path, monkeypatch, "mkdir", fail_for(root, "mkdir", "mkdir: Permission denied"))
+    shim(tmp_path, monkeypatch, "sudo",
+         f'[ "$1" = -n ] || exit 1\nshift\necho "$*" >> {str(log)!r}\nexec "$@"\n')
+    assert make_root(LocalConnector("here"), str(root)) == "made"
+    st = root.lstat()
+    assert (stat.S_ISDIR(st.st_mode), stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (
+        True, 0o700, 1000, 1000)
+    assert log.read_text().splitlines() == [
+        "true", f"install -d -m 0700 -o 1000 -g 1000 -- {root}"]
+
+
+@pytest.mark.parametrize("out, verdict", [
+    ("made\n", "made"), ("kept\n", "kept"), ("", "kept"),
+    # an SSH login shell's rc file printing first: the script's word is the last
+    ("Welcome to far\nmade\n", "made"), ("this box was made in 2019\nkept\n", "kept")])
+def test_pool_check_fix_reads_the_script_s_last_word(out, verdict):
+    assert make_root(Answers(0, out), "/r") == verdict
+
+
+def test_the_stacks_on_a_root_are_its_stack_directories_with_their_ages(tmp_path):
+    import time
+
+    root = scratch_root(tmp_path)
+    conn = LocalConnector("here")
+    old, ahead = STACK, "fedcba9876543210"
+    deliver(conn, str(root), old, {"main1": "x\n"})
+    (root / ahead).mkdir()
+    for name in ("notes", "0123456789abcdeF", f" {'3' * 16}", f"{'4' * 16} 5", f"{'6' * 17}"):
+        (root / name).mkdir()  # not a stack id: left alone
+    (root / ("1" * 16)).write_text("a file")
+    (root / ("2" * 16)).symlink_to(root / old)
+    now = time.time()
+    os.utime(root / old, (now - 100, now - 100))
+    os.utime(root / ahead, (now + 50, now + 50))  # a clock ahead of the agent's
+    for name in (f" {'3' * 16}", f"{'4' * 16} 5"):
+        os.utime(root / name, (now - 1000, now - 1000))
+    found = stacks_on(conn, str(root))
+    assert sorted(found) == [old, ahead]
+    assert 100 <= found[old] <= 110 and -50 <= found[ahead] <= -40, found
+    (tmp_path / "empty").mkdir()
+    assert stacks_on(conn, str(scratch_root(tmp_path / "empty"))) == {}
+
+
+def test_a_sweep_removes_that_stack_s_directory_whole_and_nothing_else(tmp_path):
+    root = scratch_root(tmp_path)
+    conn = LocalConnector("here")
+    other = "fedcba9876543210"
+    deliver(conn, str(root), STACK, {"main1": "x\n", "sub1": "y\n"})
+    deliver(conn, str(root), other, {"main1": "z\n"})
+    (root / ("1" * 16)).write_text("a file")
+    (root / ("2" * 16)).symlink_to(root / other)
+    before = tree(root)
+    sweep_stack(conn, str(root), STACK)
+    assert tree(root) == {k: v for k, v in before.items() if not k.startswith(STACK)}
+    for stack_id in ("1" * 16, "2" * 16, "9" * 16):  # a file, a link, nothing: left as they are
+        sweep_stack(conn, str(root), stack_id)
+    assert tree(root) == {k: v for k, v in before.items() if not k.startswith(STACK)}
+    assert (root / ("2" * 16)).is_symlink()
 
 
 # --- the real local engine ----------------------------------------------------------------------

@@ -31,8 +31,11 @@ from ..core.bundles import HOST_DIR_MODE, OLD_PREFIX, PARTIAL_PREFIX, archive
 from .connectors import COMMAND_FAILED, AgentError, Connector
 
 SCRIPT_TIMEOUT = 120.0
-STACK_ID = re.compile(r"^[0-9a-f]{16}$")
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+# \Z, not $: "$" also matches before a final newline
+STACK_ID = re.compile(r"^[0-9a-f]{16}\Z")
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")
+# a line of stacks_on's script: a stack id and its age in seconds (negative: a clock ahead)
+_AGE = re.compile(r"^([0-9a-f]{16}) (-?[0-9]+)\Z")
 FIX_HINT = "`sessionctl pool check --fix POOL` makes it, or as root: install -d -m 0700 -o USER"
 
 # The checks every script starts with ($root is set); exit 3 is "the root is not usable".
@@ -70,9 +73,9 @@ def _run(conn: Connector, script: str, what: str) -> str:
 
 def _clear(pattern: str) -> str:
     """sh lines removing what ``pattern`` (a glob in ``$d``) names: made writable first (host
-    directories are 0500); never following a link (``chmod -R`` and ``rm -r`` do not)."""
+    directories are 0500); never following a link (``chmod -R`` and ``rm -r`` do not). A glob
+    that matches nothing stays as written: no such path, which ``rm -f`` passes over."""
     return (f'for x in "$d"/{pattern}; do\n'
-            '  [ -e "$x" ] || [ -L "$x" ] || continue\n'
             '  [ -L "$x" ] || chmod -R u+rwx -- "$x" 2>/dev/null\n'
             '  rm -rf -- "$x" || exit 4\n'
             "done\n")
@@ -100,7 +103,8 @@ def deliver_script(scratch: str, stack_id: str, agent: str, bundles: Mapping[str
              "base64 -d <<'CLUSTER_SESSIONS_ARCHIVE' | "
              'tar -xzf - -C "$new" --no-same-owner -p || { chmod -R u+rwx -- "$new"; '
              'rm -rf -- "$new"; printf "cannot write the bundles into %s\\n" "$d" >&2; exit 4; }',
-             payload.rstrip("\n"), "CLUSTER_SESSIONS_ARCHIVE"]
+             # base64's lines, each ending in a newline, then the heredoc's terminator
+             payload + "CLUSTER_SESSIONS_ARCHIVE"]
     for host in bundles:
         lines += [f"h={q(host)}",
                   f'if [ -e "$d/$h" ] || [ -L "$d/$h" ]; then '
@@ -173,7 +177,8 @@ def make_root(conn: Connector, scratch: str) -> str:
         '  chmod 700 -- "$root"; echo made',
         "fi", _ROOT_CHECK, "exit 0"])
     out = _run(conn, script + "\n", "scratch root")
-    return out.strip().splitlines()[0] if out.strip() else "kept"
+    # the last word, not the first line: an SSH login shell's rc file may print lines first
+    return "made" if out.split()[-1:] == ["made"] else "kept"
 
 
 def stacks_on(conn: Connector, scratch: str) -> dict[str, float]:
@@ -187,9 +192,9 @@ def stacks_on(conn: Connector, scratch: str) -> dict[str, float]:
     out = _run(conn, script + "\n", "scratch root")
     found = {}
     for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and STACK_ID.match(parts[0]) and parts[1].lstrip("-").isdigit():
-            found[parts[0]] = float(parts[1])
+        # the whole line: a name with a space before or after a stack id is not that stack
+        if m := _AGE.match(line):
+            found[m[1]] = float(m[2])
     return found
 
 
