@@ -89,6 +89,21 @@ MODULE_TESTS = {
         "reach": ["test_reach.py", "test_access.py"],
         "sampling": ["test_top.py"],
     },
+    # the Pulumi layer's providers and the program's graph under the SDK's mocks (its
+    # real-engine tests are left out, as everywhere here)
+    "pulumi_layer": {
+        "bundles": ["test_bundles.py", "test_engine_resource.py"],
+        "engine_resource": ["test_engine_resource.py"],
+        "folders": ["test_folders.py", "test_engine_resource.py"],
+        "keystore": ["test_keystore.py"],
+        "limits": ["test_limits.py", "test_engine_resource.py"],
+        "network": ["test_network.py", "test_provider_facts.py", "test_engine_resource.py"],
+        "pool_program": ["test_pool_verbs.py", "test_multinode.py"],
+        "program": ["test_session.py", "test_errors.py", "test_pool_trust.py"],
+        "session": ["test_session.py"],
+        "swarm": ["test_swarm.py", "test_engine_resource.py"],
+        "volumes": ["test_volumes.py", "test_engine_resource.py"],
+    },
 }
 # What the tests read besides the package (templates, pools, examples, the README's commands).
 ALSO_COPY = ["tests", "templates", "stacks", "examples", "docs", "README.md", "Pulumi.yaml",

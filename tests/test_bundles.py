@@ -857,3 +857,53 @@ def test_plan_s_table_says_each_agents_delivery(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "bundles  here: scratch into /var/lib/cluster-sessions (one archive per up" in out
     assert "bundles  box: upload (tcp:// agent: no file access, the provider uploads" in out
+
+
+# --- the Pulumi layer's delivery resource (pulumi_layer/bundles.py), its provider called as the
+# dynamic-provider host calls it, on this machine's local agent -------------------------------
+
+def _delivery_props(root: Path, bundles: dict[str, str]) -> dict:
+    from cluster_sessions.agents.connectors import agent_props
+    from cluster_sessions.core.spec import Agent
+
+    return {"agent": agent_props(Agent.model_validate(agent("local"))),
+            "scratch": str(root), "stack_id": STACK, "bundles": bundles}
+
+
+def test_the_delivery_provider_writes_rewrites_and_removes_one_agents_bundles(tmp_path):
+    from cluster_sessions.pulumi_layer.bundles import BundleDeliveryProvider
+
+    root = scratch_root(tmp_path)
+    provider = BundleDeliveryProvider()
+    props = _delivery_props(root, {"main1": "one\n", "sub1": "two\n"})
+    made = provider.create(props)
+    assert (made.id, made.outs) == (f"local:{root}/{STACK}", props)
+    assert sorted(p.name for p in (root / STACK).iterdir()) == ["main1", "sub1"]
+    # sub1 is gone from the session, main1's bundle changed: rewritten, sub1's removed
+    news = {**props, "bundles": {"main1": "three\n"}}
+    assert provider.update(made.id, props, news).outs == news
+    assert [p.name for p in (root / STACK).iterdir()] == ["main1"]
+    assert "three" in "".join(p.read_text() for p in (root / STACK / "main1").rglob("*")
+                              if p.is_file())
+    provider.delete(made.id, news)
+    assert list(root.iterdir()) == []  # destroy leaves nothing under the root
+    provider.delete(made.id, news)  # gone already: done
+
+
+def test_the_delivery_provider_checks_its_inputs():
+    from pulumi.output import Unknown
+
+    from cluster_sessions.pulumi_layer.bundles import BundleDeliveryProvider
+
+    good = _delivery_props(Path("/var/lib/cluster-sessions"), {"main1": "x"})
+    check = BundleDeliveryProvider().check
+    assert check({}, good).failures == [] and check({}, good).inputs == good
+    bad = {**good, "scratch": "relative", "stack_id": "0123456789abcdef\n", "bundles": ["x"]}
+    assert [(f.property, f.reason) for f in check({}, bad).failures] == [
+        ("scratch", "must be an absolute host directory"),
+        ("stack_id", "must be 16 hex digits"),
+        ("bundles", "must map host names to packs")]
+    assert [f.property for f in check({}, {**bad, "scratch": 7, "stack_id": 7}).failures] == [
+        "scratch", "stack_id", "bundles"]
+    later = {**good, "scratch": Unknown(), "stack_id": Unknown(), "bundles": Unknown()}
+    assert check({}, later).failures == []  # a preview's unknowns are checked at up

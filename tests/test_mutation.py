@@ -1,6 +1,6 @@
-"""scripts/mutation.py stays in step with the package: every module of core/ and agents/ has
-the offline tests that reach it named, and every test file it names exists (a module left out
-would be mutated against no test, or not at all when run with --only)."""
+"""scripts/mutation.py stays in step with the package: every module of core/, agents/ and
+pulumi_layer/ has the offline tests that reach it named, and every test file it names exists
+(a module left out would be mutated against no test, or not at all when run with --only)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def mutation_script():
     return module
 
 
-@pytest.mark.parametrize("layer", ["core", "agents"])
+@pytest.mark.parametrize("layer", ["core", "agents", "pulumi_layer"])
 def test_every_module_of_the_layer_has_its_tests_named_and_they_exist(layer):
     script = mutation_script()
     modules = {p.stem for p in (PROJECT / "modules" / "cluster_sessions" / layer).glob("*.py")}
