@@ -194,6 +194,19 @@ def test_a_local_agent_gets_one_delivery_and_a_read_only_bind_per_container(tmp_
         assert delivery.urn in reg.dependencies
 
 
+def test_the_delivery_is_registered_with_its_bundles_secret_in_and_out(tmp_path):
+    from tests.standin.engine import is_secret
+
+    name, engine = run_mocked(tmp_path, pool("p", agent("here"), scratch="/srv/cs"))
+    (delivery,) = engine.of_type(BUNDLES)
+    assert delivery.additional_secret_outputs == ["bundles"]
+    assert is_secret(delivery.inputs["bundles"])
+    plain = delivery.plain_inputs
+    assert (plain["agent"]["name"], plain["scratch"]) == ("here", "/srv/cs")
+    assert len(plain["stack_id"]) == 16
+    assert set(plain) >= {"agent", "scratch", "stack_id", "bundles"}
+
+
 # --- the scripts, on this machine ---------------------------------------------------------------
 
 def test_a_delivery_writes_each_hosts_directory_and_destroy_leaves_nothing(tmp_path):

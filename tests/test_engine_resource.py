@@ -74,6 +74,54 @@ def test_a_value_a_preview_does_not_know_yet_is_a_change(not_known):
     assert Thing().diff("t", OLD, {**OLD, "agent": not_known}).replaces == ["agent"]
 
 
+def test_a_value_unknown_on_both_sides_is_still_a_change():
+    """A preview knows neither: equal markers are no proof the value is the same."""
+    assert changed_inputs({"agent": rpc.UNKNOWN}, {"agent": rpc.UNKNOWN}, ("agent",)) == ["agent"]
+    assert changed_inputs({"agent": 1}, {"agent": 1}, ("agent",)) == []
+
+
+class Seeing(Thing):
+    """Records what each base method handed on."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def look(self, id_, props):
+        self.seen.append(("look", id_, props))
+        return props
+
+    def remove(self, id_, props):
+        self.seen.append(("remove", id_, props))
+
+    def replaces(self, changed, olds, news):
+        self.seen.append(("replaces", changed, olds, news))
+        return []
+
+
+def test_the_base_hands_each_call_its_id_and_properties():
+    thing = Seeing()
+    news = {**OLD, "mode": 2}
+    diffed = thing.diff("t", OLD, news)
+    assert (diffed.stables, diffed.changes) == ([], True)  # no output promised stable
+    thing.read("t1", dict(OLD))
+    thing.delete("t2", dict(OLD))
+    assert thing.seen == [("replaces", ["mode"], OLD, news), ("look", "t1", OLD),
+                          ("remove", "t2", OLD)]
+
+
+def test_an_agent_is_reached_from_its_props_with_the_providers_timeout(monkeypatch):
+    calls = []
+    monkeypatch.setattr(engine_resource, "connector_from_props",
+                        lambda agent, timeout: calls.append((agent, timeout)) or "conn")
+
+    class Slow(Thing):
+        COMMAND_TIMEOUT = 7.5
+    assert Slow().connect({"agent": {"name": "a1"}, "manager": {"name": "m"}}) == "conn"
+    assert Slow().connect({"manager": {"name": "m"}}, key="manager") == "conn"
+    assert calls == [({"name": "a1"}, 7.5), ({"name": "m"}, 7.5)]
+
+
 def test_read_is_what_the_engine_holds_or_gone():
     found = Thing().read("t", dict(OLD))
     assert (found.id, found.outs["seen"]) == ("t", True)
