@@ -200,6 +200,7 @@ def test_the_delivery_is_registered_with_its_bundles_secret_in_and_out(tmp_path)
     name, engine = run_mocked(tmp_path, pool("p", agent("here"), scratch="/srv/cs"))
     (delivery,) = engine.of_type(BUNDLES)
     assert delivery.additional_secret_outputs == ["bundles"]
+    assert "cluster-sessions:index:Session" in delivery.parent  # the program's options kept
     assert is_secret(delivery.inputs["bundles"])
     plain = delivery.plain_inputs
     assert (plain["agent"]["name"], plain["scratch"]) == ("here", "/srv/cs")
