@@ -129,13 +129,13 @@ def test_an_agent_that_cannot_be_asked_is_no_network_already_gone(monkeypatch):
     import contextlib as ctx
 
     from cluster_sessions.agents.connectors import COMMAND_FAILED, AgentError
-    from cluster_sessions.pulumi_layer import network
+    from cluster_sessions.pulumi_layer import engine_resource
 
     @ctx.contextmanager
     def unreachable(_agent, _timeout):
         raise AgentError("local", COMMAND_FAILED, "sh: 1: docker: command not found")
         yield
 
-    monkeypatch.setattr(network, "engine_client", unreachable)
+    monkeypatch.setattr(engine_resource, "engine_client", unreachable)
     with pytest.raises(AgentError, match="command not found"):
         SessionNetworkProvider().delete("id", inputs())

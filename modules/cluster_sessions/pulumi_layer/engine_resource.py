@@ -15,7 +15,7 @@ create, update and delete do on the agent); this base gives them the rest the sa
 - :class:`EnsuredProvider`, for an object that create and update both bring to what the
   inputs say (made if missing, kept or set again if there: a folder, a volume, a limit):
   :meth:`~EnsuredProvider.ensure` is the one act, :meth:`~EnsuredProvider.object_id` its name;
-- the agent reached inside each call (:meth:`connect`, :func:`engine_client`), from the plain
+- the agent reached inside each call (:meth:`connect`, :meth:`client`), from the plain
   ``agent_props`` the program gave: nothing is opened at import or kept between calls.
 
 The providers are pickled by dill into the state and unpickled by Pulumi's dynamic provider
@@ -87,6 +87,11 @@ class EngineResourceProvider(ResourceProvider):
 
     def connect(self, props: Mapping[str, Any], key: str = "agent") -> Connector:
         return connector_from_props(props[key], timeout=self.COMMAND_TIMEOUT)
+
+    def client(self, props: Mapping[str, Any], key: str = "agent"
+               ) -> contextlib.AbstractContextManager[Any]:
+        """A Docker SDK client of the agent ``props[key]`` (:func:`engine_client`)."""
+        return engine_client(props[key], self.COMMAND_TIMEOUT)
 
     def diffed(self) -> tuple[str, ...]:
         """The inputs a diff compares (by default all of :attr:`INPUTS`)."""

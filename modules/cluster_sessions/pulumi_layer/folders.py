@@ -20,7 +20,7 @@ from ..agents.connectors import agent_props
 from ..agents.folders import ensure_folder
 from ..core.folders import folder_name_problem
 from ..core.spec import Agent
-from .engine_resource import EnsuredProvider, engine_client, unknown
+from .engine_resource import EnsuredProvider, unknown
 
 
 class DataFolderProvider(EnsuredProvider):
@@ -45,7 +45,7 @@ class DataFolderProvider(EnsuredProvider):
         return f"{props['agent']['name']}:{props['root']}/{props['folder']}"
 
     def ensure(self, props: Mapping[str, Any]) -> dict[str, Any]:
-        with engine_client(props["agent"], self.COMMAND_TIMEOUT) as client:
+        with self.client(props) as client:
             outcome = ensure_folder(client, props["image"], props["root"], props["folder"],
                                     int(props["uid"]), int(props["gid"]))
         return {**props, "outcome": outcome}

@@ -26,7 +26,7 @@ from pulumi.dynamic import CheckFailure, CheckResult
 from ..agents.connectors import agent_props
 from ..agents.engine import set_pids_limit
 from ..core.spec import MAX_PIDS_LIMIT, MIN_PIDS_LIMIT, Agent
-from .engine_resource import EnsuredProvider, engine_client, unknown
+from .engine_resource import EnsuredProvider, unknown
 
 PARALLEL = 8  # update calls at once over the agent's one connection (a channel each by SSH)
 
@@ -66,7 +66,7 @@ class ContainerLimitsProvider(EnsuredProvider):
         turn."""
         limit = int(props["pids_limit"])
         ids = list(props["containers"].values())
-        with engine_client(props["agent"], self.COMMAND_TIMEOUT) as client, ThreadPoolExecutor(
+        with self.client(props) as client, ThreadPoolExecutor(
                 max_workers=max(1, min(PARALLEL, len(ids)))) as pool:
             for _ in pool.map(lambda cid: set_pids_limit(client, cid, limit, unless_held=True),
                               ids):

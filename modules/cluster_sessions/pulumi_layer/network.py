@@ -33,9 +33,8 @@ from ..agents.connectors import agent_props
 from ..agents.engine import create_network, network_exists
 from ..core.provider_facts import NETWORK_FORCE_NEW
 from ..core.spec import Agent
-from .engine_resource import EngineResourceProvider, engine_client, unknown
+from .engine_resource import EngineResourceProvider, unknown
 
-COMMAND_TIMEOUT = 60.0
 REMOVE_WAIT = 30.0  # s a delete waits for the engine's last endpoints to leave (the provider's)
 BUSY = "has active endpoints"
 DOCKER_NETWORK_TYPE = "docker:index/network:Network"  # what a stack made before holds
@@ -47,6 +46,7 @@ class SessionNetworkProvider(EngineResourceProvider):
     # acts on an agent's engine: under mocks (no engine) nothing is made (tests/standin/
     # engine.py ``Engine._mocked``)
     ACTS_ON_DOCKER_OBJECTS = True
+    COMMAND_TIMEOUT = 60.0
     INPUTS = ("agent", "name", "driver", "attachable", "options", "labels")
     # Docker changes no network in place: a change to any of these is another network. Not
     # how the agent is reached (another key file, known_hosts): the same engine's network,
@@ -72,7 +72,7 @@ class SessionNetworkProvider(EngineResourceProvider):
         return CheckResult(news, failures)
 
     def create(self, props: dict[str, Any]) -> CreateResult:
-        with engine_client(props["agent"], COMMAND_TIMEOUT) as client:
+        with self.client(props) as client:
             network_id = create_network(client, props["name"], props["driver"],
                                         bool(props.get("attachable")), props["options"],
                                         props["labels"])
@@ -83,14 +83,14 @@ class SessionNetworkProvider(EngineResourceProvider):
         return UpdateResult({**news})
 
     def look(self, id_: str, props: dict[str, Any]) -> dict[str, Any] | None:
-        with engine_client(props["agent"], COMMAND_TIMEOUT) as client:
+        with self.client(props) as client:
             return props if network_exists(client, id_) else None
 
     def remove(self, id_: str, props: dict[str, Any]) -> None:
         import docker
 
         deadline = time.monotonic() + REMOVE_WAIT
-        with engine_client(props["agent"], COMMAND_TIMEOUT) as client:
+        with self.client(props) as client:
             while True:
                 try:
                     client.api.remove_network(id_)

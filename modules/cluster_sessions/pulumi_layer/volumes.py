@@ -22,7 +22,7 @@ from pulumi.dynamic import CheckFailure, CheckResult
 from ..agents.connectors import agent_props
 from ..agents.engine import ensure_volume
 from ..core.spec import Agent
-from .engine_resource import EnsuredProvider, engine_client, unknown
+from .engine_resource import EnsuredProvider, unknown
 
 
 class SessionVolumeProvider(EnsuredProvider):
@@ -47,7 +47,7 @@ class SessionVolumeProvider(EnsuredProvider):
         return f"{props['agent']['name']}:{props['volume']}"
 
     def ensure(self, props: Mapping[str, Any]) -> dict[str, Any]:
-        with engine_client(props["agent"], self.COMMAND_TIMEOUT) as client:
+        with self.client(props) as client:
             outcome = ensure_volume(client, props["volume"], props["labels"], props["session"],
                                     props["owner_label"])
         return {**props, "outcome": outcome}
