@@ -108,7 +108,7 @@ MODULE_TESTS = {
 # What the tests read besides the package (templates, pools, examples, the README's commands).
 ALSO_COPY = ["tests", "templates", "stacks", "examples", "docs", "README.md", "Pulumi.yaml",
              "__main__.py", "requirements.txt", "requirements-dev.txt", "scripts", ".ci"]
-OFFLINE = ["-m", "not docker and not lab", "-p", "no:cacheprovider", "-x", "-q"]
+OFFLINE = ["-m", "not docker and not lab", "-p", "no:cacheprovider", "-x", "-q", "-n", "0"]
 
 
 def stage(target: str, only: list[str], staging: Path) -> None:

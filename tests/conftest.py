@@ -139,7 +139,7 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     if report.skipped and require_docker() and not hasattr(report, "wasxfail") \
-            and item.nodeid.split("[")[0] not in ALLOWED_SKIPS:
+            and item.nodeid.split("[")[0].split("@")[0] not in ALLOWED_SKIPS:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         report.outcome = "failed"
         report.longrepr = (f"unexpected skip in CI: {reason} (CLUSTER_SESSIONS_REQUIRE_DOCKER=1; "
@@ -265,11 +265,45 @@ def clear_stale_test_objects(pattern: re.Pattern[str] = TEST_NAME,
 STALE_REMOVED = pytest.StashKey[list]()
 
 
+def is_xdist_worker(config) -> bool:
+    """A worker of ``pytest -n`` (pytest-xdist): the run as a whole is its controller's."""
+    return hasattr(config, "workerinput")
+
+
+# What runs one after another on one worker of ``pytest -n`` (pyproject: ``--dist loadgroup``):
+# the tests that use a netns lab (one lab at a time, each module's own) and the other tests
+# that use the host's Docker Engine; everything else is spread over the workers as they free.
+LAB_GROUP, ENGINE_GROUP = "lab", "engine"
+
+
+def xdist_group_of(item) -> str | None:
+    if "lab" in item.fixturenames or item.get_closest_marker("lab"):
+        return LAB_GROUP
+    if item.get_closest_marker("docker"):
+        return ENGINE_GROUP
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups off the marks
+def pytest_collection_modifyitems(config, items):
+    """Each engine test in its xdist group (:func:`xdist_group_of`); the two groups first, so
+    that each is a worker's first unit and the plain tests fill in around them."""
+    groups = {item: xdist_group_of(item) for item in items}
+    for item, group in groups.items():
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    rank = {LAB_GROUP: 0, ENGINE_GROUP: 1, None: 2}
+    items.sort(key=lambda item: rank[groups[item]])  # stable: each group in its own order
+
+
 def pytest_sessionstart(session):
     """This run's pid in TEST_RUNS; what a killed earlier run left removed; in CI, the host
-    engine's state before the first test (see pytest_sessionfinish)."""
+    engine's state before the first test (see pytest_sessionfinish). Under ``pytest -n`` the
+    controller does the last two, before any worker starts, and the check after all ended."""
     TEST_RUNS.mkdir(exist_ok=True)
     (TEST_RUNS / str(os.getpid())).touch()
+    if is_xdist_worker(session.config):
+        return
     session.config.stash[STALE_REMOVED] = clear_stale_test_objects()
     if require_docker():
         state = engine_state()
