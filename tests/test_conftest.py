@@ -149,3 +149,49 @@ def test_what_a_killed_run_left_is_removed_first_unless_another_run_is_alive(tmp
         for v in docker_client.volumes.list():
             if v.name == f"{prefix}data":
                 v.remove(force=True)
+
+
+WORKERS_PROBE = '''
+import os
+import pytest
+
+def record(tag):
+    with open(os.environ["PROBE_LOG"], "a") as log:
+        log.write(f"{tag} {os.environ.get('PYTEST_XDIST_WORKER', '-')}\\n")
+
+@pytest.mark.parametrize("n", range(6))
+@pytest.mark.docker
+def test_engine(n):
+    record("engine")
+
+@pytest.mark.parametrize("n", range(6))
+@pytest.mark.lab
+def test_lab(n):
+    record("lab")
+
+@pytest.mark.parametrize("n", range(12))
+def test_plain(n):
+    record("plain")
+'''
+
+
+def test_the_engine_tests_share_one_worker_and_the_lab_tests_another(tmp_path):
+    """Under ``pytest -n`` (pyproject's addopts) the host engine's tests run one after another on
+    one worker and the lab's on another, as they did in one process; the plain ones anywhere."""
+    probe = tmp_path / "test_probe.py"
+    probe.write_text(WORKERS_PROBE)
+    log = tmp_path / "log"
+    env = {**os.environ, "PROBE_LOG": str(log)}
+    env.pop("CLUSTER_SESSIONS_REQUIRE_DOCKER", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
+         "-n", "3", "--dist", "loadgroup", "--rootdir", str(tmp_path), str(probe)],
+        cwd=PROJECT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout
+    workers: dict[str, set[str]] = {}
+    for line in log.read_text().splitlines():
+        tag, worker = line.split()
+        workers.setdefault(tag, set()).add(worker)
+    assert len(workers["engine"]) == 1 and len(workers["lab"]) == 1, workers
+    assert workers["engine"] != workers["lab"], workers
+    assert "-" not in workers["engine"] | workers["lab"] | workers["plain"], workers
