@@ -396,6 +396,22 @@ def clear_stale_lab(prefix: str) -> None:
     netns.lab_down(Path(rec["state_dir"]))
 
 
+SESSIONCTL = str(Path(sys.executable).with_name("sessionctl"))  # the installed entry point
+# where the real engine is found, as the run began (pulumi_cli_hidden hides it from the
+# processes of the tests that do not ask for it)
+ENGINE_PATH = {"PATH": os.environ.get("PATH", os.defpath),
+               "PULUMI_HOME": os.environ.get("PULUMI_HOME", str(Path.home() / ".pulumi"))}
+
+
+def backend_env(state: Path, passphrase: str = "test", **extra: str) -> dict[str, str]:
+    """The environment of a ``sessionctl`` or ``pulumi`` process on the file backend ``state``
+    through the real engine: the CLI on its ``PATH`` and its installed plugins, whatever
+    ``HOME`` a test gives in ``extra``."""
+    return {**os.environ, **ENGINE_PATH, "PULUMI_BACKEND_URL": f"file://{state}",
+            "PULUMI_CONFIG_PASSPHRASE": passphrase, "PULUMI_SKIP_UPDATE_CHECK": "true",
+            **extra}
+
+
 class RealEngine:
     """The real ``pulumi`` CLI (scripts/install-pulumi.sh: built from Go modules), its language
     host, dynamic-provider host and docker provider plugin, on a file backend of one test's
@@ -404,13 +420,12 @@ class RealEngine:
     def __init__(self, pulumi: Path, state: Path):
         self.pulumi = pulumi
         self.state = state
-        self.env = {**os.environ, "PULUMI_BACKEND_URL": f"file://{state}",
-                    "PULUMI_CONFIG_PASSPHRASE": "test", "PULUMI_SKIP_UPDATE_CHECK": "true"}
+        self.env = backend_env(state)
 
         self.calls: list[str] = []  # "up NAME", "list_stacks": what the driver asked, in order
         # ``sessionctl`` as a process of its own (the installed entry point), on this backend
         # (the fixture sets its variables in the environment processes inherit)
-        self.sessionctl = [str(Path(sys.executable).with_name("sessionctl"))]
+        self.sessionctl = [SESSIONCTL]
 
     @property
     def stacks(self) -> Mapping[str, Any]:

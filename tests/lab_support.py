@@ -1,6 +1,7 @@
 """The netns lab as the lab test modules use it: a pool of N agents brought up for a module
 and torn down after it, its engines reached the way a real pool is (SSH as the pool's user,
-``docker system dial-stdio``), and the pool's swarm made by the pool program and left again.
+``docker system dial-stdio``), and the pool's swarm made by ``sessionctl pool up`` through
+the real engine and left again.
 
 Each module keeps its own lab prefix and subnet (``PREFIX, SUBNET`` at its top, none used
 twice), so two modules run at once never share a lab.
@@ -10,6 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
+import os
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,9 +29,8 @@ from cluster_sessions.lab import netns
 from cluster_sessions.lab.image import ensure_images
 from cluster_sessions.lab.layout import LabInfo
 from cluster_sessions.lab.processes import LabError
-from tests.standin.engine import Engine, run_program
 
-from .conftest import PROJECT, clear_stale_lab, require_lab
+from .conftest import PROJECT, SESSIONCTL, backend_env, clear_stale_lab, require_lab
 
 
 @dataclass
@@ -111,24 +115,94 @@ def lab_pool(tmp_path_factory, prefix: str, subnet: str, agents: int, *,
         netns.lab_down(state)
 
 
+@dataclass
+class PoolStack:
+    """The pool stack (``pool-<name>``) as ``sessionctl pool up`` makes it: the installed
+    ``sessionctl`` through the real ``pulumi`` CLI, on a file backend of its own; its outputs
+    and resources read back from the CLI."""
+
+    pool_file: Path
+    stack: str
+    state: Path
+    pulumi: Path
+    left: bool = False  # `pool destroy` ran
+
+    @property
+    def env(self) -> dict[str, str]:
+        return backend_env(self.state)
+
+    def sessionctl(self, *argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([SESSIONCTL, *argv],
+                              cwd=PROJECT, env=self.env, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=900)
+
+    def cli(self, *args: str, stack: str | None = None) -> str:
+        """``pulumi ARGS -s STACK`` (this pool stack unless another of the backend's is
+        named)."""
+        from cluster_sessions.driver.stack_settings import engine_settings
+
+        env = {**self.env, **engine_settings(self.env, PROJECT).env}  # as sessionctl runs it
+        done = subprocess.run([str(self.pulumi), "--non-interactive", *args, "-s",
+                               stack or self.stack],
+                              cwd=PROJECT, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"pulumi {' '.join(args)}: {done.stdout}\n{done.stderr}"
+        return done.stdout
+
+    def up(self) -> subprocess.CompletedProcess:
+        done = self.sessionctl("pool", "up", str(self.pool_file), "--yes")
+        assert done.returncode == 0, done.stderr
+        return done
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        """The stack's outputs as ``pulumi stack output --json`` prints them (secrets hidden)."""
+        return json.loads(self.cli("stack", "output", "--json"))
+
+    def resources(self, stack: str | None = None) -> list[dict[str, Any]]:
+        """The stack's resources as its checkpoint holds them (``pulumi stack export``)."""
+        return json.loads(self.cli("stack", "export", stack=stack))["deployment"].get(
+            "resources") or []
+
+    def docker_hosts(self, stack: str) -> dict[str, str]:
+        """Each container of a session stack: the ``host`` of the docker provider the real
+        engine created it through (its checkpoint's provider reference, ``urn::id``)."""
+        resources = self.resources(stack)
+        hosts = {f"{r['urn']}::{r['id']}": r.get("inputs", {}).get("host", "")
+                 for r in resources if r["type"] == "pulumi:providers:docker"}
+        return {r["inputs"]["name"]: hosts[r["provider"]] for r in resources
+                if r["type"] == "docker:index/container:Container"}
+
+    def down(self) -> subprocess.CompletedProcess:
+        """``sessionctl pool destroy``: the workers leave, then the manager."""
+        return self.sessionctl("pool", "destroy", str(self.pool_file), "--yes")
+
+
 @contextlib.contextmanager
-def pool_swarm(pool_file: Path, stack: str) -> Iterator[tuple[Engine, dict, dict]]:
-    """The pool's swarm, made by the pool program (``sessionctl pool up``) under the mock
-    engine, its dynamic resources run for real against the lab; left again at the end.
-    Yields the engine, the program's outputs and its config."""
-    from cluster_sessions.pulumi_layer import pool_program
+def pool_swarm(pool_file: Path, stack: str) -> Iterator[PoolStack]:
+    """The pool's swarm, made by ``sessionctl pool up`` through the real engine; left again at
+    the end (``pool destroy``; what fails is left for the lab's teardown)."""
+    import tempfile
 
-    engine = Engine()
-    config = {"cluster-sessions:pool-definition": str(pool_file)}
+    from cluster_sessions.driver.stacks import find_pulumi
+
+    from .conftest import ENGINE_PATH, STACKS, skip_or_fail
+
+    pulumi = find_pulumi({**os.environ, **ENGINE_PATH})
+    if pulumi is None:
+        skip_or_fail("the pulumi CLI is not installed: bash scripts/setup.sh --install-pulumi")
+    made = PoolStack(pool_file, stack, Path(tempfile.mkdtemp(prefix=f"{stack}-state-")), pulumi)
     try:
-        outputs = run_program(engine, stack, config, program=lambda: pool_program.run(PROJECT))
-        yield engine, outputs, config
+        made.up()
+        yield made
     finally:
-        leave_swarm(engine)
+        leave_swarm(made)
+        shutil.rmtree(made.state, ignore_errors=True)
+        (STACKS / f"Pulumi.{stack}.yaml").unlink(missing_ok=True)
 
 
-def leave_swarm(engine: Engine) -> None:
-    """What ``pool destroy`` does: each dynamic resource's delete, workers before the manager
-    (the engine's order); each only leaves what the program made. What fails is left for the
-    lab's teardown."""
-    engine.delete_resources(list(engine.state), go_on=True)
+def leave_swarm(made: PoolStack) -> None:
+    """What ``pool destroy`` does, once (a test may have done it already: then it is a no-op);
+    what fails is left for the lab's teardown."""
+    if not made.left:
+        made.left = True
+        made.down()

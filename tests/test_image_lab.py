@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from cluster_sessions.agents import cleanup
 from cluster_sessions.core.names import SESSION_LABEL
 
 from . import factories
-from .conftest import PROJECT
+from .conftest import PROJECT, SESSIONCTL, backend_env
 from .lab_support import lab_pool, pool_swarm
 from .registry_support import registry
 
@@ -84,11 +83,9 @@ def pool_with_auth(lab, directory: Path, config: Path) -> Path:
 
 
 def run(state: Path, *argv: str, timeout: float = 600) -> tuple[int, str, str]:
-    env = {**os.environ, "PULUMI_BACKEND_URL": f"file://{state}",
-           "PULUMI_CONFIG_PASSPHRASE": "test", "HOME": str(state)}  # no operator docker config
-    proc = subprocess.run([sys.executable, "-m", "tests.standin.sessionctl",
-                           *argv], cwd=PROJECT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    env = backend_env(state, HOME=str(state))  # no operator docker config
+    proc = subprocess.run([SESSIONCTL, *argv], cwd=PROJECT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -242,10 +239,8 @@ def test_a_pull_killed_mid_way_is_finished_by_the_next_up_drawn_on_a_terminal(
     path = definition(tmp_path, name, pool, ref)
     state = tmp_path / "backend"
     state.mkdir()
-    env = {**os.environ, "PULUMI_BACKEND_URL": f"file://{state}",
-           "PULUMI_CONFIG_PASSPHRASE": "test", "HOME": str(state)}
-    argv = [sys.executable, "-m", "tests.standin.sessionctl", "up", str(path),
-            "--yes"]
+    env = backend_env(state, HOME=str(state))
+    argv = [SESSIONCTL, "up", str(path), "--yes"]
     try:
         proc = subprocess.Popen(argv, cwd=PROJECT, env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)

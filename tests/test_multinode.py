@@ -7,11 +7,10 @@ cpu 1 each must span all three agents: main1 and sub1 on agent1, sub2 on agent2,
 agent3 (a manager-worker and a worker-worker path).
 
 What runs for real: the agents module over SSH with strict host keys (pool check, probes,
-preflight), the swarm resources (through the pool program under the mock engine, and called
-directly), the session program under the mock engine with
-:class:`tests.standin.docker_builder.DockerBuilder` creating what it declares on
-each agent's engine, and the containers' own entrypoints, sshd and ssh. Order matters: the last
-tests take the swarm down and stop agents.
+preflight), the pool stack (``sessionctl pool up`` through the real engine; its swarm
+resources also called directly), the sessions (``sessionctl up``/``destroy`` through the real
+engine and docker provider, one file backend with the pool stack) and the containers' own
+entrypoints, sshd and ssh. Order matters: the last tests take the swarm down and stop agents.
 """
 
 from __future__ import annotations
@@ -39,18 +38,11 @@ from cluster_sessions.driver import cli
 from cluster_sessions.driver.errors import Exit
 from cluster_sessions.lab import engines, processes
 from cluster_sessions.pulumi_layer import swarm as swarm_resources
-from tests.conftest import PROJECT
-from tests.standin.docker_builder import (
-    DockerBuilder,
-    run_in,
-    ssh_mesh,
-    wait_until_ready,
-)
-from tests.standin.engine import Engine, run_program
+from tests.standin.docker_builder import run_in, ssh_mesh, wait_until_ready
 
 from . import factories
 from .factories import load_session
-from .lab_support import LabPool, lab_pool, leave_swarm, pool_swarm
+from .lab_support import LabPool, PoolStack, lab_pool, leave_swarm, pool_swarm
 
 pytestmark = [pytest.mark.lab, pytest.mark.docker, pytest.mark.slow]
 
@@ -96,8 +88,8 @@ def _swarm_states(lab: Lab) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def swarm(lab):
-    """The pool's swarm, built by the pool program (``sessionctl pool up``) under the mock
-    engine: its dynamic resources run for real against the lab."""
+    """The pool's swarm, built by ``sessionctl pool up`` through the real engine (its dynamic
+    resources run by the real dynamic-provider host against the lab)."""
     with pool_swarm(lab.pool_file, "pool-mnlab") as made:
         yield made
 
@@ -160,35 +152,34 @@ def test_pool_check_names_the_agent_and_the_cause_of_each_failure(lab, tmp_path,
 
 
 def test_the_pool_program_forms_the_swarm(lab, swarm):
-    engine, outputs, _ = swarm
     nodes = _nodes(lab)
     assert sorted((n.hostname, n.ready, n.manager_status) for n in nodes) == [
         ("agent1", True, "Leader"), ("agent2", True, ""), ("agent3", True, "")]
-    info, secret = outputs["swarm"]
+    outputs = swarm.outputs
+    info = outputs["swarm"]
     assert info["manager"] == "agent1" and info["manager_addr"] == "10.251.102.11:2377"
     assert set(info["nodes"]) == {"agent1", "agent2", "agent3"}
     assert {n.node_id for n in nodes} == set(info["nodes"].values())
     assert "worker_token" not in json.dumps(outputs)
-    (manager,) = [r for r in engine.registrations if r.type.endswith("SwarmManager")]
-    assert manager.additional_secret_outputs == ["worker_token"]
+    # the token stays in the state, encrypted with the stack's secrets provider
+    (manager,) = [r for r in swarm.resources() if r["urn"].endswith("::mnlab-swarm-agent1")]
+    assert manager["additionalSecretOutputs"] == ["worker_token"]
+    token = manager["outputs"]["worker_token"]
+    assert isinstance(token, dict) and "ciphertext" in token, token
+    assert "SWMTKN" not in json.dumps(swarm.resources())
     assert _swarm_states(lab) == {"agent1": "manager", "agent2": "worker", "agent3": "worker"}
 
 
 def test_swarm_resources_are_idempotent(lab, swarm):
-    engine, _outputs, config = swarm
-    from cluster_sessions.pulumi_layer import pool_program
-
-    # a second `pool up`: the engine diffs, nothing changes
-    before = len(engine.dynamic_calls)
-    run_program(engine, "pool-mnlab", config, program=lambda: pool_program.run(PROJECT))
-    again = engine.dynamic_calls[before:]
-    assert len(again) == 3 and all(c.endswith("changes=False") for c in again), again
+    # a second `pool up`: the real engine diffs each resource, nothing changes
+    swarm.cli("preview", "--expect-no-changes")
+    assert swarm.up().returncode == 0
     # create called again on agents that are already in place adopts them as they are
     pool = lab.pool
     mgr = swarm_resources.SwarmManagerProvider().create(
         {"agent": agent_props(pool.agent("agent1")), "advertise_addr": "10.251.102.11"})
-    (urn,) = [u for u in engine.state if u.endswith("SwarmManager::mnlab-swarm-agent1")]
-    assert mgr.id == engine.state[urn][0] and mgr.outs["initialized"] is False
+    (state,) = [r for r in swarm.resources() if r["urn"].endswith("::mnlab-swarm-agent1")]
+    assert mgr.id == state["id"] and mgr.outs["initialized"] is False
     worker = swarm_resources.SwarmWorkerProvider().create({
         "agent": agent_props(pool.agent("agent2")), "manager": agent_props(pool.agent("agent1")),
         "manager_addr": mgr.outs["manager_addr"], "join_token": mgr.outs["worker_token"],
@@ -228,22 +219,26 @@ def test_encrypted_overlays_are_refused_where_the_kernel_cannot_carry_them(lab, 
 class Live:
     name: str
     plan: object
-    engine: Engine
-    builder: DockerBuilder
-    outputs: dict
+    backend: PoolStack  # the pool stack's backend: the session's stack is there too
     containers: dict
-    path: Path | None = None  # the definition
+    path: Path  # the definition
+    destroyed: bool = False
+
+    def destroy(self) -> None:
+        """``sessionctl destroy``, through the real engine and the same agents."""
+        done = self.backend.sessionctl("destroy", str(self.path), "--yes")
+        assert done.returncode == 0, done.stderr
+        self.destroyed = True
 
 
-def _build(lab: Lab, path: Path) -> Live:
+def _build(lab: Lab, swarm: PoolStack, path: Path) -> Live:
+    """``sessionctl up`` of the definition through the real engine, until main1 is ready."""
     loaded = load_session(path)
     plan = build_plan(loaded.session, loaded.pool)
-    capacity.preflight(loaded.pool, plan.agents)  # what the engine verbs do before anything
-    builder = DockerBuilder()
-    engine = Engine(on_create=builder)
-    live = Live(plan.name, plan, engine, builder, {}, {}, path)
+    live = Live(plan.name, plan, swarm, {}, path)
     try:
-        live.outputs = run_program(engine, plan.name, {"cluster-sessions:definition": str(path)})
+        done = swarm.sessionctl("up", str(path), "--yes")
+        assert done.returncode == 0, done.stderr
         live.containers = {c.host: lab.client(c.agent).containers.get(c.container_name)
                            for c in plan.containers}
         wait_until_ready(live.containers)
@@ -255,9 +250,9 @@ def _build(lab: Lab, path: Path) -> Live:
 
 def _destroy(lab: Lab, live: Live) -> None:
     """Teardown: tolerant of engines the last test stopped (the lab goes down anyway)."""
-    with contextlib.suppress(Exception):
-        live.builder.remove_all()
-    live.builder.close()
+    if not live.destroyed:
+        with contextlib.suppress(Exception):
+            live.destroy()
     cleanup.sweep(lab.pool, live.name, wait=5)
 
 
@@ -265,7 +260,7 @@ def _destroy(lab: Lab, live: Live) -> None:
 def spread(lab, swarm, tmp_path_factory):
     name = f"mn-{uuid.uuid4().hex[:6]}"
     path = lab.write_session(tmp_path_factory.mktemp("spread"), name, 4)
-    live = _build(lab, path)
+    live = _build(lab, swarm, path)
     try:
         yield live
     finally:
@@ -277,9 +272,10 @@ def test_resources_force_the_session_across_three_agents(lab, spread):
     assert plan.network.driver == "overlay" and plan.network.agent == "agent1"
     assert [(c.host, c.agent) for c in plan.containers] == [
         ("main1", "agent1"), ("sub1", "agent1"), ("sub2", "agent2"), ("sub3", "agent3")]
+    placed = spread.backend.docker_hosts(spread.name)
     for c in plan.containers:
         agent = lab.pool.agent(c.agent)  # reached over SSH as the pool's user: the real path
-        assert spread.builder.placed[c.container_name] == (
+        assert placed[c.container_name] == (
             f"ssh://{agent.ssh.user}@{agent.ssh.host}:22"
             f"{agent.docker_host.removeprefix('unix://')}")
         on_engine = lab.client(c.agent).containers.get(c.container_name)
@@ -407,7 +403,7 @@ def test_destroy_leaves_no_container_or_network_on_any_agent(lab, spread):
     assert kinds.count(("agent1", "container")) == 2
     assert ("agent1", "network") in kinds  # the overlay, on the manager
     assert {("agent2", "container"), ("agent3", "container")} <= set(kinds)
-    spread.builder.remove_all()  # what `pulumi destroy` deletes, through the same engines
+    spread.destroy()  # `sessionctl destroy`: the real engine deletes it through the same agents
     report = cleanup.sweep(lab.pool, spread.name)
     assert report.clean, report.summary()
     assert cleanup.find_leftovers(lab.pool, spread.name) == ([], [])
@@ -437,7 +433,7 @@ def test_sweep_removes_a_leaked_overlay_and_containers(lab, swarm):
 @pytest.fixture
 def packed(lab, swarm, tmp_path):
     name = f"mn1-{uuid.uuid4().hex[:6]}"
-    live = _build(lab, lab.write_session(tmp_path, name, 2))
+    live = _build(lab, swarm, lab.write_session(tmp_path, name, 2))
     try:
         yield live
     finally:
@@ -460,7 +456,7 @@ def test_multi_node_session_that_fits_one_agent_lands_there_on_a_bridge(lab, pac
     code, out = run_in(packed.containers["main1"], f"ssh {STRICT} sub1 'echo $MASTER_ADDR "
                        "$BACKENDAI_CLUSTER_MODE'")
     assert (code, out) == (0, "main1 multi-node")
-    packed.builder.remove_all()
+    packed.destroy()
     assert cleanup.sweep(lab.pool, packed.name).clean
     assert cleanup.find_leftovers(lab.pool, packed.name) == ([], [])
 
@@ -528,8 +524,7 @@ def test_an_agent_whose_dockerd_stops_is_named_and_destroy_finishes_once_it_is_b
 
 
 def test_swarm_delete_leaves_and_preflight_then_refuses_a_spread(lab, swarm, tmp_path):
-    engine, _outputs, _config = swarm
-    leave_swarm(engine)
+    leave_swarm(swarm)
     assert _swarm_states(lab) == {"agent1": "inactive", "agent2": "inactive",
                                   "agent3": "inactive"}
     path = lab.write_session(tmp_path, "mn-noswarm", 4)

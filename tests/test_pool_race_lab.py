@@ -11,9 +11,7 @@ One lab for the module (prefix ``cslp``, 10.251.108.0/24), always torn down.
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -31,7 +29,7 @@ from cluster_sessions.core.units import parse_size
 from cluster_sessions.driver.placing import reservation_of
 
 from . import factories
-from .conftest import PROJECT
+from .conftest import PROJECT, SESSIONCTL, backend_env
 from .lab_support import lab_pool, pool_swarm
 
 pytestmark = [pytest.mark.lab, pytest.mark.docker, pytest.mark.slow]
@@ -92,11 +90,9 @@ class Sampler(threading.Thread):
 
 
 def driver(state: Path, *argv: str) -> subprocess.Popen:
-    env = {**os.environ, "PULUMI_BACKEND_URL": f"file://{state}",
-           "PULUMI_CONFIG_PASSPHRASE": "test"}
-    return subprocess.Popen([sys.executable, "-m", "tests.standin.sessionctl",
-                             *argv], cwd=PROJECT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    """The installed ``sessionctl`` in a process of its own, through the real engine."""
+    return subprocess.Popen([SESSIONCTL, *argv], cwd=PROJECT, env=backend_env(state),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def run(state: Path, *argv: str) -> tuple[int, str]:
@@ -237,9 +233,10 @@ def wait_for(predicate, timeout: float = 60) -> None:
 
 
 def test_a_name_another_stack_is_placing_is_refused_naming_that_stack(lab, tmp_path):
-    """Issue 47 item 1: while A's `up` of gamma is between its reservation and its first
-    create, B's `up` of its own gamma (another backend) is refused before placement, naming A's
-    stack; A's reservation stays, and A ends with one network of the name."""
+    """Issue 47 item 1: while A's `up` of gamma holds its reservation (until its `up` ends:
+    the real engine's run of several seconds), B's `up` of its own gamma (another backend) is
+    refused before placement, naming A's stack; A's reservation stays, and A ends with one
+    network of the name."""
     tag = uuid.uuid4().hex[:4]
     name = f"gamma-{tag}"
     a_state, b_state = tmp_path / "a", tmp_path / "b"
@@ -250,12 +247,7 @@ def test_a_name_another_stack_is_placing_is_refused_naming_that_stack(lab, tmp_p
     b_dir.mkdir()
     a_path = definition(lab, a_dir, name, ("single-node", 1, 1, "256m", 0))
     b_path = definition(lab, b_dir, name, ("single-node", 1, 0.5, "256m", 0))
-    env = {**os.environ, "CLUSTER_SESSIONS_EMULATION_FAULT": f"{name}-net:before:PAUSE=10"}
-    a = subprocess.Popen([sys.executable, "-m", "tests.standin.sessionctl", "up",
-                          a_path, "--yes"], cwd=PROJECT, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True,
-                         env={**env, "PULUMI_BACKEND_URL": f"file://{a_state}",
-                              "PULUMI_CONFIG_PASSPHRASE": "test"})
+    a = driver(a_state, "up", a_path, "--yes")
     try:
         with Ledger.open(lab.pool) as ledger:
             wait_for(lambda: [e.session for e in ledger.live("reservation")] == [name])

@@ -112,8 +112,8 @@ def lab(tmp_path_factory):
 def swarm(lab):
     """The pool's swarm, made by the pool program (``sessionctl pool up``); left again at the
     end (workers first)."""
-    with pool_swarm(lab.pool_file, "pool-rlab") as (engine, _outputs, _config):
-        yield engine
+    with pool_swarm(lab.pool_file, "pool-rlab") as made:
+        yield made
 
 
 FIGURES: dict[str, dict] = {}

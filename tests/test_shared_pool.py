@@ -114,11 +114,10 @@ def test_a_queued_up_runs_when_the_holder_leaves(
 
 
 @pytest.mark.docker
-def test_ctrl_c_leaves_the_queue_cleanly(docker_client, image, tmp_path):  # noqa: F811
-    import os
+def test_ctrl_c_leaves_the_queue_cleanly(docker_client, image, tmp_path, real_engine):  # noqa: F811
+    """SIGINT to the installed ``sessionctl up --wait`` (real engine) while it queues."""
     import signal
     import subprocess
-    import sys
 
     from cluster_sessions.agents.pool_ledger import Holder, Ledger
     from cluster_sessions.core.spec import Pool
@@ -129,16 +128,12 @@ def test_ctrl_c_leaves_the_queue_cleanly(docker_client, image, tmp_path):  # noq
     path = definitions(tmp_path, image, [name], cpu=0.1, mem="600g", shmem="64m")[0]
     pool = Pool.model_validate_json(json.dumps(__import__("yaml").safe_load(
         (tmp_path / "pool.yaml").read_text())))
-    state = tmp_path / "state"
-    state.mkdir()
-    env = {**os.environ, "PULUMI_BACKEND_URL": f"file://{state}",
-           "PULUMI_CONFIG_PASSPHRASE": "test"}
     with Ledger.open(pool) as ledger:
         full = ledger.renewed("reservation", "someone", "", Holder("someone"), 60,
                               {"local": {"cpu": 100, "mem": 900 * 2**30, "gpus": []}})
-        proc = subprocess.Popen([sys.executable, "-m", "tests.standin.sessionctl",
-                                 "up", path, "--yes", "--wait"], cwd=PROJECT, env=env,
-                                stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen([*real_engine.sessionctl, "up", path, "--yes", "--wait"],
+                                cwd=PROJECT, env=real_engine.env, stderr=subprocess.PIPE,
+                                text=True)
         try:
             deadline = time.monotonic() + 60
             while not ledger.live("queue") and time.monotonic() < deadline:

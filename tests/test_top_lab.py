@@ -8,9 +8,7 @@ it saying "unknown"."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -18,7 +16,8 @@ import yaml
 
 from cluster_sessions.driver import cli
 
-from .conftest import PROJECT
+from . import conftest
+from .conftest import PROJECT, SESSIONCTL
 from .lab_support import lab_pool, pool_swarm
 from .test_top import STAND_IN
 
@@ -108,16 +107,14 @@ def wait_ready(container, timeout: float = 180) -> None:
 
 
 def sessionctl(state, *argv: str, **kw) -> subprocess.CompletedProcess:
-    """``sessionctl`` as a process of its own (the emulated Automation API, its stacks in the
-    file backend ``state``: the next process sees what this one made)."""
-    return subprocess.run([sys.executable, "-m", "tests.standin.sessionctl",
-                           *argv], cwd=PROJECT, env=backend_env(state), capture_output=True,
-                          text=True, timeout=600, **kw)
+    """The installed ``sessionctl`` as a process of its own, through the real engine, its
+    stacks in the file backend ``state`` (the next process sees what this one made)."""
+    return subprocess.run([SESSIONCTL, *argv], cwd=PROJECT, env=backend_env(state),
+                          capture_output=True, text=True, timeout=600, **kw)
 
 
 def backend_env(state) -> dict[str, str]:
-    env = {**os.environ, "PULUMI_BACKEND_URL": f"file://{state}",
-           "PULUMI_CONFIG_PASSPHRASE": "test", "COLUMNS": "160", "LINES": "50"}
+    env = conftest.backend_env(state, COLUMNS="160", LINES="50")
     env.pop("SESSIONCTL_DEBUG", None)
     return env
 
@@ -129,8 +126,7 @@ def on_a_terminal(state, *argv: str, until: Any = None, timeout: float = 120) ->
     import pexpect
 
     until = pexpect.EOF if until is None else until
-    child = pexpect.spawn(sys.executable, ["-m", "tests.standin.sessionctl",
-                                           *argv], cwd=str(PROJECT), env=backend_env(state),
+    child = pexpect.spawn(SESSIONCTL, list(argv), cwd=str(PROJECT), env=backend_env(state),
                           dimensions=(50, 160), timeout=timeout, encoding="utf-8",
                           use_poll=True)  # select() fails past fd 1024 in a long run
     try:
@@ -238,3 +234,4 @@ def test_top_ls_and_pool_usage_of_a_session_over_the_labs_3_agents(lab, tmp_path
             for c in lab.client(agent).containers.list(
                     all=True, filters={"label": f"{LABEL}.session={name}"}):
                 c.remove(force=True)
+        (PROJECT / "stacks" / f"Pulumi.{name}.yaml").unlink(missing_ok=True)  # the CLI's
