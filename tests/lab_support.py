@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,12 +26,22 @@ import yaml
 
 from cluster_sessions.agents.connectors import connector_for
 from cluster_sessions.core.loader import load_file
+from cluster_sessions.driver.stacks import find_pulumi
 from cluster_sessions.lab import netns
 from cluster_sessions.lab.image import ensure_images
 from cluster_sessions.lab.layout import LabInfo
 from cluster_sessions.lab.processes import LabError
 
-from .conftest import PROJECT, SESSIONCTL, backend_env, clear_stale_lab, require_lab
+from .conftest import (
+    ENGINE_PATH,
+    PROJECT,
+    SESSIONCTL,
+    STACKS,
+    backend_env,
+    clear_stale_lab,
+    require_lab,
+    skip_or_fail,
+)
 
 
 @dataclass
@@ -181,12 +192,6 @@ class PoolStack:
 def pool_swarm(pool_file: Path, stack: str) -> Iterator[PoolStack]:
     """The pool's swarm, made by ``sessionctl pool up`` through the real engine; left again at
     the end (``pool destroy``; what fails is left for the lab's teardown)."""
-    import tempfile
-
-    from cluster_sessions.driver.stacks import find_pulumi
-
-    from .conftest import ENGINE_PATH, STACKS, skip_or_fail
-
     pulumi = find_pulumi({**os.environ, **ENGINE_PATH})
     if pulumi is None:
         skip_or_fail("the pulumi CLI is not installed: bash scripts/setup.sh --install-pulumi")
