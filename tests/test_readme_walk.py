@@ -1,7 +1,7 @@
 """The README walked in its own order (issue 41): every engine command line it shows for the
 embedded `local` pool, run against the shipped files, one state backend, the driver in a
-process of its own as a user runs it (the installed ``sessionctl`` on the real engine, the
-``real_engine`` fixture's file backend). Following the README never ends in
+process of its own as a user runs it (the stand-in engine,
+``python -m tests.standin.sessionctl``). Following the README never ends in
 PENDING (item 4) and each line does what its comment says. The lab's lines are the lab
 tests' (tests/test_access_lab.py, tests/test_multinode.py); `open` and `logs --follow` run
 until Ctrl-C (tests/test_open_verb.py, tests/test_observe.py)."""
@@ -9,9 +9,11 @@ until Ctrl-C (tests/test_open_verb.py, tests/test_observe.py)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
+import sys
 import time
 
 import pytest
@@ -55,12 +57,15 @@ def test_the_walk_covers_the_readme_s_engine_lines():
 
 
 @pytest.fixture
-def walk_env(tmp_path, real_engine):
+def walk_env(tmp_path, docker_client):
+    state = tmp_path / "state"
+    state.mkdir()
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True, mode=0o700)
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
                     str(home / ".ssh" / "id_ed25519")], check=True)
-    env = {**real_engine.env, "HOME": str(home)}  # its PULUMI_HOME: the installed plugins
+    env = {**os.environ, "PULUMI_BACKEND_URL": f"file://{state}",
+           "PULUMI_CONFIG_PASSPHRASE": "walk", "HOME": str(home)}
     env.pop("SSH_AUTH_SOCK", None)
     yield env
     pool = load_file(PROJECT / "stacks" / "pools" / "local.yaml", expect="AgentPool")
@@ -68,16 +73,15 @@ def walk_env(tmp_path, real_engine):
         cleanup.sweep(pool, name, wait=10)
 
 
-def test_the_readme_in_its_order_on_the_embedded_pool(walk_env, real_engine, image,  # noqa: F811
-                                                     tmp_path):
+def test_the_readme_in_its_order_on_the_embedded_pool(walk_env, image, tmp_path):  # noqa: F811
     def run(line: str) -> subprocess.CompletedProcess:
         argv = shlex.split(line)[1:]
         if argv[:1] == ["ssh"] and "nvidia-smi" in argv:  # no GPU here: a command all the same
             argv[argv.index("nvidia-smi")] = "hostname"
         if argv[:1] == ["key"]:
             argv[argv.index("--out") + 1] = str(tmp_path / "id_container")
-        done = subprocess.run([*real_engine.sessionctl, *argv], cwd=PROJECT, env=walk_env,
-                              stdin=subprocess.DEVNULL,
+        done = subprocess.run([sys.executable, "-m", "tests.standin.sessionctl",
+                               *argv], cwd=PROJECT, env=walk_env, stdin=subprocess.DEVNULL,
                               capture_output=True, text=True, timeout=600, check=False)
         ran.append((line, done.returncode))
         if argv[:1] == ["up"] and done.returncode == 0:
