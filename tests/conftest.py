@@ -263,6 +263,7 @@ def clear_stale_test_objects(pattern: re.Pattern[str] = TEST_NAME,
 
 
 STALE_REMOVED = pytest.StashKey[list]()
+STACK_CONFIGS_BEFORE = pytest.StashKey[set]()  # stacks/Pulumi.*.yaml before the run
 
 
 def is_xdist_worker(config) -> bool:
@@ -305,6 +306,7 @@ def pytest_sessionstart(session):
     if is_xdist_worker(session.config):
         return
     session.config.stash[STALE_REMOVED] = clear_stale_test_objects()
+    session.config.stash[STACK_CONFIGS_BEFORE] = set(STACKS.glob("Pulumi.*.yaml"))
     if require_docker():
         state = engine_state()
         if state is not None:
@@ -316,6 +318,10 @@ def pytest_sessionfinish(session):
     own (the lab's) or restores what it changed (docs/testing.md). Containers being removed
     get a few seconds to go."""
     (TEST_RUNS / str(os.getpid())).unlink(missing_ok=True)
+    configs = session.config.stash.get(STACK_CONFIGS_BEFORE, None)
+    if configs is not None:  # the real CLI writes each stack's config beside the project's
+        for made in set(STACKS.glob("Pulumi.*.yaml")) - configs:
+            made.unlink(missing_ok=True)
     before = session.config.stash.get(ENGINE_BEFORE, None)
     if before is None:
         return

@@ -226,7 +226,7 @@ class Live:
 
     def destroy(self) -> None:
         """``sessionctl destroy``, through the real engine and the same agents."""
-        done = self.backend.sessionctl("destroy", str(self.path), "--yes")
+        done = self.backend.sessionctl("destroy", str(self.path), "--yes", "--remove")
         assert done.returncode == 0, done.stderr
         self.destroyed = True
 
