@@ -11,7 +11,8 @@
 #    own wrapper modules under scripts/pulumi-build/ (README.md there says which versions and
 #    why), the version stamped with -ldflags as Pulumi's release does:
 #      cli/              pulumi                    (github.com/pulumi/pulumi/pkg/v3/cmd/pulumi)
-#      language-python/  pulumi-language-python    (the Python language host)
+#      language-python/  pulumi-language-python    (the Python language host, installed as
+#                        pulumi-language-python-VERSION behind our script of that name)
 #    and beside them, from the sdk/v3 module of the CLI's version, the language host's exec
 #    script pulumi-language-python-exec and the dynamic-provider host
 #    pulumi-resource-pulumi-python. With DOCKER_VERSION (the pinned pulumi-docker SDK's), also
@@ -45,11 +46,14 @@ required() {  # GO.MOD MODULE
 }
 # The CLI version the wrapper module builds (the pkg/v3 it requires).
 built_version() { required "$builds/cli/go.mod" github.com/pulumi/pulumi/pkg/v3; }
+# The sdk/v3 the language host is built from (its go.mod).
+langhost_version() { required "$builds/language-python/go.mod" github.com/pulumi/pulumi/sdk/v3; }
 
 installed=$("$home/bin/pulumi" version 2>/dev/null || true)
 cli_built() {  # the CLI in place is the one built here
     [ -x "$home/bin/pulumi" ] && [ "$build_mode" != 0 ] && [ "$installed" = "$(built_version)" ] \
-        && [ -x "$home/bin/pulumi-language-python" ]
+        && [ -x "$home/bin/pulumi-language-python" ] \
+        && [ -x "$home/bin/pulumi-language-python-$(langhost_version)" ]
 }
 docker_plugin=$home/plugins/resource-docker-v$docker_version/pulumi-resource-docker
 docker_wanted() {  # a docker provider is to be built: asked for, missing, the CLI built here
@@ -136,7 +140,7 @@ module_of() {  # DIR -> the pulumi module (and version) it builds
 build() {
     local cli=$builds/cli langhost=$builds/language-python cli_version langhost_version sdk out
     cli_version=$(built_version)
-    langhost_version=$(required "$langhost/go.mod" github.com/pulumi/pulumi/sdk/v3)
+    langhost_version=$(langhost_version)
     if [ -z "$cli_version" ] || [ -z "$langhost_version" ]; then
         die "scripts/pulumi-build: cannot read the versions from the wrapper modules' go.mod"
     fi
@@ -154,7 +158,13 @@ build() {
     step "$langhost" "download modules" go mod download
     step "$langhost" "go build pulumi-language-python" go build -trimpath \
         -ldflags "${ldflags[*]} github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$langhost_version" \
-        -o "$out/pulumi-language-python" github.com/pulumi/pulumi/sdk/v3/python/cmd/pulumi-language-python
+        -o "$out/pulumi-language-python-$langhost_version" \
+        github.com/pulumi/pulumi/sdk/v3/python/cmd/pulumi-language-python
+    # The CLI runs `pulumi-language-python`: our script, which hands that old host the project's
+    # `virtualenv:` as the flag it reads (the script's comment says why).
+    sed "s/@HOST_VERSION@/$langhost_version/g" "$langhost/pulumi-language-python" \
+        >"$out/pulumi-language-python"
+    chmod 0755 "$out/pulumi-language-python"
     # The exec script and the dynamic-provider host ship in the sdk/v3 module of the CLI's version
     # (python/cmd/, python/dist/), as in Pulumi's release archive.
     sdk=$(cd "$cli" && go list -m -f '{{.Dir}}' github.com/pulumi/pulumi/sdk/v3) \

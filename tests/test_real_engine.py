@@ -147,6 +147,35 @@ def test_a_sessions_life_through_the_real_engine(
     docker_client.volumes.get(volume).remove()  # it outlived the session, as a volume does
 
 
+def test_a_bare_pulumi_preview_in_the_project_runs_the_program_in_its_virtualenv(
+        real_engine, image, tmp_path):  # noqa: F811
+    """The README's ``pulumi up -s NAME`` from the project directory, without ``sessionctl``
+    (which sets PULUMI_PYTHON_CMD): the language host must take Pulumi.yaml's ``virtualenv:``.
+    The host built here did not (its flag, not the request; scripts/pulumi-build/README.md),
+    and ran the program with a python3 lacking the SDK ("No module named 'pulumi'")."""
+    name = unique("bare")
+    path = factories.write(tmp_path / f"{name}.yaml", factories.session(
+        name, pool=own_pool(tmp_path), image=image, size=2, cpu=0.1, mem="128m"))
+    env = {k: v for k, v in real_engine.env.items()
+           if k not in ("PULUMI_PYTHON_CMD", "VIRTUAL_ENV")}
+    # no directory of this interpreter's environment on PATH: python3 there lacks the SDK
+    env["PATH"] = os.pathsep.join(d for d in env["PATH"].split(os.pathsep)
+                                  if not Path(d).resolve().is_relative_to(Path(sys.prefix)))
+    try:
+        real_engine.cli("stack", "init", name)
+        real_engine.cli("config", "set", "-s", name, "cluster-sessions:definition", str(path))
+        for cwd in (PROJECT, STACKS):  # the CLI finds the project upwards, as a user's shell
+            done = subprocess.run([str(real_engine.pulumi), "--non-interactive", "preview", "-s",
+                                   name], cwd=cwd, env=env, capture_output=True, text=True,
+                                  timeout=300)
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert "No module named" not in done.stdout + done.stderr
+            assert re.search(r"\+ \d+ to create", done.stdout), done.stdout
+    finally:
+        real_engine.cli("stack", "rm", "-s", name, "--yes", "--force", check=False)
+    assert not (STACKS / f"Pulumi.{name}.yaml").exists()
+
+
 @pytest.mark.parametrize("to", ["group", "driver"])
 def test_ctrl_c_during_a_real_up_cancels_the_cli_and_leaves_nothing_running(
         real_engine, docker_client, image, tmp_path, to):  # noqa: F811

@@ -176,17 +176,56 @@ def test_without_the_download_the_cli_and_language_host_are_built_from_go_module
                  "language-python: go build pulumi-language-python"):
         assert f"install-pulumi: {step}" in result.stderr
     bin_dir = Path(go_env["PULUMI_HOME"]) / "bin"
-    assert sorted(p.name for p in bin_dir.iterdir()) == [
-        "pulumi", "pulumi-language-python", "pulumi-language-python-exec",
-        "pulumi-resource-pulumi-python"]
+    assert sorted(p.name for p in bin_dir.iterdir()) == sorted([
+        "pulumi", "pulumi-language-python", f"pulumi-language-python-{langhost}",
+        "pulumi-language-python-exec", "pulumi-resource-pulumi-python"])
     assert all(os.access(p, os.X_OK) for p in bin_dir.iterdir())
     answers = {name: subprocess.run([bin_dir / name, "version"], capture_output=True,
-                                    text=True).stdout.strip()
+                                    text=True, cwd=bin_dir).stdout.strip()
                for name in ("pulumi", "pulumi-language-python")}
     assert answers == {"pulumi": cli, "pulumi-language-python": langhost}
     again = install(go_env, None)  # what it built is kept: no second build
     assert again.returncode == 0 and f"pulumi {cli} is already in" in again.stderr
     assert "go build" not in again.stderr
+
+
+LANGHOST_SCRIPT = PROJECT / "scripts/pulumi-build/language-python/pulumi-language-python"
+
+
+@pytest.mark.parametrize(("pulumi_yaml", "python_cmd", "added"), [
+    ("runtime:\n  name: python\n  options:\n    virtualenv: .venv  # made by setup\n", None,
+     ["-virtualenv=.venv"]),
+    ("runtime:\n  name: python\n  options:\n    virtualenv: 'my env'\n", None,
+     ["-virtualenv=my env"]),
+    ("runtime:\n  name: python\n  options:\n    virtualenv: .venv\n", "/usr/bin/python3", []),
+    ("runtime: python\n", None, []),
+    (None, None, []),
+])
+def test_the_language_host_script_passes_the_projects_virtualenv_as_the_old_host_reads_it(
+        tmp_path, pulumi_yaml, python_cmd, added):
+    """Our ``pulumi-language-python`` in front of the v3.79.0 host: the ``virtualenv:`` of the
+    Pulumi.yaml where the CLI starts it, as ``-virtualenv`` (the flag the newer CLI no longer
+    passes); PULUMI_PYTHON_CMD wins; no option, no flag. The CLI's own arguments follow."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "pulumi-language-python"
+    script.write_text(LANGHOST_SCRIPT.read_text().replace("@HOST_VERSION@", "v3.79.0"))
+    host = bin_dir / "pulumi-language-python-v3.79.0"  # records what it was given
+    host.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
+    for f in (script, host):
+        f.chmod(0o755)
+    project = tmp_path / "project"
+    project.mkdir()
+    if pulumi_yaml is not None:
+        (project / "Pulumi.yaml").write_text(f"name: p\n{pulumi_yaml}")
+    env = {k: v for k, v in os.environ.items() if k != "PULUMI_PYTHON_CMD"}
+    if python_cmd:
+        env["PULUMI_PYTHON_CMD"] = python_cmd
+    done = subprocess.run([script, "127.0.0.1:4000"], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=10)
+    assert done.returncode == 0, done.stderr
+    root = [f"-root={project}"] if added else []
+    assert done.stdout.splitlines() == [*added, *root, "127.0.0.1:4000"]
 
 
 def test_with_a_docker_version_the_provider_plugin_is_built_and_installed(go_env):
