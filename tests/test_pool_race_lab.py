@@ -197,11 +197,12 @@ def test_queued_ups_run_in_arrival_order_as_the_holder_leaves(lab, tmp_path):
             path = definition(lab, tmp_path, name, whole)
             waiters.append((name, wstate, path, driver(wstate, "up", path, "--yes",
                                                        "--wait", "300s")))
-            time.sleep(1.5)  # a clear arrival order
+            # a clear arrival order: the next one starts once this one is in the queue (a
+            # real `up` takes seconds to get there, more on a loaded machine)
+            wait_for(lambda n=k + 1: len(queued(lab)) >= n, timeout=180)
         time.sleep(2)
         assert all(objects(lab, w[0]) == [] for w in waiters)  # all still queued
-        with Ledger.open(lab.pool) as ledger:
-            assert [e.session for e in ledger.live("queue")] == [w[0] for w in waiters]
+        assert queued(lab) == [w[0] for w in waiters]
         order = []
         previous_state, previous_path = state, hold_path
         for name, wstate, path, proc in waiters:
@@ -223,6 +224,12 @@ def test_queued_ups_run_in_arrival_order_as_the_holder_leaves(lab, tmp_path):
         run(state, "destroy", hold_path, "--yes")
         for name in [holder, *(w[0] for w in waiters)]:
             cleanup.sweep(lab.pool, name, wait=10)
+
+
+def queued(lab) -> list[str]:
+    """The sessions in the pool's queue, in their order."""
+    with Ledger.open(lab.pool) as ledger:
+        return [e.session for e in ledger.live("queue")]
 
 
 def wait_for(predicate, timeout: float = 60) -> None:
