@@ -84,7 +84,7 @@ def pulumi_cli_hidden(request, monkeypatch, _cli_hidden_env):
     of the real engine (``real_engine``): set-up installs it (CI's too), and the others test
     the driver without one, through the stand-in, or against containers no stack made (with
     the CLI, the backend would say there is no such stack)."""
-    if "real_engine" in request.fixturenames:
+    if "real_cli" in request.fixturenames:  # (real_engine asks for it too)
         return
     for key, value in _cli_hidden_env.items():
         monkeypatch.setenv(key, value)
@@ -529,10 +529,11 @@ class _Recorded:
 
 
 @pytest.fixture
-def real_engine(monkeypatch, docker_client, tmp_path):
+def real_cli(monkeypatch, tmp_path):
     """The engine verbs through the real engine (:class:`RealEngine`), each call the driver
     makes on a stack or the workspace recorded in ``calls``; whatever stack a test leaves is
-    destroyed afterwards, and the test fails if that fails."""
+    destroyed afterwards, and the test fails if that fails. For a test whose stacks never
+    reach a Docker engine (config, outputs, refusals); ``real_engine`` for one that does."""
     import subprocess
 
     from cluster_sessions.driver import stacks
@@ -561,3 +562,9 @@ def real_engine(monkeypatch, docker_client, tmp_path):
     finally:
         left = engine.remove_all()
     assert not left, f"stacks whose destroy failed after the test: {left}"
+
+
+@pytest.fixture
+def real_engine(real_cli, docker_client):
+    """:func:`real_cli` for a test whose stacks make containers on this machine's engine."""
+    return real_cli

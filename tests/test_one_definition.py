@@ -4,12 +4,10 @@ a stack whose config records another definition."""
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 import pytest
 
-from cluster_sessions.driver import stacks
 from cluster_sessions.driver.cli import main
 from cluster_sessions.driver.errors import Exit
 from cluster_sessions.driver.stack_settings import (
@@ -19,6 +17,7 @@ from cluster_sessions.driver.stack_settings import (
 )
 
 from . import factories
+from .test_runtime import image, unique  # noqa: F401 (fixtures used by name)
 
 
 def write_defs(tmp_path: Path, *docs: dict) -> list[Path]:
@@ -65,51 +64,42 @@ def test_a_stack_is_taken_over_only_by_the_file_it_was_made_from(recorded, wante
         assert "sessionctl destroy" in problem and "--stack" in problem
 
 
-@pytest.fixture
-def emulated(monkeypatch, tmp_path):
-    """The Automation API stand-in with no engine behind it (nothing here reaches one)."""
-    from tests.standin.automation import Backend
-
-    backend = Backend(None)
-    monkeypatch.setattr(stacks, "open_stack", backend.open_stack)
-    monkeypatch.setattr(stacks, "open_workspace", backend.open_workspace)
-    monkeypatch.setattr(stacks, "find_pulumi", lambda environ: Path("/emulated/bin/pulumi"))
-    monkeypatch.setattr(stacks, "preflight", lambda *args, **kwargs: None)
-    # no engine here: the pool's ledger and live placement stand aside (declared capacity)
-    monkeypatch.setattr(stacks.Ledger, "open", lambda pool: contextlib.nullcontext(None))
-    monkeypatch.setattr(stacks, "with_live_placement",
-                        lambda args, verb, sel, targets, *rest: (sel, targets))
-    state = tmp_path / "state"
-    state.mkdir()
-    monkeypatch.setenv("PULUMI_BACKEND_URL", f"file://{state}")
-    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "test")
-    return backend
+def made_from(engine, stack: str, definition: Path, index: str | None = None) -> None:
+    """A stack on the real CLI's backend whose config records ``definition`` (as an earlier
+    ``up`` of it left it)."""
+    engine.cli("stack", "init", stack)
+    engine.cli("config", "set", "-s", stack, CONFIG_DEFINITION, str(definition.resolve()))
+    if index is not None:
+        engine.cli("config", "set", "-s", stack, "cluster-sessions:index", index)
 
 
+@pytest.mark.docker  # (the embedded local pool: its ledger is on this machine's engine)
 @pytest.mark.parametrize("verb", [["preview"], ["up", "--yes"], ["destroy", "--yes"]])
-def test_a_stack_made_from_another_definition_is_never_taken_over(emulated, tmp_path, capsys,
+def test_a_stack_made_from_another_definition_is_never_taken_over(real_engine, tmp_path, capsys,
                                                                  verb):
-    sweep, other = write_defs(tmp_path, factories.session("sweep", count=2),
-                              factories.session("sweep-2"))
-    made = emulated.open_stack("sweep-2", tmp_path, None, None)
-    made.state.config[CONFIG_DEFINITION] = str(sweep.resolve())
-    made.state.config["cluster-sessions:index"] = "2"
-    emulated.calls.clear()
+    """Refused before any run of the program: what the driver asked the backend is the list
+    and the stack's config and outputs, and the stack's config is as it was."""
+    sweep = factories.write(tmp_path / "sweep.yaml", factories.session("sweep", count=2))
+    other = factories.write(tmp_path / "other.yaml", factories.session("sweep-2"))
+    made_from(real_engine, "sweep-2", sweep, index="2")
     assert main([*verb, str(other)]) == Exit.INVALID
     err = capsys.readouterr().err
     assert str(sweep.resolve()) in err and str(other.resolve()) in err, err
     assert "destroy" in err and "--stack" in err
-    assert emulated.calls == ["list_stacks", "get_all_config sweep-2", "stack_outputs sweep-2"]
-    assert made.state.config[CONFIG_DEFINITION] == str(sweep.resolve())
+    assert real_engine.calls == ["list_stacks", "get_all_config sweep-2",
+                                 "stack_outputs sweep-2"]
+    assert real_engine.config("sweep-2")[CONFIG_DEFINITION] == str(sweep.resolve())
+    assert real_engine.stack_names() == ["sweep-2"]
 
 
-def test_the_definition_a_stack_was_made_from_still_runs_on_it(emulated, tmp_path, capsys):
-    sweep, _ = write_defs(tmp_path, factories.session("sweep", count=2),
-                          factories.session("sweep-2"))
+@pytest.mark.docker
+def test_the_definition_a_stack_was_made_from_still_runs_on_it(
+        real_engine, image, tmp_path, capsys):  # noqa: F811
+    name = unique("sweep")
+    sweep = factories.write(tmp_path / "sweep.yaml", factories.session(
+        name, image=image, count=2, cpu=0.25, mem="128m"))
     for index in (1, 2):
-        made = emulated.open_stack(f"sweep-{index}", tmp_path, None, None)
-        made.state.config[CONFIG_DEFINITION] = str(sweep.resolve())
-    emulated.calls.clear()
-    main(["preview", str(sweep)])
-    assert "preview sweep-1" in emulated.calls and "preview sweep-2" in emulated.calls, \
-        emulated.calls
+        made_from(real_engine, f"{name}-{index}", sweep)
+    assert main(["preview", str(sweep)]) == Exit.OK, capsys.readouterr().err
+    assert f"preview {name}-1" in real_engine.calls, real_engine.calls
+    assert f"preview {name}-2" in real_engine.calls, real_engine.calls
