@@ -17,9 +17,9 @@
 #      cannot be downloaded and go is present, built from Pulumi's Go modules with its Python
 #      language host and a docker provider plugin (scripts/install-pulumi.sh,
 #      scripts/pulumi-build/), into ~/.pulumi/bin (the plugin into ~/.pulumi/plugins) and
-#      linked into the same place; by default except with --dev. If it cannot be
+#      linked into the same place; with --dev too (the tests' real engine). If it cannot be
 #      installed, set-up says what to install and exits 1 (--no-pulumi skips it;
-#      --install-pulumi asks for it with --dev too).
+#      --install-pulumi, the default, asks for it).
 # Idempotent: a second run only checks. --no-engine skips 3 and 4 (e.g. in a chroot).
 # CLUSTER_SESSIONS_BIN_DIR: where sessionctl (and pulumi) are linked (default /usr/local/bin).
 set -euo pipefail
@@ -29,7 +29,7 @@ dev=0
 force=0
 engine=1
 bin_dir=${CLUSTER_SESSIONS_BIN_DIR:-/usr/local/bin}  # where sessionctl and pulumi are linked
-pulumi=${CLUSTER_SESSIONS_INSTALL_PULUMI:-default}
+pulumi=${CLUSTER_SESSIONS_INSTALL_PULUMI:-1}  # the main job and the tests' real engine need it
 for arg in "$@"; do
     case "$arg" in
         --dev) dev=1 ;;
@@ -43,9 +43,6 @@ for arg in "$@"; do
         *) echo "setup: unknown option $arg" >&2; exit 2 ;;
     esac
 done
-if [ "$pulumi" = default ]; then
-    pulumi=$((1 - dev))  # the main job needs it; the tests do not
-fi
 say() { echo "setup: $*" >&2; }
 
 # Whose command $bin_dir/sessionctl is, decided before anything is installed.
@@ -131,6 +128,7 @@ print(how_to_install())' >&2
         exit 1
     fi
 else
-    say "not installing the pulumi CLI (--dev or --no-pulumi); 'sessionctl up' says how to"
+    say "not installing the pulumi CLI (--no-pulumi); 'sessionctl up' and the real-engine" \
+        "tests say how to"
 fi
 say "done"
