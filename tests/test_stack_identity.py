@@ -44,6 +44,7 @@ from tests.standin.engine import STACKS, Engine, run_program
 from tests.standin.sessionctl import install
 
 from . import factories
+from .test_interrupted import swept  # noqa: F401 (a fixture, used by name)
 from .test_runtime import image, unique  # noqa: F401 (fixtures used by name)
 
 CONTAINER = "docker:index/container:Container"
@@ -316,68 +317,67 @@ def test_a_second_up_of_the_same_stack_keeps_its_id_and_changes_nothing(
     first_still_works_and_destroy_leaves_nothing(docker_client, name, path, capsys)
 
 
-def test_the_emulated_file_backend_lists_the_stacks_another_process_made(tmp_path):
-    """As the CLI's DIY backend: a stack a killed run left is listed, with its config (the
-    next ``up`` keeps its id instead of taking its objects for another stack's)."""
-    from .conftest import PROJECT
-
-    state, configs = tmp_path / "state", tmp_path / "configs"
-    state.mkdir()
-    configs.mkdir()
-    made = Backend(state, configs)
-    made.open_stack("left", PROJECT, None, None).set_config(
-        config_key(STACK_ID_KEY), SimpleNamespace(value="0123456789abcdef", secret=False))
-    made.save(made.stacks["left"])
-    later = Backend(state, configs)
-    assert [s.name for s in later.list_stacks()] == ["left"]
-    assert later.get_all_config("left")[config_key(STACK_ID_KEY)].value == "0123456789abcdef"
+def on_backend(state: Path) -> list[str]:
+    """The processes running with ``state`` as their backend (a CLI and its plugins)."""
+    url = f"PULUMI_BACKEND_URL=file://{state}".encode()
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if url in (proc / "environ").read_bytes().split(b"\0"):
+                found.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:  # gone meanwhile
+            continue
+    return found
 
 
 @pytest.mark.docker
 def test_a_killed_first_up_keeps_its_id_and_the_next_up_sweeps_what_it_left(
-        docker_client, image, tmp_path, capsys, monkeypatch):  # noqa: F811
-    """The first ``up`` of a new stack is killed once sub1 exists: its objects carry the id it
-    wrote; the next ``up`` (another process's view of the backend) keeps that id, so they are
-    its own leftovers, swept, not another stack's (no refusal)."""
+        real_engine, docker_client, image, tmp_path, capsys, swept):  # noqa: F811
+    """The first ``up`` of a new stack (the installed ``sessionctl``, the CLI and its plugins
+    under it) is killed once sub1 exists: its objects carry the id it wrote; the next ``up``
+    (another process's view of the backend) keeps that id, so they are its own leftovers,
+    swept, not another stack's (no refusal)."""
+    import signal
     import subprocess
-    import sys
+    import time
 
-    from tests.standin.docker_builder import FAULT_ENV
+    from .conftest import PROJECT, SESSIONCTL, backend_env
 
-    from .conftest import PROJECT
-
-    state = tmp_path / "state"
-    backend = Backend(state)
-    use_backend(monkeypatch, backend, state)
-    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "test")
     name, path = definition(tmp_path, image)
-    try:
-        env = {**os.environ, FAULT_ENV: f"{name}-sub1:created:KILL"}
-        proc = subprocess.run([sys.executable, "-m", "tests.standin.sessionctl",
-                               "up", path, "--yes"], cwd=PROJECT, env=env, capture_output=True,
-                              text=True, timeout=300)
-        assert proc.returncode == -9, proc.stderr
-        left = snapshot(docker_client, name)
-        ids = {c[4] for c in left[0]} | {n[3] for n in left[1]}
-        assert len(ids) == 1 and valid_stack_id(next(iter(ids))), left
-        killed = docker_client.containers.list(all=True, filters={
-            "label": f"cluster-sessions.ledger-session={name}"})
-        assert killed, "the killed up left no reservation: the next check proves nothing"
-        assert cli.main(["up", path, "--yes"]) == Exit.OK, capsys.readouterr().err
-        assert "which the stack does not hold" in capsys.readouterr().err
-        # the killed up's reservation went with the next up of its stack (one up of a stack
-        # runs at a time): it holds nothing of the pool until its lease would have run out
-        assert docker_client.containers.list(all=True, filters={
-            "label": f"cluster-sessions.ledger-session={name}"}) == []
-        now = snapshot(docker_client, name)
-        assert len(now[0]) == 2 and {c[4] for c in now[0]} == ids
-        assert cli.main(["destroy", path, "--yes"]) == Exit.OK
-        assert snapshot(docker_client, name) == ([], [])
-    finally:
-        backend.remove_all()
-        from cluster_sessions.agents.cleanup import sweep
-
-        sweep(local_pool(), name, wait=5)
+    swept.append(name)
+    proc = subprocess.Popen([SESSIONCTL, "up", path, "--yes"], cwd=PROJECT,
+                            env=backend_env(real_engine.state), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)  # its own group: the CLI dies with it
+    deadline = time.monotonic() + 180
+    while proc.poll() is None and not docker_client.containers.list(
+            all=True, filters={"name": f"^{name}-sub1$"}):
+        assert time.monotonic() < deadline, "sub1 was never created"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=60) == -signal.SIGKILL, proc.stderr.read()
+    proc.stderr.close()
+    # the CLI it ran (a process group of its own) cancels and stops its plugins: nothing of
+    # the killed run goes on applying, or lingers, under the stack's lock
+    while on_backend(real_engine.state):
+        assert time.monotonic() < deadline + 120, on_backend(real_engine.state)
+        time.sleep(0.2)
+    left = snapshot(docker_client, name)
+    ids = {c[4] for c in left[0]} | {n[3] for n in left[1]}
+    assert len(ids) == 1 and valid_stack_id(next(iter(ids))), left
+    killed = docker_client.containers.list(all=True, filters={
+        "label": f"cluster-sessions.ledger-session={name}"})
+    assert killed, "the killed up left no reservation: the next check proves nothing"
+    assert cli.main(["up", path, "--yes"]) == Exit.OK, capsys.readouterr().err
+    capsys.readouterr()
+    # the killed up's reservation went with the next up of its stack (one up of a stack runs
+    # at a time): it holds nothing of the pool until its lease would have run out
+    assert docker_client.containers.list(all=True, filters={
+        "label": f"cluster-sessions.ledger-session={name}"}) == []
+    now = snapshot(docker_client, name)
+    assert len(now[0]) == 2 and {c[4] for c in now[0]} == ids
+    assert cli.main(["destroy", path, "--yes"]) == Exit.OK, capsys.readouterr().err
+    assert snapshot(docker_client, name) == ([], [])
 
 
 @pytest.mark.docker

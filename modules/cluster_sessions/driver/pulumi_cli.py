@@ -12,7 +12,10 @@ driver passes each Ctrl-C on to that group, as a terminal does: the first makes 
 (it finishes the operations under way, records them in the stack and stops its plugins), a
 second ends it at once. The driver keeps reading its output meanwhile and raises
 ``KeyboardInterrupt`` once the CLI has exited, so that what follows (the "interrupted; its
-agents hold" report) sees the engine's final state.
+agents hold" report) sees the engine's final state. A group of its own is out of reach of a
+signal to the driver's group (``kill -9`` of a CI job's processes, a closed terminal), so the
+CLI is told to cancel when its driver dies, however it dies (Linux's parent-death signal):
+without it, it applied on unsupervised under the stack's lock, and its plugins outlived it.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ class InterruptibleCommand(auto.PulumiCommand):
             on_output: OnOutput | None = None,
             on_error: OnOutput | None = None) -> CommandResult:
         # the SDK's run, line for line (pulumi/automation/_cmd.py PulumiCommand.run), but for
-        # the process group and what Ctrl-C does
+        # the process group, what Ctrl-C does and where the CLI's output goes
         sep = args.index("--") if "--" in args else len(args)
         if "--non-interactive" not in args[:sep]:
             args.insert(0, "--non-interactive")
@@ -49,27 +52,24 @@ class InterruptibleCommand(auto.PulumiCommand):
         if os.path.isabs(self.command):
             env = _fixup_path(env, os.path.dirname(self.command))
         chunks: dict[str, list[str]] = {"out": [], "err": []}
-
-        def consumer(stream: Any, callback: OnOutput | None, into: list[str]) -> None:
-            for line in iter(stream.readline, ""):
-                stripped = line.rstrip()
-                if callback:
-                    callback(stripped)
-                into.append(stripped)
-            stream.close()
-
-        process = subprocess.Popen([self.command, *args], stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, cwd=cwd,
-                                   env=env, encoding="utf-8", process_group=0)
-        readers = [threading.Thread(target=consumer, args=(process.stdout, on_output,
-                                                           chunks["out"]), daemon=True),
-                   threading.Thread(target=consumer, args=(process.stderr, on_error,
-                                                           chunks["err"]), daemon=True)]
-        for reader in readers:
-            reader.start()
-        interrupted = wait_passing_interrupts(process)
-        for reader in readers:
-            reader.join(5)
+        ended = threading.Event()
+        with _output_file() as (out_w, out_r), _output_file() as (err_w, err_r):
+            process = subprocess.Popen(
+                [self.command, *args], stdout=out_w, stderr=err_w, stdin=subprocess.DEVNULL,
+                cwd=cwd, env=env, process_group=0,
+                preexec_fn=_cancel_when_the_driver_dies(os.getpid()))
+            readers = [threading.Thread(target=_follow, args=(r, callback, into, ended),
+                                        daemon=True)
+                       for r, callback, into in ((out_r, on_output, chunks["out"]),
+                                                 (err_r, on_error, chunks["err"]))]
+            for reader in readers:
+                reader.start()
+            try:
+                interrupted = wait_passing_interrupts(process)
+            finally:
+                ended.set()
+                for reader in readers:
+                    reader.join(5)
         result = CommandResult(stderr="\n".join(chunks["err"]),
                                stdout="\n".join(chunks["out"]), code=process.returncode)
         if interrupted:
@@ -95,6 +95,55 @@ def wait_passing_interrupts(process: subprocess.Popen, cancel_wait: float = CANC
             _signal_group(process, signal.SIGKILL)
             process.wait()
             return True
+
+
+@contextlib.contextmanager
+def _output_file():
+    """Where the CLI writes one of its streams: a file with no name (the driver reads it
+    through a second open of its own), not a pipe, so that the CLI outlives its reader: a
+    write to a pipe nobody reads kills it (Go exits on ``SIGPIPE`` on fd 1/2) before it has
+    finished cancelling, released the stack's lock and stopped its plugins."""
+    import tempfile
+
+    with tempfile.TemporaryFile() as writer, open(f"/proc/self/fd/{writer.fileno()}",
+                                                  "rb") as reader:
+        yield writer, reader
+
+
+def _follow(reader: Any, callback: OnOutput | None, into: list[str],
+            ended: threading.Event) -> None:
+    """Each line the CLI writes, as it writes it, until it has ended and all is read."""
+    partial = b""
+    while True:
+        finished = ended.is_set()  # (read before the data: what was written before is read)
+        data = reader.read()
+        lines = (partial + data).split(b"\n")
+        partial = lines.pop()
+        if finished and partial:
+            lines.append(partial)
+        for raw in lines:
+            line = raw.decode("utf-8", errors="replace").rstrip()
+            if callback:
+                callback(line)
+            into.append(line)
+        if finished:
+            return
+        if not data:
+            ended.wait(0.05)
+
+
+def _cancel_when_the_driver_dies(driver: int):
+    """The child's set-up (between fork and exec): SIGINT when the thread that started it ends
+    (it waits for the CLI, so: when the driver dies); no CLI at all if it already has."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def preexec() -> None:
+        libc.prctl(1, signal.SIGINT, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != driver:  # died before the line above: nothing to run for
+            os._exit(130)
+    return preexec
 
 
 def _signal_group(process: subprocess.Popen, signum: int) -> None:
