@@ -39,9 +39,7 @@ from cluster_sessions.driver import cli
 from cluster_sessions.driver import stack_identity as identity_mod
 from cluster_sessions.driver.errors import CommandError
 from cluster_sessions.pulumi_layer.program import InvalidDefinition
-from tests.standin.automation import Backend
 from tests.standin.engine import STACKS, Engine, run_program
-from tests.standin.sessionctl import install
 
 from . import factories
 from .test_interrupted import swept  # noqa: F401 (a fixture, used by name)
@@ -208,12 +206,6 @@ def definition(tmp_path: Path, image_tag: str) -> tuple[str, str]:
     name = unique("own")
     doc = factories.session(name, image=image_tag, size=2, cpu=0.25, mem="256m")
     return name, str(factories.write(tmp_path / f"{name}.yaml", doc))
-
-
-def use_backend(monkeypatch, backend: Backend, state: Path) -> None:
-    state.mkdir(exist_ok=True)
-    install(backend, monkeypatch.setattr)
-    monkeypatch.setenv("PULUMI_BACKEND_URL", f"file://{state}")
 
 
 def first_up(real_engine, docker_client, tmp_path, image_tag, capsys):  # noqa: F811
@@ -433,21 +425,35 @@ def two_stacks_containers(tmp_path):
     return file, plan, FakeClient([FakeContainer(mine, "main1"), FakeContainer(theirs, "sub1")])
 
 
+def with_outputs(engine, stack: str, outputs: dict, tmp_path: Path) -> None:
+    """The stack's root resource given ``outputs``, as its last ``up`` would have left them
+    (``pulumi stack export``, the outputs set, ``stack import``)."""
+    from cluster_sessions.core.names import PROJECT
+
+    doc = json.loads(engine.cli("stack", "export", "-s", stack))
+    doc["deployment"]["resources"] = [{
+        "urn": f"urn:pulumi:{stack}::{PROJECT}::pulumi:pulumi:Stack::{PROJECT}-{stack}",
+        "custom": False, "type": "pulumi:pulumi:Stack", "outputs": outputs}]
+    exported = tmp_path / f"{stack}.json"
+    exported.write_text(json.dumps(doc))
+    engine.cli("stack", "import", "-s", stack, "--file", str(exported))
+
+
 def test_status_shows_only_its_stacks_containers_when_the_backend_says_which(
-        tmp_path, capsys, monkeypatch):
+        real_cli, tmp_path, capsys, monkeypatch):
     from .test_observe import fake_connect
 
     file, plan, client = two_stacks_containers(tmp_path)
-    backend = Backend(None)
-    use_backend(monkeypatch, backend, tmp_path / "state")
-    state = backend.open_stack(plan.name, tmp_path, None, None).state
-    state.config[config_key(STACK_ID_KEY)] = "0123456789abcdef"
+    real_cli.cli("stack", "init", plan.name)
+    real_cli.cli("config", "set", "-s", plan.name, config_key(STACK_ID_KEY), "0123456789abcdef")
     # the backend's word: the decisions its last up kept (a checkout's alone is not believed)
-    state.outputs[KEPT_OUTPUT] = ({STACK_ID_KEY: "0123456789abcdef"}, False)
+    with_outputs(real_cli, plan.name, {KEPT_OUTPUT: {STACK_ID_KEY: "0123456789abcdef"}},
+                 tmp_path)
     fake_connect(monkeypatch, "status", client)
     assert cli.main(["status", str(file), "--json"]) == Exit.ENGINE  # sub1 is missing
     rows = {r["host"]: r["state"] for r in json.loads(capsys.readouterr().out)["containers"]}
     assert rows == {"main1": "running", "sub1": "missing"}
+    assert f"stack_outputs {plan.name}" in real_cli.calls, real_cli.calls
 
 
 def test_status_without_the_cli_shows_every_stacks_containers_and_says_so(
