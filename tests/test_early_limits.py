@@ -17,8 +17,8 @@ from cluster_sessions.core.names import STACK_ID_LABEL
 from cluster_sessions.core.spec import Agent
 
 from . import factories
+from .test_cross_process import home, sessionctl  # noqa: F401 (a fixture, used by name)
 from .test_runtime import image, unique  # noqa: F401 (fixtures used by name)
-from .test_standin import home, sessionctl  # noqa: F401 (fixtures used by name)
 
 CID = "a" * 64
 LOCAL = Agent.model_validate({"name": "local", "capacity": {"cpu": 1, "mem": "1g",
@@ -106,9 +106,10 @@ def test_an_agent_that_does_not_answer_leaves_it_to_containerlimits():
 @pytest.mark.docker
 def test_up_limits_every_container_before_containerlimits_does(  # noqa: F811
         docker_client, image, home, tmp_path):  # noqa: F811
-    """``sessionctl up`` (the stand-in, its own process): every container of the session gets
-    its limit from the watch, before the last start; ``ContainerLimits``, once all exist,
-    finds it held and leaves it (no ``runc update`` during the start-ups): one update each.
+    """``sessionctl up`` (the installed one, through the real engine): every container of the
+    session gets its limit from the watch, before the last start; ``ContainerLimits``, once
+    all exist, finds it held and leaves it (no ``runc update`` during the start-ups): one
+    update each.
     Without the watch, one each, after every start."""
     name = unique("early")
     path = str(factories.write(tmp_path / f"{name}.yaml",

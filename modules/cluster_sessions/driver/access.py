@@ -46,7 +46,7 @@ from ..core.spec import SSH_PORT, Pool
 from . import stacks
 from .errors import CommandError, Exit
 from .session_args import EPILOG, add_session_args, needs_pulumi, selected, verb_parser
-from .stack_settings import stack_name_for
+from .stack_settings import command_error_text, stack_name_for
 
 #: The identities tried when ``--identity`` is not given, in ssh's own order.
 DEFAULT_IDENTITIES = ("~/.ssh/id_ed25519.pub", "~/.ssh/id_ecdsa.pub", "~/.ssh/id_rsa.pub")
@@ -217,7 +217,7 @@ def stack_outputs(stack: str) -> Mapping[str, Any]:
         outputs = workspace.stack_outputs(stack)
     except auto.errors.CommandError as exc:  # StackNotFoundError among them
         raise CommandError(f"cannot read the outputs of stack {stack}: "
-                           f"{str(exc).strip() or 'no such stack'}", Exit.ENGINE) from None
+                           f"{command_error_text(exc)}", Exit.ENGINE) from None
     return {k: getattr(v, "value", v) for k, v in outputs.items()}
 
 

@@ -513,7 +513,7 @@ def cmd_ls(args: argparse.Namespace, connect: Connect = connect) -> int:
             summaries = workspace.list_stacks()
         except auto.errors.CommandError as exc:
             raise CommandError(f"cannot list the stacks in {settings.backend_url}: "
-                               f"{str(exc).strip()}", Exit.ENGINE) from None
+                               f"{stack_settings.command_error_text(exc)}", Exit.ENGINE) from None
     rows = []
     records = history.history_dir(settings, project)
     holdings = Holdings()

@@ -18,6 +18,7 @@ from ..core.decisions import StackIdentity
 from . import stacks as engine
 from .errors import CommandError, Exit
 from .stack_identity import identities
+from .stack_settings import command_error_text
 
 
 def read_identity(stack: str, starts: Sequence[Path]) -> StackIdentity | None:
@@ -38,8 +39,8 @@ def read_identity(stack: str, starts: Sequence[Path]) -> StackIdentity | None:
         config = engine.recovered(workspace, stack, {
             k: v.value for k, v in workspace.get_all_config(stack).items()})
     except auto.errors.CommandError as exc:
-        raise CommandError(f"could not read the config of stack {stack}: {exc}",
-                           Exit.ENGINE) from None
+        raise CommandError(f"could not read the config of stack {stack}: "
+                           f"{command_error_text(exc)}", Exit.ENGINE) from None
     if config is None:  # its identity is unproven: nothing on the pool is known to be its
         return None
     return identities({stack: stack}, {stack: config}, "")[stack]

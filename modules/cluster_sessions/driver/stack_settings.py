@@ -348,6 +348,12 @@ def split_command_error(text: str) -> tuple[list[str], list[str]]:
     return match["out"].splitlines(), match["err"].splitlines()
 
 
+def command_error_text(exc: BaseException) -> str:
+    """What the CLI said of a failed Automation API call (its ``error:`` lines), without the
+    SDK's ``code: N / stdout: / stderr:`` framing."""
+    return engine_error_message([], *split_command_error(str(exc)))
+
+
 def summary_document(verb: str, stack: str, session: str, backend: str | None, result: str, *,
                      changes: Mapping[str, int] | None = None,
                      outputs: Mapping[str, Any] | None = None,

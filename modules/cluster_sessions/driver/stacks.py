@@ -105,6 +105,7 @@ from .stack_settings import (
     EventLog,
     call_kwargs,
     change_counts,
+    command_error_text,
     config_path,
     confirmation,
     engine_error_message,
@@ -781,7 +782,8 @@ def refuse_taken_stacks(targets: Sequence[Target], prepared: Prepared
             if problem:
                 problems.append(problem)
     except auto.errors.CommandError as exc:
-        raise CommandError(f"could not read the stacks' config: {exc}", Exit.ENGINE) from None
+        raise CommandError(f"could not read the stacks' config: {command_error_text(exc)}",
+                           Exit.ENGINE) from None
     if problems:
         raise CommandError("\n".join(problems), Exit.INVALID)
     return read
@@ -981,7 +983,7 @@ def remove_stack(prepared: Prepared, name: str, summary: Callable[..., dict[str,
     try:
         workspace.remove_stack(name)
     except auto.errors.CommandError as exc:
-        text = engine_error_message([], *split_command_error(str(exc)))
+        text = command_error_text(exc)
         raise StackFailed(f"stack {name} was destroyed but not removed:\n{text}", Exit.ENGINE,
                           summary("failed", error=text)) from None
     print(f"sessionctl destroy: removed stack {name} from {prepared.settings.backend_url}",
