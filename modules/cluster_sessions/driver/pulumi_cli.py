@@ -14,7 +14,8 @@ second ends it at once. The driver keeps reading its output meanwhile and raises
 ``KeyboardInterrupt`` once the CLI has exited, so that what follows (the "interrupted; its
 agents hold" report) sees the engine's final state. A group of its own is out of reach of a
 signal to the driver's group (``kill -9`` of a CI job's processes, a closed terminal), so the
-CLI is told to cancel when its driver dies, however it dies (Linux's parent-death signal):
+CLI is told to cancel when its driver dies, however it dies (Linux's parent-death signal, set
+by ``setpriv`` before it execs the CLI):
 without it, it applied on unsupervised under the stack's lock, and its plugins outlived it.
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -31,6 +33,14 @@ from typing import Any
 from pulumi import automation as auto
 from pulumi.automation._cmd import CommandResult, OnOutput, _fixup_path
 from pulumi.automation.errors import create_command_error
+
+# The CLI's parent-death signal: SIGINT when the thread that started it ends (it waits for the
+# CLI, so: when the driver dies), set by util-linux's setpriv (Essential on Debian), which then
+# execs the CLI. Not a ``preexec_fn``: Python code between fork and exec runs the fork handlers
+# gRPC registers in the driver ("Other threads are currently calling into gRPC, skipping fork()
+# handlers"), and an up failed on "epoll_wait error: Bad file descriptor".
+CANCEL_WHEN_THE_DRIVER_DIES = (["setpriv", "--pdeathsig", "INT", "--"]
+                               if shutil.which("setpriv") else [])
 
 # how long a cancelling CLI may take to finish the operations under way before the driver
 # stops waiting (a second Ctrl-C ends it at once)
@@ -55,9 +65,8 @@ class InterruptibleCommand(auto.PulumiCommand):
         ended = threading.Event()
         with _output_file() as (out_w, out_r), _output_file() as (err_w, err_r):
             process = subprocess.Popen(
-                [self.command, *args], stdout=out_w, stderr=err_w, stdin=subprocess.DEVNULL,
-                cwd=cwd, env=env, process_group=0,
-                preexec_fn=_cancel_when_the_driver_dies(os.getpid()))
+                [*CANCEL_WHEN_THE_DRIVER_DIES, self.command, *args], stdout=out_w,
+                stderr=err_w, stdin=subprocess.DEVNULL, cwd=cwd, env=env, process_group=0)
             readers = [threading.Thread(target=_follow, args=(r, callback, into, ended),
                                         daemon=True)
                        for r, callback, into in ((out_r, on_output, chunks["out"]),
@@ -130,20 +139,6 @@ def _follow(reader: Any, callback: OnOutput | None, into: list[str],
             return
         if not data:
             ended.wait(0.05)
-
-
-def _cancel_when_the_driver_dies(driver: int):
-    """The child's set-up (between fork and exec): SIGINT when the thread that started it ends
-    (it waits for the CLI, so: when the driver dies); no CLI at all if it already has."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-
-    def preexec() -> None:
-        libc.prctl(1, signal.SIGINT, 0, 0, 0)  # PR_SET_PDEATHSIG
-        if os.getppid() != driver:  # died before the line above: nothing to run for
-            os._exit(130)
-    return preexec
 
 
 def _signal_group(process: subprocess.Popen, signum: int) -> None:
