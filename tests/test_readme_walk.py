@@ -1,7 +1,8 @@
 """The README walked in its own order (issue 41): every engine command line it shows for the
 embedded `local` pool, run against the shipped files, one state backend, the driver in a
-process of its own as a user runs it (the stand-in engine,
-``python -m tests.standin.sessionctl``). Following the README never ends in
+process of its own as a user runs it (the installed ``sessionctl`` through the real engine, in
+a checkout of the test's own: the CLI writes the shipped stacks' config files there, not into
+this one, where other tests read the shipped stacks). Following the README never ends in
 PENDING (item 4) and each line does what its comment says. The lab's lines are the lab
 tests' (tests/test_access_lab.py, tests/test_multinode.py); `open` and `logs --follow` run
 until Ctrl-C (tests/test_open_verb.py, tests/test_observe.py)."""
@@ -9,19 +10,19 @@ until Ctrl-C (tests/test_open_verb.py, tests/test_observe.py)."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
+import shutil
 import subprocess
-import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from cluster_sessions.agents import cleanup
 from cluster_sessions.core.loader import load_file
 
-from .conftest import PROJECT
+from .conftest import PROJECT, SESSIONCTL, backend_env
 from .test_runtime import image  # noqa: F401 (a fixture, used by name)
 
 pytestmark = pytest.mark.docker
@@ -56,6 +57,18 @@ def test_the_walk_covers_the_readme_s_engine_lines():
         assert any(line.split()[1] == verb for line in lines), verb
 
 
+def checkout(path: Path) -> Path:
+    """What a reader's checkout holds for the walk: the project file, the program, the
+    set-up's virtualenv and the shipped ``stacks/`` (no stack file)."""
+    path.mkdir()
+    for name in ("Pulumi.yaml", "__main__.py"):
+        shutil.copy(PROJECT / name, path / name)
+    (path / ".venv").symlink_to(PROJECT / ".venv")
+    shutil.copytree(PROJECT / "stacks", path / "stacks",
+                    ignore=shutil.ignore_patterns("Pulumi.*.yaml"))
+    return path
+
+
 @pytest.fixture
 def walk_env(tmp_path, docker_client):
     state = tmp_path / "state"
@@ -64,8 +77,7 @@ def walk_env(tmp_path, docker_client):
     (home / ".ssh").mkdir(parents=True, mode=0o700)
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
                     str(home / ".ssh" / "id_ed25519")], check=True)
-    env = {**os.environ, "PULUMI_BACKEND_URL": f"file://{state}",
-           "PULUMI_CONFIG_PASSPHRASE": "walk", "HOME": str(home)}
+    env = backend_env(state, "walk", HOME=str(home))
     env.pop("SSH_AUTH_SOCK", None)
     yield env
     pool = load_file(PROJECT / "stacks" / "pools" / "local.yaml", expect="AgentPool")
@@ -80,9 +92,9 @@ def test_the_readme_in_its_order_on_the_embedded_pool(walk_env, image, tmp_path)
             argv[argv.index("nvidia-smi")] = "hostname"
         if argv[:1] == ["key"]:
             argv[argv.index("--out") + 1] = str(tmp_path / "id_container")
-        done = subprocess.run([sys.executable, "-m", "tests.standin.sessionctl",
-                               *argv], cwd=PROJECT, env=walk_env, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=600, check=False)
+        done = subprocess.run([SESSIONCTL, *argv], cwd=reader, env=walk_env,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=600, check=False)
         ran.append((line, done.returncode))
         if argv[:1] == ["up"] and done.returncode == 0:
             ready(argv[1])
@@ -91,7 +103,7 @@ def test_the_readme_in_its_order_on_the_embedded_pool(walk_env, image, tmp_path)
     def ready(definition: str, timeout: float = 120) -> None:
         """Until main1 says ready (sshd up, every peer answers), as tests/test_access.py
         waits: `up` returns once the containers run, before the mesh is ready."""
-        name = load_file(PROJECT / definition).name
+        name = load_file(reader / definition).name
         deadline = time.time() + timeout
         while time.time() < deadline:
             logs = subprocess.run(["docker", "logs", f"{name}-main1"], capture_output=True,
@@ -100,6 +112,7 @@ def test_the_readme_in_its_order_on_the_embedded_pool(walk_env, image, tmp_path)
                 return
             time.sleep(0.5)
 
+    reader = checkout(tmp_path / "checkout")
     ran: list[tuple[str, int]] = []
     lines = readme_engine_lines()
     # a reader keeps the demo up through "Getting in" and the rest: the destroys come last
