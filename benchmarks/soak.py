@@ -3,7 +3,8 @@
 Brings up its own 2-agent lab (prefix ``cslk``, 10.251.105.0/24; root), then
 
 1. load: ``--sessions`` sessions of ``--size`` containers, each ``sessionctl up`` in a process
-   of its own (the emulated Automation API, stacks in one file backend), all at once; every
+   of its own (the installed ``sessionctl`` through the real engine, stacks in one file
+   backend), all at once; every
    session ready (ssh from main1 to the last host); then all destroyed at once;
 2. soak: ``--cycles`` cycles of ``up`` + ready + ``destroy`` of one session on agent1.
 
@@ -23,6 +24,7 @@ import contextlib
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -65,9 +67,14 @@ def dockerd_rss_kib(state: Path) -> int:
     return total
 
 
+SESSIONCTL = shutil.which("sessionctl") or str(PROJECT / ".venv" / "bin" / "sessionctl")
+
+
 def sessionctl(env: dict, *argv: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tests.standin.sessionctl",
-                             *argv], cwd=PROJECT, env=env, stdout=subprocess.DEVNULL,
+    """The installed ``sessionctl`` (scripts/setup.sh links it on the ``PATH``), as a user
+    runs it."""
+    return subprocess.Popen([SESSIONCTL, *argv],
+                            cwd=PROJECT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -143,9 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         image = ensure_images(local, progress=lambda _m: None)
         (work / "state").mkdir()
         env = {**os.environ, "PULUMI_BACKEND_URL": f"file://{work / 'state'}",
-               "PULUMI_CONFIG_PASSPHRASE": "soak",
-               "PYTHONPATH": os.pathsep.join([str(PROJECT / "modules"),
-                                              os.environ.get("PYTHONPATH", "")])}
+               "PULUMI_CONFIG_PASSPHRASE": "soak", "PULUMI_SKIP_UPDATE_CHECK": "true"}
         baseline = objects(info, clients)
         rss_before = dockerd_rss_kib(work / "lab")
         report: dict = {"machine": {"cpus": os.cpu_count(), "kernel": platform.release(),
