@@ -47,7 +47,7 @@ def interrupted(proc: subprocess.Popen, docker_client, container: str) -> tuple[
         r.start()
     deadline = time.monotonic() + 180
     while proc.poll() is None and not docker_client.containers.list(
-            all=True, filters={"name": f"^{container}$"}):
+            all=True, filters={"name": f"^{container}$"}, ignore_removed=True):
         assert time.monotonic() < deadline, "".join(err)
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
@@ -59,7 +59,8 @@ def interrupted(proc: subprocess.Popen, docker_client, container: str) -> tuple[
 
 def labelled(docker_client, name: str) -> list:
     return docker_client.containers.list(
-        all=True, filters={"label": f"{LABEL_PREFIX}.session={name}"})
+        all=True, filters={"label": f"{LABEL_PREFIX}.session={name}"},
+        ignore_removed=True)  # a container the CLI removes while it is listed
 
 
 @pytest.fixture

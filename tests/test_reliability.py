@@ -207,12 +207,22 @@ def stop_when(proc: subprocess.Popen, ready, sig: signal.Signals, timeout: float
     return "".join(out), "".join(err)
 
 
-def children(proc: subprocess.Popen) -> set[int]:
-    """The pids of the processes ``proc`` started (its CLIs)."""
+def children(pid: int) -> set[int]:
+    """The pids of the processes ``pid`` started."""
     found = set()
-    for task in Path(f"/proc/{proc.pid}/task").glob("*"):
+    for task in Path(f"/proc/{pid}/task").glob("*"):
         with contextlib.suppress(OSError):
-            found.update(int(pid) for pid in (task / "children").read_text().split())
+            found.update(int(child) for child in (task / "children").read_text().split())
+    return found
+
+
+def descendants(pid: int) -> set[int]:
+    """``pid``'s children, theirs, and so on (the CLI's plugins run in groups of their own)."""
+    found, todo = set(), [pid]
+    while todo:
+        for child in children(todo.pop()) - found:
+            found.add(child)
+            todo.append(child)
     return found
 
 
@@ -523,8 +533,10 @@ def test_a_stale_pulumi_lock_left_by_a_killed_run_is_cleared(lab, automation, tm
     assert poll(lambda: checkpoint.is_file() and "docker:index/container:Container"
                 in checkpoint.read_text(), 120, 0.1), "".join(proc.stderr or [])
     pulumi = json.loads(held[0].read_text())["pid"]  # the CLI that holds it
-    assert pulumi in children(proc)
-    os.killpg(pulumi, signal.SIGKILL)  # the CLI's group: it and its plugins
+    assert pulumi in children(proc.pid)
+    for pid in [pulumi, *descendants(pulumi)]:  # the CLI and its plugins, as a lost machine
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     proc.kill()
     proc.communicate(timeout=60)
     assert list(locks.glob(f"**/{name}/*.json"))  # left behind
