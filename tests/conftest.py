@@ -8,13 +8,13 @@ never pass by skipping the real-engine tests.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -26,17 +26,9 @@ from hypothesis import settings
 PROJECT = Path(__file__).resolve().parent.parent
 STACKS = PROJECT / "stacks"
 
-# Subprocesses (``python -m cluster_sessions...``, dynamic providers, ``python -m
-# tests.standin.sessionctl``) import this checkout too.
+# Subprocesses (``python -m cluster_sessions...``, dynamic providers) import this checkout too.
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(PROJECT / "modules"), str(PROJECT), *filter(None, [os.environ.get("PYTHONPATH")])])
-# The stand-in keeps each stack's config where the CLI would, in the project's stacks/ (the
-# shipped example stacks live there): every ``python -m tests.standin.sessionctl``
-# a test starts keeps it in a directory of the run's instead, so none is left in the checkout.
-if "CLUSTER_SESSIONS_EMULATION_CONFIG_DIR" not in os.environ:
-    _CONFIG_DIR = tempfile.mkdtemp(prefix="cs-stack-config-")
-    os.environ["CLUSTER_SESSIONS_EMULATION_CONFIG_DIR"] = _CONFIG_DIR
-    atexit.register(shutil.rmtree, _CONFIG_DIR, ignore_errors=True)  # not one left per run
 
 
 # Hypothesis's per-example deadline (200 ms) measures the machine's load, not the code: on a
@@ -416,6 +408,30 @@ def backend_env(state: Path, passphrase: str = "test", **extra: str) -> dict[str
     return {**os.environ, **ENGINE_PATH, "PULUMI_BACKEND_URL": f"file://{state}",
             "PULUMI_CONFIG_PASSPHRASE": passphrase, "PULUMI_SKIP_UPDATE_CHECK": "true",
             **extra}
+
+
+def signal_when(proc: Any, ready: Any, signum: int,
+                timeout: float = 180) -> tuple[str, str, bool]:
+    """``signum`` to the driver process ``proc`` (its pipes read meanwhile) once ``ready()``
+    holds: the real engine has no fault points, so a test stops a driver at what the engine
+    was seen to hold. Its stdout, its stderr once it ended, and whether it was still running
+    when signalled."""
+    out: list[str] = []
+    err: list[str] = []
+    readers = [threading.Thread(target=lambda f=f, into=into: into.extend(f), daemon=True)
+               for f, into in ((proc.stdout, out), (proc.stderr, err))]
+    for r in readers:
+        r.start()
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and not ready():
+        assert time.monotonic() < deadline, "".join(err)
+        time.sleep(0.05)
+    running = proc.poll() is None
+    proc.send_signal(signum)
+    proc.wait(timeout=300)
+    for r in readers:
+        r.join(30)
+    return "".join(out), "".join(err), running
 
 
 class RealEngine:

@@ -20,7 +20,7 @@ from cluster_sessions.core.loader import load_file
 from cluster_sessions.core.names import LABEL_PREFIX
 
 from . import factories
-from .conftest import PROJECT, SESSIONCTL, backend_env
+from .conftest import PROJECT, SESSIONCTL, backend_env, signal_when
 from .test_runtime import image, unique  # noqa: F401 (a fixture, used by name)
 
 LOCAL_POOL = PROJECT / "stacks" / "pools" / "local.yaml"
@@ -39,22 +39,9 @@ def driver(tmp_path, *argv: str) -> subprocess.Popen:
 
 def interrupted(proc: subprocess.Popen, docker_client, container: str) -> tuple[str, str]:
     """SIGINT to the driver once ``container`` exists; its stdout and stderr once it ended."""
-    out: list[str] = []
-    err: list[str] = []
-    readers = [threading.Thread(target=lambda f=f, into=into: into.extend(f), daemon=True)
-               for f, into in ((proc.stdout, out), (proc.stderr, err))]
-    for r in readers:
-        r.start()
-    deadline = time.monotonic() + 180
-    while proc.poll() is None and not docker_client.containers.list(
-            all=True, filters={"name": f"^{container}$"}, ignore_removed=True):
-        assert time.monotonic() < deadline, "".join(err)
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=300)
-    for r in readers:
-        r.join(30)
-    return "".join(out), "".join(err)
+    out, err, _running = signal_when(proc, lambda: docker_client.containers.list(
+        all=True, filters={"name": f"^{container}$"}, ignore_removed=True), signal.SIGINT)
+    return out, err
 
 
 def labelled(docker_client, name: str) -> list:

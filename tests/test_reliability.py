@@ -22,7 +22,6 @@ import os
 import shutil
 import signal
 import subprocess
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -39,7 +38,7 @@ from cluster_sessions.driver import cli
 from cluster_sessions.driver.errors import Exit
 from cluster_sessions.driver.stack_lock import LOCK_DIR
 from cluster_sessions.lab import engines
-from tests.conftest import PROJECT, SESSIONCTL, backend_env
+from tests.conftest import PROJECT, SESSIONCTL, backend_env, signal_when
 from tests.standin.docker_builder import run_in, wait_until_ready  # helpers, no stand-in
 
 from . import factories
@@ -187,24 +186,10 @@ def made(lab: Lab, name: str) -> bool:
 
 
 def stop_when(proc: subprocess.Popen, ready, sig: signal.Signals, timeout: float = 180):
-    """``sig`` to the driver once ``ready()`` holds (the engine's own state, observed: the
-    real engine has no fault points); its stdout and stderr once it ended."""
-    out: list[str] = []
-    err: list[str] = []
-    readers = [threading.Thread(target=lambda f=f, into=into: into.extend(f), daemon=True)
-               for f, into in ((proc.stdout, out), (proc.stderr, err))]
-    for r in readers:
-        r.start()
-    deadline = time.monotonic() + timeout
-    while proc.poll() is None and not ready():
-        assert time.monotonic() < deadline, "".join(err)
-        time.sleep(0.1)
-    assert proc.poll() is None, f"the driver ended first: {''.join(err)}"
-    proc.send_signal(sig)
-    proc.wait(timeout=300)
-    for r in readers:
-        r.join(30)
-    return "".join(out), "".join(err)
+    """``sig`` to the driver once ``ready()`` holds; its stdout and stderr once it ended."""
+    out, err, running = signal_when(proc, ready, sig, timeout)
+    assert running, f"the driver ended first: {err}"
+    return out, err
 
 
 def children(pid: int) -> set[int]:

@@ -22,7 +22,6 @@ from cluster_sessions.core.spec import BUNDLE_DIR
 
 from . import connhelper, provider
 from .engine import Registration
-from .faults import FAULT_ENV, fault_point  # noqa: F401 (FAULT_ENV: the tests import it here)
 
 
 def find_image(api, image: str) -> None:
@@ -96,7 +95,6 @@ class DockerBuilder:
         if reg.type == SESSION_NETWORK:  # a benchmark's direct call (the engine runs its own)
             return self.make_network(inputs)
         if reg.type == "docker:index/container:Container":
-            fault_point(inputs["name"], "before")
             return self.container(reg, inputs)
         return None
 
@@ -124,7 +122,6 @@ class DockerBuilder:
         its provider's create; :meth:`remove_all` deletes it through the provider."""
         from cluster_sessions.pulumi_layer.network import SessionNetworkProvider
 
-        fault_point(inputs["name"], "before")
         network_id = SessionNetworkProvider().create(dict(inputs)).id
         self.made_networks.append((dict(inputs), network_id))
         return {"id": network_id}
@@ -194,7 +191,6 @@ class DockerBuilder:
                              if m.get("target") == BUNDLE_DIR and m.get("type") == "bind"]
         self.placed[inputs["name"]] = host
         self.made[reg.urn] = ("container", self.config_for(reg), cid)
-        fault_point(inputs["name"], "created")
         for upload in inputs.get("uploads") or []:
             api.put_archive(cid, "/", tar_upload(upload))
         api.start(cid)
@@ -260,7 +256,6 @@ class DockerBuilder:
         if urn not in self.made:
             return
         kind, config, object_id = self.made[urn]
-        fault_point(urn.rsplit("::", 1)[-1], "delete")
         conn = connhelper.connect(config, timeout=15)
         try:
             with contextlib.suppress(docker.errors.NotFound):

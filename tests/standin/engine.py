@@ -51,7 +51,6 @@ from cluster_sessions.core.names import PROJECT as PROJECT_NAME
 from cluster_sessions.core.names import STACKS_DIR
 
 from . import provider
-from .faults import fault_point
 
 PROJECT = Path(__file__).resolve().parents[2]  # the checkout: tests/standin/engine.py
 MAIN = PROJECT / "__main__.py"
@@ -200,7 +199,6 @@ class Engine:
         if self._mocked(reg, "create", news):
             return f"{reg.name}-id", dict(news)
         self._step()
-        fault_point(reg.name, "before")  # the session network is one (pulumi_layer/network.py)
         result = _provider_of(news).create(dict(news))
         return result.id, {**(result.outs or {}), PROVIDER_KEY: news[PROVIDER_KEY]}
 
@@ -294,7 +292,6 @@ class Engine:
         if self.dry_run:
             return
         self._step()
-        fault_point(name, "delete")
         _provider_of(outs).delete(id_, dict(outs))
 
     def depends_on(self, urn: str) -> set[str]:
